@@ -1,0 +1,5 @@
+"""`python -m cronjobs` runs the CLI."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,133 @@
+"""The App: settings, clock, engine, handlers and broker of one running system.
+
+This is the edge where the top-level `registry` module is imported; the engine's core
+modules get handlers through `App.resolve()` only. Nothing is built at import time: the
+first call of `current()` builds the App from `Settings.load()`, and tests install their
+own with `use()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+from sqlalchemy import Engine
+
+from .broker import Broker
+from .clock import SystemClock
+from .config import Settings
+from .db import make_engine
+
+log = logging.getLogger("cronjobs")
+
+
+class App:
+    """One configured cronjobs system.
+
+    Args:
+        settings: the settings (default `Settings.load()`).
+        clock: object with `now() -> naive UTC datetime` (default the system clock).
+        engine: an existing Engine (default one made from `settings.database_url`).
+        handlers: object with `resolve_handler(type)` and `registered_handlers()`
+            (default the top-level `registry` module, loaded on first use).
+    """
+
+    def __init__(self, settings: Settings | None = None, *, clock: Any = None,
+                 engine: Engine | None = None, handlers: Any = None) -> None:
+        self.settings = settings or Settings.load()
+        self.clock = clock or SystemClock()
+        self.engine = engine or make_engine(self.settings.database_url)
+        self._handlers = handlers
+        self._broker: Broker | None = None
+        self._executor = None
+        self._lock = threading.Lock()
+        self.on_send: Callable[[int, str, float], None] | None = None
+
+    # -- handlers -------------------------------------------------------------------
+    @property
+    def handlers(self) -> Any:
+        """The handler registry (the top-level `registry` module unless injected)."""
+        if self._handlers is None:
+            import registry
+
+            registry.load(self.settings)
+            self._handlers = registry
+        return self._handlers
+
+    def resolve(self, job_type: str) -> type | None:
+        """The handler class registered for `job_type`, or None."""
+        return self.handlers.resolve_handler(job_type)
+
+    def queues(self) -> list[str]:
+        """Every queue a registered handler uses, plus the default queue, sorted."""
+        names = {self.settings.default_queue}
+        for cls in self.handlers.registered_handlers().values():
+            names.add(cls.QUEUE or self.settings.default_queue)
+        return sorted(names)
+
+    def queue_of(self, job_type: str) -> str:
+        """The broker queue of `job_type` (its handler's QUEUE, else the default)."""
+        cls = self.resolve(job_type)
+        return (cls.QUEUE if cls is not None and cls.QUEUE else self.settings.default_queue)
+
+    # -- broker and worker side ---------------------------------------------------
+    @property
+    def broker(self) -> Broker:
+        """The broker (built on first use)."""
+        with self._lock:
+            if self._broker is None:
+                self._broker = Broker(self.settings.broker_url, self.settings.broker_namespace,
+                                      self.handle_message)
+            return self._broker
+
+    @property
+    def executor(self):  # noqa: ANN201
+        """This process's `Executor` (built on first use)."""
+        with self._lock:
+            if self._executor is None:
+                from .executor import Executor
+
+                self._executor = Executor(self)
+            return self._executor
+
+    def send(self, job_id: int, queue: str, delay_seconds: float = 0) -> None:
+        """Put row `job_id` on the broker; a failure is logged, the sweep resends later."""
+        if self.on_send is not None:
+            self.on_send(job_id, queue, delay_seconds)
+        try:
+            self.broker.send(job_id, queue, delay_seconds)
+        except Exception as exc:  # the row is the truth; the sweep will resend it
+            log.warning("could not send job %s to queue %s (%s); the sweep will resend it",
+                        job_id, queue, exc)
+
+    def handle_message(self, queue: str, job_id: int) -> None:
+        """Actor body: claim the best due row of `queue` and run it."""
+        self.executor.run_next(queue)
+
+    def close(self) -> None:
+        """Close the broker and dispose of the engine."""
+        if self._broker is not None:
+            self._broker.close()
+        self.engine.dispose()
+
+
+_current: App | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> App:
+    """The App of this process (built from `Settings.load()` on first call)."""
+    global _current
+    with _current_lock:
+        if _current is None:
+            _current = App()
+        return _current
+
+
+def use(app: App | None) -> App | None:
+    """Install `app` as this process's App (None clears it); returns the previous one."""
+    global _current
+    with _current_lock:
+        previous, _current = _current, app
+        return previous

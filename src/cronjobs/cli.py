@@ -1,0 +1,286 @@
+"""The `cronjobs` command line. Bad input: one line on stderr, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+
+import click
+
+from .errors import CronjobsError, HandlerNotFound
+
+EXIT_BAD_INPUT = 2
+
+
+class Group(click.Group):
+    """Turns every `CronjobsError` into `error: <message>` and exit status 2."""
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except CronjobsError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+
+def _app():  # noqa: ANN202
+    from . import logs
+    from .app import current
+
+    app = current()
+    logs.setup(app.settings.log_level)
+    return app
+
+
+def _registry(app):  # noqa: ANN001, ANN202
+    return app.handlers
+
+
+def _parse_time(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"not an ISO 8601 time: {value!r}", param_hint=name) from None
+    from .clock import as_utc
+
+    return as_utc(parsed)
+
+
+def _dump(value) -> str:  # noqa: ANN001
+    return json.dumps(value, indent=2, default=lambda v: v.isoformat() + "Z"
+                      if isinstance(v, datetime) else str(v))
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="cronjobs")
+def main() -> None:
+    """cronjobs: scheduled and background jobs from a database table.
+
+    Settings come from CRONJOBS_* variables and an optional cronjobs.toml
+    (CRONJOBS_DATABASE_URL, CRONJOBS_BROKER_URL, CRONJOBS_HANDLER_PATHS, CRONJOBS_TIMEZONE,
+    CRONJOBS_DASHBOARD_TOKEN, CRONJOBS_CONFIG, ...).
+    """
+
+
+@main.command()
+def migrate() -> None:
+    """Create or upgrade the tables (Alembic, to the newest revision)."""
+    from .migrate import current as revision, upgrade
+
+    app = _app()
+    upgrade(app.engine)
+    click.echo(f"database at revision {revision(app.engine)} ({app.engine.url.render_as_string()})")
+
+
+@main.command("list-handlers")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_handlers(as_json: bool) -> None:
+    """Every registered handler: type, task, class, source, frequency, limits, available."""
+    from .handler import task_name
+
+    app = _app()
+    registry = _registry(app)
+    rows = []
+    for job_type, cls in sorted(registry.registered_handlers().items()):
+        rows.append({"type": job_type, "task": task_name(job_type),
+                     "class": f"{cls.__module__}.{cls.__qualname__}",
+                     "source": registry.handler_source(job_type) or "",
+                     "frequency": cls.FREQUENCY or "", "max_attempts": cls.MAX_ATTEMPTS,
+                     "max_runtime": cls.MAX_RUNTIME, "queue": cls.QUEUE or app.settings.default_queue,
+                     "available": bool(cls.available())})
+    if as_json:
+        click.echo(_dump(rows))
+        return
+    _table(rows, ["type", "task", "class", "source", "frequency", "max_attempts", "max_runtime",
+                  "available"])
+
+
+def _table(rows: list[dict], columns: list[str]) -> None:
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
+    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    for row in rows:
+        click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in columns))
+
+
+@main.command()
+@click.argument("job_type")
+@click.option("--payload", default="{}", help="JSON object handed to handle().")
+@click.option("--key", "idempotency_key", help="Idempotency key (unique over the table).")
+@click.option("--parent", "parent_id", type=int, help="Parent row id.")
+@click.option("--priority", type=int, default=5, show_default=True, help="Lower runs first.")
+@click.option("--at", "scheduled_at", help="Do not run before this ISO 8601 time (UTC if naive).")
+@click.option("--title", help="Up to 255 characters.")
+@click.option("--max-attempts", type=int, help="Override the handler's MAX_ATTEMPTS (>= 1).")
+def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id: int | None,
+             priority: int, scheduled_at: str | None, title: str | None,
+             max_attempts: int | None) -> None:
+    """Add a job of a registered JOB_TYPE; prints its row id."""
+    from . import queue
+
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc.msg}): {payload!r}",
+                                 param_hint="--payload") from None
+    when = _parse_time(scheduled_at, "--at")
+    app = _app()
+    if _registry(app).resolve_handler(job_type) is None:
+        raise HandlerNotFound(f"unknown job type {job_type!r}; see `cronjobs list-handlers`")
+    result = queue.submit(job_type, data, idempotency_key=idempotency_key, parent_id=parent_id,
+                          priority=priority, scheduled_at=when, title=title,
+                          max_attempts=max_attempts, app=app)
+    click.echo(result.id)
+    if not result.created:
+        click.echo(f"note: key {idempotency_key!r} already held by job {result.id} "
+                   f"({result.status}); nothing new was added", err=True)
+
+
+@main.command()
+@click.argument("job_id", type=int)
+@click.option("--columns", help="Comma-separated column names (default all).")
+def get(job_id: int, columns: str | None) -> None:
+    """Print row JOB_ID as JSON."""
+    from . import queue
+    from .errors import JobNotFound
+
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    row = queue.get(job_id, cols, app=_app())
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    for key in ("payload", "result_payload"):
+        if row.get(key):
+            row[key] = json.loads(row[key])
+    click.echo(_dump(row))
+
+
+@main.command()
+@click.argument("job_id", type=int)
+def run(job_id: int) -> None:
+    """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
+    app = _app()
+    report = app.executor.run_id(job_id)
+    click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
+    sys.exit(0 if report.status in ("completed", "deleted") else 1)
+
+
+@main.command()
+@click.option("--now", help="Tick for this ISO 8601 instant instead of the clock (UTC if naive).")
+def tick(now: str | None) -> None:
+    """Start every due task once (for a system cron line `* * * * * cronjobs tick`)."""
+    from .scheduler import tick as do_tick
+
+    report = do_tick(_parse_time(now, "--now"), app=_app())
+    for task, slot, job_id in report.started:
+        click.echo(f"started {task} slot {slot} as job {job_id}")
+    for task, reason in sorted(report.skipped.items()):
+        click.echo(f"skipped {task}: {reason}")
+
+
+@main.command()
+def scheduler() -> None:
+    """Tick every minute (APScheduler) until SIGTERM/SIGINT."""
+    from .scheduler import run_forever
+    from .worker import _signal_event
+
+    run_forever(_app(), _signal_event())
+
+
+@main.command()
+@click.option("--queues", help="Comma-separated queues (default: every handler's queue).")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True)
+def worker(queues: str | None, processes: int, threads: int) -> None:
+    """Consume queues with Dramatiq until SIGTERM/SIGINT."""
+    from .worker import run_children, run_worker
+
+    app = _app()
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else app.queues()
+    if processes > 1:
+        argv = ["worker", "--queues", ",".join(names), "--threads", str(threads)]
+        sys.exit(run_children(argv, processes))
+    sys.exit(run_worker(app, names, threads))
+
+
+@main.command()
+@click.option("--host", default=None, help="Listen address (default CRONJOBS_DASHBOARD_HOST).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
+@click.option("--threads", type=click.IntRange(min=1), default=4, show_default=True)
+def serve(host: str | None, port: int | None, threads: int) -> None:
+    """Scheduler + worker + web front in one process (the embedded mode)."""
+    from .migrate import upgrade
+    from .serve import serve as run
+
+    app = _app()
+    upgrade(app.engine)
+    sys.exit(run(app, host or app.settings.dashboard_host,
+                 app.settings.dashboard_port if port is None else port, threads))
+
+
+@main.command("recover-stale")
+@click.option("--minutes", type=float, default=None,
+              help="Lease expired more than this long ago (default CRONJOBS_RECOVER_STALE_MINUTES).")
+def recover_stale(minutes: float | None) -> None:
+    """Put running rows whose worker was lost back to pending (or failed)."""
+    from . import queue
+
+    click.echo(f"recovered {queue.recover_stale(minutes, app=_app())} row(s)")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Count, delete nothing.")
+def cleanup(dry_run: bool) -> None:
+    """Delete finished rows older than their retention, in batches."""
+    from . import queue
+
+    counts = queue.cleanup(dry_run=dry_run, app=_app())
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+@main.group(cls=Group, invoke_without_command=True)
+@click.pass_context
+def tasks(ctx: click.Context) -> None:
+    """List tasks (default), or enable / disable / run one."""
+    if ctx.invoked_subcommand is None:
+        from .scheduler import task_infos
+
+        rows = [{"task": i.task, "type": i.type, "frequency": i.frequency or "",
+                 "enabled": i.enabled, "available": i.available,
+                 "last_run_at": i.runtime["last_run_at"] or "",
+                 "next_run_at": i.runtime["next_run_at"] or "",
+                 "last_job": i.runtime["last_job_id"] or "",
+                 "last_status": i.runtime["last_status"] or ""} for i in task_infos(_app())]
+        _table(rows, list(rows[0]) if rows else ["task"])
+
+
+@tasks.command("enable")
+@click.argument("task")
+def tasks_enable(task: str) -> None:
+    """Turn TASK's kill switch on."""
+    from .scheduler import set_enabled
+
+    set_enabled(task, True, app=_app())
+    click.echo(f"{task}: enabled")
+
+
+@tasks.command("disable")
+@click.argument("task")
+def tasks_disable(task: str) -> None:
+    """Turn TASK's kill switch off (the scheduler skips it)."""
+    from .scheduler import set_enabled
+
+    set_enabled(task, False, app=_app())
+    click.echo(f"{task}: disabled")
+
+
+@tasks.command("run")
+@click.argument("task")
+def tasks_run(task: str) -> None:
+    """Dispatch TASK now (a manual run; the schedule does not move). Prints the row id."""
+    from .scheduler import run_task
+
+    click.echo(run_task(task, app=_app()))

@@ -1,0 +1,43 @@
+"""The cronjobs error tree: every error the library raises derives from `CronjobsError`."""
+
+from __future__ import annotations
+
+
+class CronjobsError(Exception):
+    """Root of every error raised by cronjobs."""
+
+
+class ConfigError(CronjobsError):
+    """A setting is missing, unknown or has a value that cannot be used."""
+
+
+class HandlerError(CronjobsError):
+    """A handler class is malformed (bad or missing `TYPE`, bad `FREQUENCY`, ...)."""
+
+
+class DuplicateHandlerType(HandlerError):
+    """Two handler classes declare the same `TYPE`."""
+
+
+class HandlerNotFound(CronjobsError):
+    """No handler class is registered for a job type or task name."""
+
+
+class InvalidJob(CronjobsError):
+    """A dispatch was refused: payload not JSON, title too long, negative attempts, ..."""
+
+
+class JobNotFound(CronjobsError):
+    """No row in `cronjob_queue` has the given id."""
+
+
+class JobStateError(CronjobsError):
+    """A row is not in the state an operation needs (e.g. `run` on a completed row)."""
+
+
+class StoreError(CronjobsError):
+    """The database failed in a way retrying did not fix."""
+
+
+class JobTimeout(CronjobsError):
+    """A job ran past its MAX_RUNTIME."""

@@ -1,0 +1,161 @@
+"""The handler contract: `CronJobHandler`, `RetryLater` and the `Job` row handed to it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from markupsafe import Markup
+
+STAGES = ("discover", "execute")
+FREQUENCIES = ("minute", "hour", "day", "month")
+
+
+class RetryLater(Exception):
+    """Raise from `handle()` to put the row back to `pending` without using an attempt.
+
+    Args:
+        delay: seconds (int/float) or a `timedelta` to wait before the next try
+            (rate limits, flood waits). Must not be negative.
+        reason: optional text written to the row's process log.
+    """
+
+    def __init__(self, delay: float | timedelta = 60, reason: str | None = None) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        if seconds < 0:
+            raise ValueError(f"RetryLater delay must not be negative, got {delay!r}")
+        self.delay_seconds = seconds
+        self.reason = reason
+        super().__init__(f"retry later in {seconds:g} s" + (f": {reason}" if reason else ""))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of `cronjob_queue` as a handler sees it. Times are naive UTC.
+
+    `payload` and `result` are decoded JSON (dicts); the other fields are the columns.
+    """
+
+    id: int
+    type: str
+    queue: str
+    status: str
+    priority: int
+    payload: dict
+    result: Any
+    process_logs: str | None
+    error: str | None
+    attempts: int
+    max_attempts: int
+    idempotency_key: str | None
+    parent_id: int | None
+    title: str | None
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    locked_until: datetime | None
+    worker_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Job":
+        """Build a Job from a row mapping of `cronjob_queue` (JSON columns decoded)."""
+        data = {f.name: row.get(f.name) for f in fields(cls) if f.name not in ("payload", "result")}
+        data["payload"] = json.loads(row["payload"]) if row.get("payload") else {}
+        data["result"] = json.loads(row["result_payload"]) if row.get("result_payload") else None
+        return cls(**data)
+
+
+class CronJobHandler:
+    """Base class of every handler.
+
+    Subclasses set `TYPE` (dotted, ending in `.discover` or `.execute`) and implement
+    `handle(payload, job)`. The return value decides the row's fate (docs/handlers.md):
+    `True` completes it; `False` or an exception retries it with backoff, then fails it;
+    `{"success": bool, "result": {...}}` completes or fails it and stores `result`;
+    `{"success": True, "status": "cancelled", ...}` cancels it (deleted when childless);
+    raising `RetryLater(delay)` puts it back without using an attempt; anything else fails
+    it without retry.
+
+    Attributes:
+        TYPE: the job type, e.g. `"acme.quotasync.discover"`.
+        FREQUENCY: `minute`/`hour`/`day`/`month` or a 5-field cron expression; only on
+            handlers the scheduler starts.
+        MAX_ATTEMPTS: attempts before the row is `failed` (default 3).
+        MAX_RUNTIME: seconds a run may take (default 120).
+        QUEUE: broker queue name (default: the configured default queue).
+        error / gateway_error / message: set one before returning `False` to give the
+            row its error text.
+    """
+
+    TYPE: ClassVar[str | None] = None
+    FREQUENCY: ClassVar[str | None] = None
+    MAX_ATTEMPTS: ClassVar[int] = 3
+    MAX_RUNTIME: ClassVar[float] = 120
+    QUEUE: ClassVar[str | None] = None
+
+    error: str | None = None
+    gateway_error: str | None = None
+    message: str | None = None
+
+    def __init__(self, context: Any = None) -> None:
+        """Args: context: the `cronjobs.executor.JobContext` of this run (settings, dispatch)."""
+        self.context = context
+
+    def handle(self, payload: dict, job: Job) -> bool | dict:
+        """Do the work for one row. Override this.
+
+        Args:
+            payload: the decoded JSON payload given at dispatch.
+            job: the whole row (id, attempts, parent_id, ...).
+
+        Returns:
+            `True`, `False` or a dict as described in the class docstring.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.handle() is not implemented")
+
+    @classmethod
+    def available(cls) -> bool:
+        """Return False when a precondition (module installed, credentials) is missing."""
+        return True
+
+    @staticmethod
+    def render_summary(result: dict) -> Markup | str:
+        """Render a stored `result` for the Results tab; a `str` is shown escaped."""
+        return json.dumps(result, indent=2, sort_keys=True, default=str)
+
+    def dispatch(self, type: str, payload: dict | None = None, **options: Any) -> int:
+        """Dispatch a child job of the running row (parent_id is set for you).
+
+        Takes the arguments of `cronjobs.queue.dispatch`; returns the child row id.
+        """
+        return self.context.dispatch_child(type, payload or {}, **options)
+
+    @property
+    def settings(self) -> Any:
+        """The `cronjobs.config.Settings` of the running system."""
+        return self.context.settings
+
+    def failure_text(self) -> str | None:
+        """The error text for a `False` return: `error`, `gateway_error` or `message`."""
+        for name in ("error", "gateway_error", "message"):
+            value = getattr(self, name, None)
+            if value:
+                return str(value)
+        return None
+
+
+def task_name(job_type: str) -> str:
+    """Map a type to its task: drop the stage, dots to hyphens (`a.b.discover` -> `a-b`)."""
+    base, _, stage = job_type.rpartition(".")
+    if stage in STAGES and base:
+        return base.replace(".", "-")
+    return job_type.replace(".", "-")
+
+
+def stage_of(job_type: str) -> str:
+    """Return `discover` or `execute` (the last part of the type)."""
+    return job_type.rpartition(".")[2]

@@ -1,0 +1,102 @@
+"""Table definitions (SQLAlchemy Core). The Alembic migrations in `migrations/` create them.
+
+All DateTime columns hold naive UTC. MySQL/MariaDB tables use utf8mb4 and microsecond
+DATETIME(6) so ordering by time is exact.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    true,
+)
+from sqlalchemy.dialects import mysql
+
+metadata = MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; BIGINT elsewhere.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+# Microsecond precision on MySQL/MariaDB (plain DATETIME drops fractions).
+UtcDateTime = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+MYSQL_TABLE_ARGS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                    "mysql_collate": "utf8mb4_bin"}
+
+STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+TITLE_MAX = 255
+KEY_MAX = 191  # utf8mb4 index limit on older MySQL row formats
+
+cronjob_queue = Table(
+    "cronjob_queue",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("type", String(191), nullable=False),
+    Column("queue", String(64), nullable=False, server_default="default"),
+    Column("status", String(16), nullable=False, server_default="pending"),
+    Column("priority", Integer, nullable=False, server_default="5"),
+    Column("payload", LongText, nullable=True),
+    Column("result_payload", LongText, nullable=True),
+    Column("process_logs", LongText, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False, server_default="3"),
+    Column("idempotency_key", String(KEY_MAX), nullable=True),
+    Column("parent_id", Id, ForeignKey("cronjob_queue.id", ondelete="CASCADE",
+                                       name="fk_cronjob_queue_parent"), nullable=True),
+    Column("title", String(TITLE_MAX), nullable=True),
+    Column("scheduled_at", UtcDateTime, nullable=True),
+    Column("started_at", UtcDateTime, nullable=True),
+    Column("finished_at", UtcDateTime, nullable=True),
+    Column("locked_until", UtcDateTime, nullable=True),
+    Column("worker_id", String(128), nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
+    Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
+    Index("ix_cronjob_queue_status_locked", "status", "locked_until"),
+    Index("ix_cronjob_queue_status_finished", "status", "finished_at"),
+    Index("ix_cronjob_queue_parent", "parent_id"),
+    Index("ix_cronjob_queue_type", "type"),
+    **MYSQL_TABLE_ARGS,
+)
+
+cronjob_runtime = Table(
+    "cronjob_runtime",
+    metadata,
+    Column("task", String(191), primary_key=True),
+    Column("type", String(191), nullable=False),
+    Column("enabled", Boolean, nullable=False, server_default=true()),
+    Column("frequency", String(64), nullable=True),
+    Column("last_run_at", UtcDateTime, nullable=True),
+    Column("next_run_at", UtcDateTime, nullable=True),
+    Column("last_slot", String(32), nullable=True),
+    Column("last_job_id", BigInteger, nullable=True),
+    Column("last_status", String(16), nullable=True),
+    Column("updated_at", UtcDateTime, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
+# One row per (task, slot) that was started: the database's proof that a slot ran,
+# which survives the deletion of a cancelled childless job row.
+cronjob_slot = Table(
+    "cronjob_slot",
+    metadata,
+    Column("task", String(191), primary_key=True),
+    Column("slot", String(32), primary_key=True),
+    Column("job_id", BigInteger, nullable=True),
+    Column("claimed_at", UtcDateTime, nullable=False),
+    Index("ix_cronjob_slot_claimed", "claimed_at"),
+    **MYSQL_TABLE_ARGS,
+)

@@ -1,0 +1,222 @@
+"""The scheduler: `tick(now)` starts each due task once per slot; `run_forever` ticks each minute.
+
+Exactly once per slot, with any number of schedulers: a run needs the unique
+`cronjob_slot(task, slot)` record, inserted in the same transaction as the job row. A
+scheduler that loses the race gets "already claimed" and logs at DEBUG only. Missed slots
+are coalesced: a tick runs the latest slot once and logs how many were skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from . import store
+from .app import App, current
+from .clock import as_utc
+from .db import run_in_transaction
+from .errors import HandlerNotFound
+from .slots import Slot, current_slot, is_cron, slots_between
+
+log = logging.getLogger("cronjobs.scheduler")
+
+
+@dataclass
+class TickReport:
+    """What one tick did.
+
+    Attributes:
+        now: the tick's instant (naive UTC).
+        started: `(task, slot key, job id)` for each run started by this tick.
+        skipped: task -> reason (`disabled`, `unavailable`, `already-run`, `lost-race`,
+            `not-yet`).
+    """
+
+    now: datetime
+    started: list[tuple[str, str, int]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as the scheduler sees it (merged from handler, settings and runtime row)."""
+
+    task: str
+    type: str
+    handler: type
+    frequency: str | None
+    enabled: bool
+    available: bool
+    runtime: dict
+
+
+def task_infos(app: App) -> list[TaskInfo]:
+    """Every registered task with its effective frequency and switch, sorted by name.
+
+    Creates the runtime row of a task seen for the first time (enabled unless the
+    settings say otherwise or the handler is DESTRUCTIVE).
+    """
+    registry = app.handlers
+    now = app.clock.now()
+    with app.engine.connect() as conn:
+        runtimes = store.list_runtimes(conn)
+    infos = []
+    for task, job_type in registry.tasks().items():
+        cls = registry.resolve_handler(job_type)
+        cfg = app.settings.task(task)
+        runtime = runtimes.get(task)
+        if runtime is None:
+            enabled = cfg.enabled if cfg.enabled is not None else not getattr(cls, "DESTRUCTIVE", False)
+            run_in_transaction(app.engine, lambda c: store.ensure_runtime(
+                c, task, job_type, enabled, now))
+            with app.engine.connect() as conn:
+                runtime = store.get_runtime(conn, task)
+        frequency = runtime["frequency"] or cfg.frequency or cls.FREQUENCY
+        infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
+                              _available(cls), runtime))
+    return infos
+
+
+def _available(cls: type) -> bool:
+    try:
+        return bool(cls.available())
+    except Exception as exc:  # a broken precondition check means "not available"
+        log.warning("%s.available() raised %s: %s", cls.__name__, type(exc).__name__, exc)
+        return False
+
+
+def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
+    """Start every due task whose slot has not run yet.
+
+    Args:
+        now: the instant to tick for (aware, or naive UTC); default the app's clock.
+
+    Returns:
+        A `TickReport`.
+    """
+    app = app or current()
+    now = as_utc(now) if now is not None else app.clock.now()
+    report = TickReport(now)
+    for info in task_infos(app):
+        if not info.frequency:
+            continue
+        if not info.enabled:
+            report.skipped[info.task] = "disabled"
+            continue
+        if not info.available:
+            report.skipped[info.task] = "unavailable"
+            continue
+        slot = current_slot(info.frequency, now, app.settings.timezone)
+        last = info.runtime["last_slot"]
+        if last == slot.key:
+            report.skipped[info.task] = "already-run"
+            continue
+        if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
+            report.skipped[info.task] = "not-yet"  # a new cron task waits for its next fire time
+            continue
+        job_id = _start(app, info, slot, now)
+        if job_id is None:
+            report.skipped[info.task] = "lost-race"
+            continue
+        if last is not None:
+            missed = slots_between(info.frequency, last, slot, app.settings.timezone)
+            if missed:
+                log.info("task %s: %d missed slot(s) after %s coalesced into %s", info.task,
+                         missed, last, slot.key)
+        report.started.append((info.task, slot.key, job_id))
+    return report
+
+
+def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
+    from .queue import _insert, build_row
+
+    values = build_row(app, info.type, {"slot": slot.key}, title=f"{info.task} {slot.key}",
+                       idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+
+    def claim_and_insert(conn) -> int | None:  # noqa: ANN001
+        if not store.claim_slot(conn, info.task, slot.key, now):
+            return None
+        row, _ = _insert(conn, values)
+        store.record_run(conn, info.task, slot=slot.key, job_id=row["id"], now=now,
+                         next_run_at=slot.next_at)
+        return row["id"]
+
+    job_id = run_in_transaction(app.engine, claim_and_insert)
+    if job_id is None:
+        log.debug("task %s slot %s already claimed by another scheduler", info.task, slot.key)
+        return None
+    log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
+             extra={"trace_id": job_id})
+    app.send(job_id, values["queue"])
+    return job_id
+
+
+def run_task(task: str, *, app: App | None = None) -> int:
+    """Dispatch task `task`'s scheduled type now (a manual run); the schedule is not moved.
+
+    Returns:
+        The new row id.
+
+    Raises:
+        HandlerNotFound: no registered handler belongs to `task`.
+    """
+    from .queue import dispatch
+
+    app = app or current()
+    try:
+        job_type = app.handlers.resolve_task_type(task)
+    except KeyError:
+        raise HandlerNotFound(f"unknown task {task!r}") from None
+    task_infos(app)  # make sure the runtime row exists
+    job_id = dispatch(job_type, {"manual": True}, title=f"{task} (manual)", app=app)
+    run_in_transaction(app.engine, lambda c: store.record_run(
+        c, task, slot=None, job_id=job_id, now=app.clock.now(), next_run_at=None))
+    return job_id
+
+
+def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
+    """Flip the kill switch of `task` in `cronjob_runtime`.
+
+    Raises:
+        HandlerNotFound: no registered handler belongs to `task`.
+    """
+    app = app or current()
+    if task not in app.handlers.tasks():
+        raise HandlerNotFound(f"unknown task {task!r}")
+    task_infos(app)
+    run_in_transaction(app.engine, lambda c: store.set_enabled(c, task, enabled, app.clock.now()))
+
+
+def run_forever(app: App, stop: threading.Event | None = None, *, background: bool = False) -> Any:
+    """Tick at second 0 of every minute with APScheduler until `stop` is set.
+
+    Args:
+        background: start a BackgroundScheduler and return it instead of blocking.
+    """
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    scheduler = BackgroundScheduler(timezone="UTC")
+
+    def safe_tick() -> None:
+        try:
+            report = tick(app=app)
+            if report.started:
+                log.info("tick %s: started %s", report.now.strftime("%H:%M"),
+                         ", ".join(f"{t}#{j}" for t, _, j in report.started))
+        except Exception:
+            log.exception("tick failed; the next tick will try again")
+
+    scheduler.add_job(safe_tick, CronTrigger(second=0, timezone="UTC"), max_instances=1,
+                      coalesce=True, misfire_grace_time=50, id="cronjobs-tick")
+    scheduler.start()
+    safe_tick()  # do not wait up to a minute for the first tick
+    if background:
+        return scheduler
+    stop = stop or threading.Event()
+    stop.wait()
+    scheduler.shutdown(wait=True)
+    return None

@@ -1,0 +1,49 @@
+"""`cronjobs serve`: scheduler + worker + web front in one process (the embedded mode)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from werkzeug.serving import make_server
+
+from .app import App
+from .scheduler import run_forever
+from .web import create_app
+from .worker import WorkerProcess, _signal_event
+
+log = logging.getLogger("cronjobs.serve")
+
+
+def serve(app: App, host: str, port: int, threads: int = 4,
+          stop: threading.Event | None = None, on_ready=None) -> int:  # noqa: ANN001
+    """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop.
+
+    When no uptime URLs are configured, the built-in uptime task checks this server's
+    own `/health`, so a fresh install does real work with no internet.
+
+    Args:
+        host, port: where the web front listens (port 0 picks a free port).
+        threads: worker threads.
+        on_ready: called with the base URL once everything runs.
+    """
+    stop = stop or _signal_event()
+    server = make_server(host, port, None, threaded=True)
+    url = f"http://{host}:{server.server_port}"
+    if not app.settings.uptime_urls:
+        app.settings = app.settings.model_copy(update={"uptime_urls": (url + "/health",)})
+    server.app = create_app(app)
+    web_thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
+    web_thread.start()
+    worker = WorkerProcess(app, app.queues(), threads)
+    worker.start()
+    scheduler = run_forever(app, background=True)
+    print(f"cronjobs is running: dashboard at {url}/  (Ctrl-C to stop)", flush=True)
+    if on_ready is not None:
+        on_ready(url)
+    stop.wait()
+    log.info("stopping: scheduler, worker, web")
+    scheduler.shutdown(wait=True)
+    worker.stop()
+    server.shutdown()
+    return 0

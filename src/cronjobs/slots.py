@@ -1,0 +1,124 @@
+"""Schedule slots: which slot an instant falls in, for named frequencies and cron.
+
+`minute`/`hour`/`day`/`month` slots are computed in UTC: the slot key is the start of
+the period (`YYYYMMDDHHMM`, `YYYYMMDDHH`, `YYYYMMDD`, `YYYYMM`). A cron expression is
+evaluated in the configured time zone and its slot key is the fire time as local wall
+time `YYYYMMDDHHMM`. DST rule (documented in docs/scheduler.md): a fire time inside the
+hour that DST skips runs once, at the next valid time (cronsim's rule); a wall time that
+DST repeats runs once, because both instants share one slot key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim, CronSimError
+
+from .handler import FREQUENCIES
+
+_FORMATS = {"minute": "%Y%m%d%H%M", "hour": "%Y%m%d%H", "day": "%Y%m%d", "month": "%Y%m"}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One schedule slot.
+
+    Attributes:
+        key: the slot string stored in `cronjob_slot`/`cronjob_runtime.last_slot`.
+        at: when the slot began (the fire time for cron), naive UTC.
+        next_at: when the next slot begins, naive UTC.
+    """
+
+    key: str
+    at: datetime
+    next_at: datetime
+
+
+def check_frequency(frequency: str) -> None:
+    """Raise ValueError unless `frequency` is a named frequency or a 5-field cron line."""
+    if frequency in FREQUENCIES:
+        return
+    if not isinstance(frequency, str) or len(frequency.split()) != 5:
+        raise ValueError(f"FREQUENCY {frequency!r} must be minute, hour, day, month or a "
+                         f"5-field cron expression like '*/5 * * * *'")
+    try:
+        CronSim(frequency, datetime(2000, 1, 1))
+    except CronSimError as exc:
+        raise ValueError(f"FREQUENCY {frequency!r} is not a valid cron expression: {exc}") from None
+
+
+def is_cron(frequency: str) -> bool:
+    """True for a cron expression (not one of the named frequencies)."""
+    return frequency not in FREQUENCIES
+
+
+def current_slot(frequency: str, now: datetime, tz: str = "UTC") -> Slot:
+    """The latest slot that has begun at `now` (naive UTC).
+
+    For cron this is the latest fire time at or before `now`'s minute.
+    """
+    if frequency in _FORMATS:
+        start = _floor(frequency, now)
+        return Slot(start.strftime(_FORMATS[frequency]), start, _next_start(frequency, start))
+    zone = ZoneInfo(tz)
+    minute = now.replace(second=0, microsecond=0)
+    local = minute.replace(tzinfo=timezone.utc).astimezone(zone) + timedelta(seconds=30)
+    fire = next(CronSim(frequency, local, reverse=True))
+    following = next(CronSim(frequency, local))
+    return Slot(fire.strftime("%Y%m%d%H%M"), _utc(fire), _utc(following))
+
+
+def slots_between(frequency: str, after_key: str, slot: Slot, tz: str = "UTC",
+                  limit: int = 10_000) -> int:
+    """How many slots lie strictly between the slot `after_key` and `slot` (for logging
+    skipped slots); counts at most `limit`."""
+    if frequency in _FORMATS:
+        try:
+            prev = datetime.strptime(after_key, _FORMATS[frequency])
+        except ValueError:
+            return 0
+        count, cursor = 0, _next_start(frequency, prev)
+        while cursor < slot.at and count < limit:
+            count, cursor = count + 1, _next_start(frequency, cursor)
+        return count
+    zone = ZoneInfo(tz)
+    try:
+        prev = datetime.strptime(after_key, "%Y%m%d%H%M").replace(tzinfo=zone)
+    except ValueError:
+        return 0
+    count, keys = 0, {after_key}
+    for fire in CronSim(frequency, prev):
+        if _utc(fire) >= slot.at or count >= limit:
+            break
+        key = fire.strftime("%Y%m%d%H%M")
+        if key not in keys:
+            keys.add(key)
+            count += 1
+    return count
+
+
+def _floor(frequency: str, now: datetime) -> datetime:
+    start = now.replace(second=0, microsecond=0)
+    if frequency in ("hour", "day", "month"):
+        start = start.replace(minute=0)
+    if frequency in ("day", "month"):
+        start = start.replace(hour=0)
+    if frequency == "month":
+        start = start.replace(day=1)
+    return start
+
+
+def _next_start(frequency: str, start: datetime) -> datetime:
+    if frequency == "minute":
+        return start + timedelta(minutes=1)
+    if frequency == "hour":
+        return start + timedelta(hours=1)
+    if frequency == "day":
+        return start + timedelta(days=1)
+    return (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc).replace(tzinfo=None)

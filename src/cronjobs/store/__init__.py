@@ -1,0 +1,39 @@
+"""Every SQL statement cronjobs runs lives in this package.
+
+Functions take a `Connection` (inside a transaction the caller owns) and, where time
+matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
+frozen clock drives every backend the same way. Dialect differences are handled here.
+"""
+
+from .jobs import (
+    JOB_COLUMNS,
+    append_log,
+    claim_by_id,
+    claim_next,
+    count_children,
+    delete_job,
+    finish_job,
+    get_job,
+    insert_job,
+    insert_jobs,
+    list_jobs,
+    renew_leases,
+    select_by_key,
+)
+from .maintenance import due_pending, prune, prune_slots, rescue_stale, touch
+from .runtime import (
+    claim_slot,
+    ensure_runtime,
+    get_runtime,
+    list_runtimes,
+    record_run,
+    set_enabled,
+    update_task_status,
+)
+
+__all__ = [
+    "JOB_COLUMNS", "append_log", "claim_by_id", "claim_next", "count_children", "delete_job",
+    "finish_job", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
+    "select_by_key", "due_pending", "prune", "prune_slots", "touch", "rescue_stale", "claim_slot", "ensure_runtime",
+    "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status",
+]

@@ -1,0 +1,229 @@
+"""Statements on `cronjob_queue`: insert, claim, finish, renew, read."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Callable, Iterable, Sequence
+
+from sqlalchemy import Connection, and_, func, literal, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+
+from ..db import is_duplicate_key
+from ..errors import InvalidJob
+from ..models import cronjob_queue as q
+from .dialect import locking_read, name, skip_locked
+
+JOB_COLUMNS = tuple(c.name for c in q.columns)
+
+
+def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
+    """Insert one row, or find the row that holds its idempotency key.
+
+    Args:
+        conn: a connection inside the caller's transaction.
+        values: column values (payload already JSON text, times naive UTC).
+
+    Returns:
+        `(row, created)`: `row` has `id`, `status` and `payload` of the new or existing
+        row; `created` is False when the key was taken. A concurrent inserter of the same
+        key makes this wait for its transaction: if it commits we return its row, if it
+        rolls back we insert ours.
+    """
+    key = values.get("idempotency_key")
+    if key is None:
+        new_id = conn.execute(q.insert().values(**values)).inserted_primary_key[0]
+        return {"id": new_id, "status": values.get("status", "pending"),
+                "payload": values.get("payload")}, True
+    for _ in range(5):
+        new_id = _insert_keyed(conn, values)
+        if new_id is not None:
+            return {"id": new_id, "status": values.get("status", "pending"),
+                    "payload": values.get("payload")}, True
+        existing = select_by_key(conn, key)
+        if existing is not None:
+            return existing, False
+        # The holder of the key was deleted between our insert and our read: try again.
+    raise InvalidJob(f"idempotency key {key!r} kept changing hands; giving up")
+
+
+def _insert_keyed(conn: Connection, values: dict) -> int | None:
+    dialect = name(conn)
+    if dialect in ("postgresql", "sqlite"):
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = (insert(q).values(**values)
+                .on_conflict_do_nothing(index_elements=["idempotency_key"]).returning(q.c.id))
+        row = conn.execute(stmt).first()
+        return row[0] if row else None
+    # MySQL/MariaDB: a duplicate-key error rolls back only the statement, not the
+    # caller's transaction; INSERT IGNORE is avoided because it would also silence
+    # foreign-key and truncation errors.
+    try:
+        return conn.execute(q.insert().values(**values)).inserted_primary_key[0]
+    except IntegrityError as exc:
+        if is_duplicate_key(exc):
+            return None
+        raise
+
+
+def select_by_key(conn: Connection, key: str) -> dict | None:
+    """Return `{id, status, payload}` of the row holding `key` (latest committed), or None."""
+    stmt = locking_read(conn, select(q.c.id, q.c.status, q.c.payload)
+                        .where(q.c.idempotency_key == key))
+    row = conn.execute(stmt).mappings().first()
+    return dict(row) if row else None
+
+
+def insert_jobs(conn: Connection, rows: Sequence[dict]) -> list[int]:
+    """Insert many rows without idempotency keys in one statement; ids in input order."""
+    if not rows:
+        return []
+    stmt = q.insert().returning(q.c.id, sort_by_parameter_order=True)
+    return [r[0] for r in conn.execute(stmt, list(rows))]
+
+
+def get_job(conn: Connection, job_id: int, columns: Iterable[str] | None = None) -> dict | None:
+    """Return the row `job_id` as a dict of `columns` (all when None), or None.
+
+    Raises:
+        InvalidJob: a column name is not a column of `cronjob_queue`.
+    """
+    cols = _columns(columns)
+    row = conn.execute(select(*cols).where(q.c.id == job_id)).mappings().first()
+    return dict(row) if row else None
+
+
+def list_jobs(conn: Connection, *, status: str | None = None, type: str | None = None,
+              parent_id: int | None = None, limit: int = 50, offset: int = 0,
+              columns: Iterable[str] | None = None) -> list[dict]:
+    """Rows filtered by status/type/parent, newest first, paginated by `limit`/`offset`."""
+    stmt = select(*_columns(columns)).order_by(q.c.id.desc()).limit(limit).offset(offset)
+    if status:
+        stmt = stmt.where(q.c.status == status)
+    if type:
+        stmt = stmt.where(q.c.type == type)
+    if parent_id is not None:
+        stmt = stmt.where(q.c.parent_id == parent_id)
+    return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def _columns(columns: Iterable[str] | None) -> list:
+    if columns is None:
+        return list(q.columns)
+    names = list(columns)
+    unknown = [c for c in names if c not in q.c]
+    if unknown:
+        raise InvalidJob(f"unknown column {unknown[0]!r}; columns are: {', '.join(JOB_COLUMNS)}")
+    return [q.c[c] for c in names]
+
+
+def _due(now: datetime):  # noqa: ANN202
+    return or_(q.c.scheduled_at.is_(None), q.c.scheduled_at <= now)
+
+
+def claim_next(conn: Connection, queue: str, now: datetime, worker_id: str,
+               lease_seconds: Callable[[str], float]) -> dict | None:
+    """Claim the best due `pending` row of `queue`: lowest priority, then oldest.
+
+    The row is picked with FOR UPDATE SKIP LOCKED (MariaDB, PostgreSQL) and taken by a
+    conditional UPDATE (`status='pending'` -> `running`, attempts + 1, lease set), so two
+    workers never claim the same row.
+
+    Args:
+        lease_seconds: maps a job type to its lease length (MAX_RUNTIME + grace), seconds.
+
+    Returns:
+        The claimed row as a dict (after the update), or None when nothing is due.
+    """
+    stmt = (select(q).where(q.c.queue == queue, q.c.status == "pending", _due(now))
+            .order_by(q.c.priority, q.c.id).limit(1))
+    row = conn.execute(skip_locked(conn, stmt)).mappings().first()
+    if row is None:
+        return None
+    return _take(conn, dict(row), now, worker_id, lease_seconds(row["type"]))
+
+
+def claim_by_id(conn: Connection, job_id: int, now: datetime, worker_id: str,
+                lease_seconds: Callable[[str], float]) -> dict | None:
+    """Claim row `job_id` if it is `pending` (due or not); None if it is not pending."""
+    stmt = select(q).where(q.c.id == job_id, q.c.status == "pending")
+    if name(conn) != "sqlite":
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).mappings().first()
+    if row is None:
+        return None
+    return _take(conn, dict(row), now, worker_id, lease_seconds(row["type"]))
+
+
+def _take(conn: Connection, row: dict, now: datetime, worker_id: str,
+          lease: float) -> dict | None:
+    changes = {"status": "running", "attempts": row["attempts"] + 1, "started_at": now,
+               "finished_at": None, "locked_until": now + timedelta(seconds=lease),
+               "worker_id": worker_id, "updated_at": now}
+    result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == "pending")
+                          .values(**changes))
+    if result.rowcount != 1:
+        return None
+    row.update(changes)
+    return row
+
+
+def log_append(text: str):  # noqa: ANN201
+    """SQL expression: the process log with `text` appended (|| or CONCAT per dialect)."""
+    return func.coalesce(q.c.process_logs, literal("")) + literal(text)
+
+
+def finish_job(conn: Connection, job_id: int, attempt: int, values: dict,
+               log_text: str = "") -> bool:
+    """Write the outcome of run number `attempt` of row `job_id`.
+
+    Only a row still `running` under that attempt is changed: a run whose lease was
+    taken away by `recover_stale` cannot overwrite the newer run.
+
+    Returns:
+        True when the row was updated.
+    """
+    values = dict(values)
+    if log_text:
+        values["process_logs"] = log_append(log_text)
+    result = conn.execute(q.update().where(q.c.id == job_id, q.c.status == "running",
+                                           q.c.attempts == attempt).values(**values))
+    return result.rowcount == 1
+
+
+def delete_job(conn: Connection, job_id: int, attempt: int | None = None) -> bool:
+    """Delete row `job_id` (its children go with it by cascade). True when deleted.
+
+    With `attempt`, only while that run still holds it (`running`, same attempt).
+    """
+    stmt = q.delete().where(q.c.id == job_id)
+    if attempt is not None:
+        stmt = stmt.where(q.c.status == "running", q.c.attempts == attempt)
+    return conn.execute(stmt).rowcount == 1
+
+
+def count_children(conn: Connection, job_id: int) -> int:
+    """Number of rows whose parent is `job_id`."""
+    return conn.execute(select(func.count()).select_from(q)
+                        .where(q.c.parent_id == job_id)).scalar_one()
+
+
+def append_log(conn: Connection, job_id: int, text: str, now: datetime) -> None:
+    """Append `text` (already timestamped lines) to the row's process log."""
+    conn.execute(q.update().where(q.c.id == job_id)
+                 .values(process_logs=log_append(text), updated_at=now))
+
+
+def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, datetime]]) -> int:
+    """Extend the leases of running rows: `(id, attempt, locked_until)` triples.
+
+    Returns:
+        How many rows were still held by those runs and got the new lease.
+    """
+    renewed = 0
+    for job_id, attempt, until in leases:
+        result = conn.execute(q.update().where(and_(q.c.id == job_id, q.c.status == "running",
+                                                    q.c.attempts == attempt))
+                              .values(locked_until=until))
+        renewed += result.rowcount
+    return renewed

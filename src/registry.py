@@ -1,0 +1,210 @@
+"""Handler discovery: builds the job type -> handler class map.
+
+Sources, in order: the built-in `handlers` package (`src/handlers/`, one class per file,
+file named after the class), every entry point in the group `cronjobs.handlers` (a
+handler class, a module of them, or a callable taking `register`), and extra folders
+from `CRONJOBS_HANDLER_PATHS`. A class without `TYPE`, or that is not a `CronJobHandler`,
+is skipped with a debug line; two classes with the same `TYPE` are an error naming both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import logging
+import pkgutil
+import sys
+import threading
+from importlib.metadata import entry_points
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from cronjobs.errors import DuplicateHandlerType, HandlerError
+from cronjobs.handler import STAGES, CronJobHandler, task_name
+from cronjobs.slots import check_frequency
+
+log = logging.getLogger("cronjobs.registry")
+
+ENTRY_POINT_GROUP = "cronjobs.handlers"
+
+_handlers: dict[str, type] = {}
+_sources: dict[str, str] = {}
+_loaded = False
+_lock = threading.RLock()
+
+
+def register(type: str, handler_class: type, source: str = "register()") -> None:
+    """Register `handler_class` for job type `type`.
+
+    Raises:
+        HandlerError: `type` does not end in `.discover`/`.execute`, the class is not a
+            `CronJobHandler`, or its `FREQUENCY` is invalid.
+        DuplicateHandlerType: another class already holds `type` (both are named).
+    """
+    if not (inspect.isclass(handler_class) and issubclass(handler_class, CronJobHandler)):
+        raise HandlerError(f"{handler_class!r} is not a CronJobHandler subclass")
+    stage = type.rpartition(".")[2]
+    if not isinstance(type, str) or stage not in STAGES or "." not in type:
+        raise HandlerError(f"{_name(handler_class)}: TYPE {type!r} must be dotted and end in "
+                           f".discover or .execute")
+    if handler_class.FREQUENCY is not None:
+        try:
+            check_frequency(handler_class.FREQUENCY)
+        except ValueError as exc:
+            raise HandlerError(f"{_name(handler_class)}: {exc}") from None
+    with _lock:
+        existing = _handlers.get(type)
+        if existing is not None and existing is not handler_class:
+            raise DuplicateHandlerType(
+                f"job type {type!r} is declared by both {_name(existing)} ({_sources[type]}) "
+                f"and {_name(handler_class)} ({source}); rename one TYPE")
+        _handlers[type] = handler_class
+        _sources[type] = source
+
+
+def unregister(type: str) -> None:
+    """Remove `type` from the map (tests)."""
+    with _lock:
+        _handlers.pop(type, None)
+        _sources.pop(type, None)
+
+
+def registered_handlers() -> dict[str, type]:
+    """A copy of the type -> class map (loads the handlers on first call)."""
+    load()
+    with _lock:
+        return dict(_handlers)
+
+
+def handler_source(type: str) -> str | None:
+    """Where the class of `type` came from (`builtin`, `entry point x`, a file path)."""
+    return _sources.get(type)
+
+
+def resolve_handler(type: str) -> type | None:
+    """The class registered for `type`, or None."""
+    load()
+    return _handlers.get(type)
+
+
+def task_types(task: str) -> list[str]:
+    """The registered types of task `task` (discover first)."""
+    return sorted((t for t in registered_handlers() if task_name(t) == task),
+                  key=lambda t: STAGES.index(t.rpartition(".")[2]))
+
+
+def resolve_task_type(task: str) -> str:
+    """The type the scheduler starts for `task`: the one with FREQUENCY, else the
+    discover stage, else the execute stage.
+
+    Raises:
+        KeyError: no registered type belongs to `task`.
+    """
+    types = task_types(task)
+    if not types:
+        raise KeyError(f"no handler belongs to task {task!r}")
+    handlers = registered_handlers()
+    for t in types:
+        if handlers[t].FREQUENCY:
+            return t
+    return types[0]
+
+
+def tasks() -> dict[str, str]:
+    """Every task name mapped to the type the scheduler starts for it."""
+    return {name: resolve_task_type(name) for name in sorted({task_name(t)
+                                                              for t in registered_handlers()})}
+
+
+def load(settings: Any = None, *, force: bool = False) -> None:
+    """Scan every source once (again with `force`).
+
+    Args:
+        settings: a `Settings` for `handler_paths` (default `Settings.load()`).
+
+    Raises:
+        DuplicateHandlerType, HandlerError: a bad or conflicting handler class.
+    """
+    global _loaded
+    with _lock:
+        if _loaded and not force:
+            return
+        _loaded = True
+        if settings is None:
+            from cronjobs.config import Settings
+
+            settings = Settings.load()
+        import handlers as builtin
+
+        _scan_package(builtin, "builtin")
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            _register_object(ep.load(), f"entry point {ep.name} ({ep.value})")
+        for folder in settings.handler_paths:
+            _scan_folder(Path(folder))
+
+
+def reset() -> None:
+    """Forget every registration; the next lookup scans again (tests)."""
+    global _loaded
+    with _lock:
+        _handlers.clear()
+        _sources.clear()
+        _loaded = False
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _scan_package(package: ModuleType, source: str) -> None:
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        _register_module(module, f"{source}: {info.name}.py")
+
+
+def _scan_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise HandlerError(f"handler folder {str(folder)!r} (CRONJOBS_HANDLER_PATHS) does not exist")
+    tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:8]
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        name = f"cronjobs_ext_{tag}_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _register_module(module, str(path))
+
+
+def _register_module(module: ModuleType, source: str) -> None:
+    for _, obj in inspect.getmembers(module, inspect.isclass):
+        if obj.__module__ != module.__name__:
+            continue
+        _register_class(obj, source)
+
+
+def _register_class(cls: type, source: str) -> None:
+    if not issubclass(cls, CronJobHandler):
+        log.debug("skipping %s from %s: not a CronJobHandler", _name(cls), source)
+        return
+    if not cls.TYPE:
+        log.debug("skipping %s from %s: no TYPE", _name(cls), source)
+        return
+    register(cls.TYPE, cls, source)
+
+
+def _register_object(obj: Any, source: str) -> None:
+    if inspect.isclass(obj):
+        if not (issubclass(obj, CronJobHandler) and obj.TYPE):
+            raise HandlerError(f"{source} names {_name(obj)}, which is not a CronJobHandler with a TYPE")
+        register(obj.TYPE, obj, source)
+    elif inspect.ismodule(obj):
+        _register_module(obj, source)
+    elif callable(obj):
+        obj(lambda t, c: register(t, c, source))
+    else:
+        raise HandlerError(f"{source} must name a handler class, a module or a callable, got {obj!r}")
