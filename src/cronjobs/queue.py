@@ -26,6 +26,7 @@ from .models import KEY_MAX, TITLE_MAX
 log = logging.getLogger("cronjobs.queue")
 
 _SESSION_KEY = "cronjobs_pending_sends"
+_LISTENING = "cronjobs_listening"
 
 
 @dataclass(frozen=True)
@@ -206,26 +207,22 @@ def _send(app: App, job_id: int, values: dict) -> None:
 
 
 def _send_after_commit(session: Session, app: App, job_id: int, values: dict) -> None:
-    pending = session.info.get(_SESSION_KEY)
-    if pending is None:
-        pending = session.info[_SESSION_KEY] = []
-
-        def after_commit(sess: Session) -> None:
-            for app_, id_, values_ in sess.info.pop(_SESSION_KEY, []):
-                _send(app_, id_, values_)
-            _unlisten(sess)
-
-        def after_rollback(sess: Session) -> None:
-            sess.info.pop(_SESSION_KEY, None)
-            _unlisten(sess)
-
-        def _unlisten(sess: Session) -> None:
-            event.remove(sess, "after_commit", after_commit)
-            event.remove(sess, "after_rollback", after_rollback)
-
-        event.listen(session, "after_commit", after_commit)
-        event.listen(session, "after_rollback", after_rollback)
+    pending = session.info.setdefault(_SESSION_KEY, [])
     pending.append((app, job_id, values))
+    if session.info.get(_LISTENING):
+        return
+    session.info[_LISTENING] = True
+
+    def after_commit(sess: Session) -> None:
+        for app_, id_, values_ in sess.info.pop(_SESSION_KEY, []):
+            _send(app_, id_, values_)
+
+    def after_rollback(sess: Session) -> None:
+        sess.info.pop(_SESSION_KEY, None)
+
+    # Listeners stay for the session's life (removing them inside the event is unsafe).
+    event.listen(session, "after_commit", after_commit)
+    event.listen(session, "after_rollback", after_rollback)
 
 
 def get(id: int, columns: Iterable[str] | None = None, *, app: App | None = None) -> dict | None:

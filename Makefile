@@ -1,0 +1,30 @@
+# cronjobs — the two commands: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test services clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+## run: install, migrate the embedded SQLite database, start scheduler + worker + dashboard
+run: $(STAMP)
+	$(BIN)/cronjobs migrate
+	exec $(BIN)/cronjobs serve
+
+## test: install with test extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up, run every test
+test: $(STAMP) services
+	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+services:
+	bash scripts/services.sh
+
+clean:
+	rm -rf $(VENV) cronjobs.db cronjobs.db-wal cronjobs.db-shm

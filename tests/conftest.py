@@ -1,0 +1,155 @@
+"""Fixtures: a fresh database per test on SQLite, MariaDB or PostgreSQL, an App wired to it,
+Redis namespaces, and subprocess environments. Real servers only: a server that does not
+answer fails the test (run `make test`, which starts them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import registry
+from cronjobs import app as app_module
+from cronjobs.app import App
+from cronjobs.config import Settings
+from cronjobs.migrate import upgrade
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_HANDLERS = str(Path(__file__).parent / "sample_handlers")
+MARIADB = "mysql+pymysql://root@127.0.0.1:3306"
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432"
+REDIS = "redis://127.0.0.1:6379/0"
+BACKENDS = ["sqlite", "mariadb", "postgresql"]
+
+effects = sa.Table(
+    "test_effects", sa.MetaData(),
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+              autoincrement=True),
+    sa.Column("job_id", sa.BigInteger),
+    sa.Column("kind", sa.String(32)),
+    sa.Column("info", sa.String(191)),
+    sa.Column("pid", sa.Integer),
+    sa.Column("started", sa.Float),
+    sa.Column("ended", sa.Float),
+)
+
+
+def new_database(backend: str, tmp_path: Path) -> tuple[str, callable]:
+    """Create an empty database for one test; returns (url, drop)."""
+    name = "cjt_" + uuid.uuid4().hex[:12]
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / (name + '.db')}", lambda: None
+    if backend == "mariadb":
+        admin = sa.create_engine(MARIADB + "/test", poolclass=sa.pool.NullPool)
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+
+        def drop() -> None:
+            with admin.begin() as conn:
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+            admin.dispose()
+
+        return f"{MARIADB}/{name}?charset=utf8mb4", drop
+    if backend == "postgresql":
+        admin = sa.create_engine(POSTGRES + "/test", poolclass=sa.pool.NullPool)
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+
+        def drop() -> None:
+            with admin.begin() as conn:
+                conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            admin.dispose()
+
+        return f"{POSTGRES}/test?options=-csearch_path%3D{name}", drop
+    raise ValueError(backend)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    """The database backend under test (tests narrow it with indirect parametrize)."""
+    return request.param
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path):
+    """URL of a fresh, migrated database with the `test_effects` table."""
+    url, drop = new_database(backend, tmp_path)
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    from cronjobs.db import make_engine
+
+    migrated = make_engine(url)
+    upgrade(migrated)
+    migrated.dispose()
+    effects.metadata.create_all(engine)
+    engine.dispose()
+    yield url
+    drop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A Redis key prefix of this test; its keys are deleted afterwards."""
+    ns = "cjt-" + uuid.uuid4().hex[:10]
+    yield ns
+    import redis
+
+    client = redis.Redis.from_url(REDIS)
+    keys = list(client.scan_iter(f"{ns}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def make_app(db_url: str, namespace: str):
+    """Factory: `make_app(clock=None, broker_url="memory://", **settings) -> App`,
+    installed as the current App, with the sample handlers registered."""
+    made: list[App] = []
+
+    def factory(clock=None, broker_url: str = "memory://", **overrides) -> App:  # noqa: ANN001
+        settings = Settings(database_url=db_url, broker_url=broker_url,
+                            broker_namespace=namespace, handler_paths=(SAMPLE_HANDLERS,),
+                            **overrides)
+        registry.reset()
+        registry.load(settings)
+        app = App(settings, clock=clock, handlers=registry)
+        app_module.use(app)
+        made.append(app)
+        return app
+
+    yield factory
+    app_module.use(None)
+    for app in made:
+        app.close()
+    registry.reset()
+
+
+def effect_rows(app: App, kind: str | None = None) -> list[dict]:
+    """Rows of `test_effects` (what sample handlers recorded)."""
+    stmt = sa.select(effects).order_by(effects.c.id)
+    if kind:
+        stmt = stmt.where(effects.c.kind == kind)
+    with app.engine.connect() as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def cli_env(db_url: str, namespace: str = "cronjobs", broker_url: str = "memory://",
+            **extra: str) -> dict:
+    """Environment for a `cronjobs` subprocess: no stray CRONJOBS_* variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONJOBS_")}
+    env.update(CRONJOBS_DATABASE_URL=db_url, CRONJOBS_BROKER_URL=broker_url,
+               CRONJOBS_BROKER_NAMESPACE=namespace, CRONJOBS_HANDLER_PATHS=SAMPLE_HANDLERS,
+               CRONJOBS_LOG_LEVEL="WARNING", **extra)
+    return env
+
+
+def run_cli(args: list[str], env: dict, timeout: float = 60, cwd: Path | None = None
+            ) -> subprocess.CompletedProcess:
+    """Run `cronjobs ARGS` as a subprocess and capture its output."""
+    return subprocess.run([sys.executable, "-m", "cronjobs", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,51 @@
+"""Rollback variant of the idempotency race.
+
+Usage: python dispatch_rollback.py DB_URL ROLE KEY READY_FILE
+ROLE `holder`: dispatch KEY inside a Session, create READY_FILE, wait 1.5 s, roll back,
+print {"role": "holder", "id": id_it_was_given}. ROLE `waiter`: wait for READY_FILE,
+dispatch KEY (blocks on the holder's uncommitted row), print {"role": "waiter", "id": id}.
+"""
+
+import json
+import os
+import sys
+import time
+
+from sqlalchemy.orm import Session
+
+from cronjobs import queue
+from cronjobs.app import App, use
+from cronjobs.config import Settings
+
+
+class NoHandlers:
+    def resolve_handler(self, job_type):
+        return None
+
+    def registered_handlers(self):
+        return {}
+
+
+def main() -> None:
+    url, role, key, ready = sys.argv[1:5]
+    app = App(Settings(database_url=url), handlers=NoHandlers())
+    use(app)
+    sent = []
+    app.send = lambda job_id, q, delay=0: sent.append(job_id)
+    if role == "holder":
+        with Session(app.engine) as session:
+            job_id = queue.dispatch("race.key.execute", {}, idempotency_key=key, session=session)
+            open(ready, "w").close()
+            time.sleep(1.5)
+            session.rollback()
+        print(json.dumps({"role": role, "id": job_id, "sent": sent}))
+        return
+    while not os.path.exists(ready):
+        time.sleep(0.005)
+    time.sleep(0.2)  # make sure the holder's insert is in place before we wait on it
+    job_id = queue.dispatch("race.key.execute", {}, idempotency_key=key)
+    print(json.dumps({"role": role, "id": job_id, "sent": sent}))
+
+
+if __name__ == "__main__":
+    main()

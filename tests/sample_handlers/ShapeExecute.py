@@ -1,0 +1,36 @@
+"""Test handler: returns (or raises) whatever shape `payload["shape"]` names."""
+
+from cronjobs import CronJobHandler, RetryLater
+
+
+class ShapeExecute(CronJobHandler):
+    TYPE = "test.shape.execute"
+    MAX_ATTEMPTS = 3
+
+    def handle(self, payload, job):
+        shape = payload["shape"]
+        if shape == "true":
+            return True
+        if shape == "false":
+            if payload.get("attr"):
+                setattr(self, payload["attr"], f"{payload['attr']} text")
+            return False
+        if shape == "raise":
+            raise ValueError("boom from handler")
+        if shape == "dict_ok":
+            return {"success": True, "result": {"answer": 42}}
+        if shape == "dict_fail":
+            return {"success": False, "result": {"reason": "service-gone"}}
+        if shape == "cancel":
+            if payload.get("children"):
+                self.dispatch("test.shape.execute", {"shape": "true"})
+            return {"success": True, "status": "cancelled", "result": {"reason": "no-targets"}}
+        if shape == "retry_later":
+            raise RetryLater(payload.get("delay", 30), "rate limited")
+        if shape == "none":
+            return None
+        if shape == "string":
+            return "done"
+        if shape == "list":
+            return [1, 2]
+        raise AssertionError(f"unknown shape {shape!r}")

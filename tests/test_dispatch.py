@@ -1,0 +1,164 @@
+"""SPEC §5 queue API: dispatch/submit/dispatch_many/get semantics on every backend."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from cronjobs import queue
+from cronjobs.clock import FrozenClock
+from cronjobs.errors import InvalidJob
+from cronjobs.models import cronjob_queue
+
+T0 = datetime(2026, 3, 1, 8, 0, 0)
+
+
+def count_rows(app) -> int:
+    with app.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(cronjob_queue)).scalar_one()
+
+
+def test_dispatch_returns_id_and_get_reads_columns(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, title="Hello ✓ 🚀", priority=3)
+    row = queue.get(job_id)
+    assert row["status"] == "pending" and row["priority"] == 3 and row["attempts"] == 0
+    assert row["title"] == "Hello ✓ 🚀", "title stored as given (utf8mb4 on MariaDB)"
+    assert row["created_at"] == T0
+    assert queue.get(job_id, ["id", "status"]) == {"id": job_id, "status": "pending"}
+    assert queue.get(10**9) is None
+    with pytest.raises(InvalidJob, match="unknown column 'nope'"):
+        queue.get(job_id, ["nope"])
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"payload": {"when": datetime(2026, 1, 1)}}, "payload is not JSON-serialisable"),
+    ({"payload": {"x": float("nan")}}, "payload is not JSON-serialisable"),
+    ({"payload": [1, 2]}, "payload must be a JSON object"),
+    ({"title": "x" * 256}, "title must be a string of at most 255 characters, got 256"),
+    ({"max_attempts": -1}, "max attempts must be an integer >= 1, got -1"),
+    ({"max_attempts": 0}, "max attempts must be an integer >= 1, got 0"),
+    ({"priority": "high"}, "priority must be an integer"),
+    ({"idempotency_key": "k" * 192}, "idempotency key must be a non-empty string"),
+    ({"parent_id": 10**9}, "parent job 1000000000 does not exist"),
+])
+def test_bad_input_is_refused_and_nothing_written(make_app, kwargs, message):
+    app = make_app()
+    kwargs = dict(kwargs)
+    payload = kwargs.pop("payload", {})
+    with pytest.raises(InvalidJob, match=message.replace("(", r"\(")):
+        queue.dispatch("test.shape.execute", payload, **kwargs)
+    assert count_rows(app) == 0
+
+
+def test_idempotency_key_returns_existing_row(make_app):
+    app = make_app()
+    first = queue.submit("test.shape.execute", {"shape": "true"}, idempotency_key="k1")
+    again = queue.submit("test.shape.execute", {"shape": "true"}, idempotency_key="k1")
+    other = queue.submit("test.shape.execute", {"shape": "false"}, idempotency_key="k1")
+    assert first.created and not again.created and not other.created
+    assert first.id == again.id == other.id
+    assert again.payload_matches and not other.payload_matches
+    assert count_rows(app) == 1
+    app.executor.run_id(first.id)
+    done = queue.submit("test.shape.execute", {"shape": "true"}, idempotency_key="k1")
+    assert (done.id, done.created, done.status) == (first.id, False, "completed")
+
+
+def test_dispatch_many_keeps_input_order(make_app):
+    app = make_app()
+    sent = []
+    app.on_send = lambda job_id, q, delay: sent.append(job_id)
+    ids = queue.dispatch_many([{"type": "test.shape.execute", "payload": {"shape": "true", "n": n},
+                                "priority": 9 - n % 3} for n in range(50)])
+    assert len(ids) == 50 and len(set(ids)) == 50
+    for n, job_id in enumerate(ids):
+        assert queue.get(job_id)["payload"] == f'{{"n": {n}, "shape": "true"}}'
+    assert sent == ids
+
+
+def test_dispatch_many_with_keys_reuses_existing(make_app):
+    make_app()
+    first = queue.dispatch("test.shape.execute", {}, idempotency_key="a")
+    ids = queue.dispatch_many([{"type": "test.shape.execute", "idempotency_key": "a"},
+                               {"type": "test.shape.execute", "idempotency_key": "b"}])
+    assert ids[0] == first and ids[1] != first
+
+
+def test_dispatch_many_refuses_all_when_one_is_bad(make_app):
+    app = make_app()
+    with pytest.raises(InvalidJob):
+        queue.dispatch_many([{"type": "test.shape.execute"},
+                             {"type": "test.shape.execute", "title": "x" * 300}])
+    assert count_rows(app) == 0
+
+
+def test_scheduled_at_holds_the_job(make_app):
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    sent = []
+    app.on_send = lambda job_id, q, delay: sent.append(delay)
+    later = datetime(2026, 3, 1, 10, 0, tzinfo=timezone(timedelta(hours=1)))  # 09:00 UTC
+    job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, scheduled_at=later)
+    assert queue.get(job_id)["scheduled_at"] == datetime(2026, 3, 1, 9, 0)
+    assert sent == [3600.0], "the message is delayed until the row is due"
+    assert app.executor.run_next("default") is None
+    clock.set(datetime(2026, 3, 1, 9, 0))
+    assert app.executor.run_next("default").id == job_id
+
+
+def test_deleting_a_parent_deletes_its_children(make_app):
+    app = make_app()
+    parent = queue.dispatch("test.shape.execute", {})
+    child = queue.dispatch("test.shape.execute", {}, parent_id=parent)
+    grandchild = queue.dispatch("test.shape.execute", {}, parent_id=child)
+    other = queue.dispatch("test.shape.execute", {})
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_queue.delete().where(cronjob_queue.c.id == parent))
+    assert queue.get(child) is None and queue.get(grandchild) is None
+    assert queue.get(other) is not None
+
+
+def test_session_rollback_writes_nothing_and_sends_nothing(make_app):
+    app = make_app()
+    sent = []
+    app.on_send = lambda job_id, q, delay: sent.append(job_id)
+    with Session(app.engine) as session:
+        job_id = queue.dispatch("test.shape.execute", {}, session=session)
+        assert sent == []
+        session.rollback()
+    assert sent == [] and queue.get(job_id) is None and count_rows(app) == 0
+
+
+def test_session_commit_sends_after_commit(make_app):
+    app = make_app()
+    events = []
+    app.on_send = lambda job_id, q, delay: events.append(
+        ("send", job_id, queue.get(job_id) is not None))
+    with Session(app.engine) as session:
+        sa.event.listen(session, "after_commit", lambda s: events.append(("commit",)))
+        ids = [queue.dispatch("test.shape.execute", {"n": n}, session=session) for n in range(2)]
+        ids.append(queue.dispatch_many([{"type": "test.shape.execute"}], session=session)[0])
+        assert events == []
+        session.commit()
+    assert events[0] == ("commit",)
+    assert events[1:] == [("send", i, True) for i in ids], "sent after commit, row visible"
+
+
+def test_in_process_broker_runs_the_job(make_app):
+    """The embedded default: the memory broker delivers to an in-process Dramatiq worker."""
+    import dramatiq
+
+    app = make_app()
+    job_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
+    worker = dramatiq.Worker(app.broker.dramatiq, worker_timeout=50)
+    worker.start()
+    try:
+        app.broker.dramatiq.join("default", timeout=10_000)
+        worker.join()
+    finally:
+        worker.stop()
+    assert queue.get(job_id)["status"] == "completed"

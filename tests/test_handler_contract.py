@@ -1,0 +1,164 @@
+"""SPEC §3: every return shape of handle() ends the row in the state the table gives."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from cronjobs import queue
+from cronjobs.clock import FrozenClock
+
+T0 = datetime(2026, 1, 5, 12, 0, 0)
+BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
+
+
+def run_shape(app, shape: str, **payload):
+    job_id = queue.dispatch("test.shape.execute", {"shape": shape, **payload})
+    app.executor.run_id(job_id)
+    return job_id, queue.get(job_id)
+
+
+@BACKENDS
+def test_true_completes_without_result(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    _, row = run_shape(app, "true")
+    assert row["status"] == "completed"
+    assert row["result_payload"] is None
+    assert row["attempts"] == 1
+    assert row["finished_at"] == T0
+
+
+@BACKENDS
+@pytest.mark.parametrize("attr", ["error", "gateway_error", "message"])
+def test_false_retries_with_backoff_and_error_attribute(make_app, attr):
+    app = make_app(clock=FrozenClock(T0))
+    _, row = run_shape(app, "false", attr=attr)
+    assert row["status"] == "pending"
+    assert row["error"] == f"{attr} text"
+    assert row["scheduled_at"] == T0 + timedelta(minutes=2)  # 2^1 minutes before attempt 2
+
+
+@BACKENDS
+def test_false_then_failed_after_max_attempts(make_app):
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    job_id = queue.dispatch("test.shape.execute", {"shape": "false"})
+    delays = []
+    for _ in range(3):
+        before = clock.now()
+        app.executor.run_id(job_id)
+        row = queue.get(job_id)
+        if row["status"] == "pending":
+            delays.append(row["scheduled_at"] - before)
+            clock.set(row["scheduled_at"])
+    assert delays == [timedelta(minutes=2), timedelta(minutes=4)]
+    assert row["status"] == "failed"
+    assert row["attempts"] == 3
+    assert row["error"] == "handler returned False"
+
+
+@BACKENDS
+def test_exception_retries_and_goes_to_process_log(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    _, row = run_shape(app, "raise")
+    assert row["status"] == "pending"
+    assert row["error"] == "ValueError: boom from handler"
+    assert "ValueError: boom from handler" in row["process_logs"]
+
+
+@BACKENDS
+def test_dict_success_stores_result(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    _, row = run_shape(app, "dict_ok")
+    assert row["status"] == "completed"
+    assert row["result_payload"] == '{"answer": 42}'
+
+
+@BACKENDS
+def test_dict_failure_is_retried_like_false(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id = queue.dispatch("test.shape.execute", {"shape": "dict_fail"}, max_attempts=1)
+    app.executor.run_id(job_id)
+    row = queue.get(job_id)
+    assert row["status"] == "failed"
+    assert '"reason": "service-gone"' in row["result_payload"]
+
+
+@BACKENDS
+def test_cancelled_without_children_is_deleted(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id, row = run_shape(app, "cancel")
+    assert row is None
+
+
+@BACKENDS
+def test_cancelled_with_children_is_kept(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id, row = run_shape(app, "cancel", children=True)
+    assert row["status"] == "cancelled"
+    assert '"reason": "no-targets"' in row["result_payload"]
+    from cronjobs import store
+
+    with app.engine.connect() as conn:
+        assert store.count_children(conn, job_id) == 1
+
+
+@BACKENDS
+def test_retry_later_does_not_use_an_attempt(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id = queue.dispatch("test.shape.execute", {"shape": "retry_later", "delay": 90},
+                            max_attempts=1)
+    for _ in range(3):
+        app.executor.run_id(job_id)
+    row = queue.get(job_id)
+    assert row["status"] == "pending"
+    assert row["attempts"] == 0
+    assert row["scheduled_at"] == T0 + timedelta(seconds=90)
+    assert "rate limited" in row["process_logs"]
+
+
+@BACKENDS
+@pytest.mark.parametrize("shape,shown", [("none", "NoneType None"), ("string", "str 'done'"),
+                                         ("list", "list [1, 2]")])
+def test_other_returns_fail_without_retry(make_app, shape, shown):
+    app = make_app(clock=FrozenClock(T0))
+    _, row = run_shape(app, shape)
+    assert row["status"] == "failed"
+    assert row["attempts"] == 1 and row["max_attempts"] == 3
+    assert f"handler returned {shown}" in row["error"]
+    assert f"handler returned {shown}" in row["process_logs"]
+
+
+@BACKENDS
+def test_unregistered_type_fails_the_job_not_the_worker(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id = queue.dispatch("nobody.home.execute", {})
+    report = app.executor.run_next("default")
+    assert report.id == job_id
+    row = queue.get(job_id)
+    assert row["status"] == "failed"
+    assert row["error"] == "no handler registered for type 'nobody.home.execute'"
+
+
+@BACKENDS
+def test_backoff_is_capped(make_app):
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock, retry_backoff_cap_minutes=5)
+    job_id = queue.dispatch("test.shape.execute", {"shape": "false"}, max_attempts=10)
+    gaps = []
+    for _ in range(4):
+        before = clock.now()
+        app.executor.run_id(job_id)
+        row = queue.get(job_id)
+        gaps.append((row["scheduled_at"] - before).total_seconds() / 60)
+        clock.set(row["scheduled_at"])
+    assert gaps == [2, 4, 5, 5]
+
+
+@BACKENDS
+def test_max_attempts_per_row_overrides_class(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id = queue.dispatch("test.shape.execute", {"shape": "raise"}, max_attempts=1)
+    app.executor.run_id(job_id)
+    assert queue.get(job_id)["status"] == "failed"
