@@ -155,8 +155,15 @@ def reset() -> None:
         _loaded = False
 
 
-def _name(cls: type) -> str:
+def class_name(cls: type) -> str:
+    """`module.Class` of a handler class; just `Class` for one loaded from a folder file
+    (its module name is generated; the file is shown as its source)."""
+    if cls.__module__.startswith("cronjobs_ext_"):
+        return cls.__qualname__
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+_name = class_name
 
 
 def _scan_package(package: ModuleType, source: str) -> None:

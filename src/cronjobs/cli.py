@@ -11,6 +11,7 @@ import click
 from .errors import CronjobsError, HandlerNotFound
 
 EXIT_BAD_INPUT = 2
+JOB_ID = click.IntRange(max=2**63 - 1)  # a BIGINT; a larger id is a usage error, not a crash
 
 
 class Group(click.Group):
@@ -40,13 +41,19 @@ def _registry(app):  # noqa: ANN001, ANN202
 def _parse_time(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
+    from .clock import as_utc
+
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise click.BadParameter(f"not an ISO 8601 time: {value!r}", param_hint=name) from None
-    from .clock import as_utc
-
-    return as_utc(parsed)
+    try:
+        parsed = as_utc(parsed)
+    except OverflowError:  # e.g. 0001-01-01T00:00+05:00 has no UTC datetime
+        parsed = datetime.min
+    if not datetime(1970, 1, 1) <= parsed < datetime(9999, 1, 1):
+        raise click.BadParameter(f"out of range (1970 to 9998): {value!r}", param_hint=name)
+    return parsed
 
 
 def _dump(value) -> str:  # noqa: ANN001
@@ -86,7 +93,7 @@ def list_handlers(as_json: bool) -> None:
     rows = []
     for job_type, cls in sorted(registry.registered_handlers().items()):
         rows.append({"type": job_type, "task": task_name(job_type),
-                     "class": f"{cls.__module__}.{cls.__qualname__}",
+                     "class": registry.class_name(cls),
                      "source": registry.handler_source(job_type) or "",
                      "frequency": cls.FREQUENCY or "", "max_attempts": cls.MAX_ATTEMPTS,
                      "max_runtime": cls.MAX_RUNTIME, "queue": cls.QUEUE or app.settings.default_queue,
@@ -139,7 +146,7 @@ def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--columns", help="Comma-separated column names (default all).")
 def get(job_id: int, columns: str | None) -> None:
     """Print row JOB_ID as JSON."""
@@ -157,7 +164,7 @@ def get(job_id: int, columns: str | None) -> None:
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 def run(job_id: int) -> None:
     """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
     app = _app()

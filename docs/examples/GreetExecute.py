@@ -1,0 +1,16 @@
+"""The handler of the README's five-minute tour."""
+
+from cronjobs import CronJobHandler
+
+
+class GreetExecute(CronJobHandler):
+    TYPE = "tour.greet.execute"   # dotted; the last part is the stage
+    MAX_ATTEMPTS = 3              # retried with backoff 2, 4, 8 ... minutes
+    MAX_RUNTIME = 30              # seconds
+
+    def handle(self, payload, job):
+        name = payload.get("name")
+        if not name:
+            self.error = "payload needs a name"
+            return False          # retried, then failed, with that error text
+        return {"success": True, "result": {"greeting": f"Hello, {name}!", "job": job.id}}

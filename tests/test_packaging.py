@@ -1,0 +1,31 @@
+"""The wheel carries the engine, the built-in handlers, `registry` and the migrations, so
+`cronjobs migrate` works from a plain `pip install`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+from conftest import ROOT
+
+
+def test_wheel_contents_and_migrate_from_it(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("cronjobs-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in ("registry.py", "handlers/HttpUptimeExecute.py", "cronjobs/queue.py",
+                   "cronjobs/_migrations/env.py", "cronjobs/_migrations/versions/0001_initial.py"):
+        assert needed in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]);"
+            "from cronjobs.migrate import migrations_path, upgrade, current;"
+            "from cronjobs.db import make_engine;"
+            "assert str(migrations_path()).startswith(sys.argv[1]), migrations_path();"
+            "e = make_engine('sqlite:///' + sys.argv[1] + '/m.db'); upgrade(e); print(current(e))")
+    out = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0001"
