@@ -34,8 +34,8 @@ effects = sa.Table(
     sa.Column("kind", sa.String(32)),
     sa.Column("info", sa.String(191)),
     sa.Column("pid", sa.Integer),
-    sa.Column("started", sa.Float),
-    sa.Column("ended", sa.Float),
+    sa.Column("started", sa.Double),
+    sa.Column("ended", sa.Double),
 )
 
 
