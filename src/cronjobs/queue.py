@@ -167,14 +167,14 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     if idempotency_key is not None and (not isinstance(idempotency_key, str)
                                         or not idempotency_key or len(idempotency_key) > KEY_MAX):
         raise InvalidJob(f"idempotency key must be a non-empty string of at most {KEY_MAX} characters, got {idempotency_key!r:.80}")
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise InvalidJob(f"priority must be an integer, got {priority!r}")
+    if not isinstance(priority, int) or isinstance(priority, bool) or not -2**31 <= priority < 2**31:
+        raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
     cls = app.resolve(type)
     if max_attempts is None:
         max_attempts = int(cls.MAX_ATTEMPTS) if cls is not None else 3
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
         raise InvalidJob(f"max attempts must be an integer >= 1, got {max_attempts!r}")
-    if parent_id is not None and (not isinstance(parent_id, int) or parent_id < 1):
+    if parent_id is not None and (not isinstance(parent_id, int) or not 1 <= parent_id < 2**63):
         raise InvalidJob(f"parent id must be a positive integer, got {parent_id!r}")
     if scheduled_at is not None and not isinstance(scheduled_at, datetime):
         raise InvalidJob(f"scheduled_at must be a datetime, got {scheduled_at!r}")
@@ -262,8 +262,8 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
     """
     app = app or current()
     minutes = app.settings.recover_stale_minutes if minutes is None else minutes
-    if minutes < 0:
-        raise InvalidJob(f"minutes must be >= 0, got {minutes!r}")
+    if not 0 <= minutes <= 1e9:  # also refuses NaN and infinity (timedelta overflow)
+        raise InvalidJob(f"minutes must be between 0 and 1e9, got {minutes!r}")
     now = app.clock.now()
     changed = run_in_transaction(app.engine, lambda c: store.rescue_stale(c, now, minutes))
     for row in changed:
