@@ -34,6 +34,16 @@ class TaskSettings(BaseModel):
     enabled: bool | None = None
     frequency: str | None = None
 
+    @field_validator("frequency")
+    @classmethod
+    def _check_frequency(cls, value: str | None) -> str | None:
+        # Checked here: a bad override would otherwise make every tick raise.
+        from .slots import check_frequency
+
+        if value is not None:
+            check_frequency(value)
+        return value
+
 
 class Settings(BaseModel):
     """All cronjobs settings. Build with `Settings.load()`; construct directly in tests.

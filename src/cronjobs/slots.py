@@ -64,9 +64,14 @@ def current_slot(frequency: str, now: datetime, tz: str = "UTC") -> Slot:
         return Slot(start.strftime(_FORMATS[frequency]), start, _next_start(frequency, start))
     zone = ZoneInfo(tz)
     minute = now.replace(second=0, microsecond=0)
-    local = minute.replace(tzinfo=timezone.utc).astimezone(zone) + timedelta(seconds=30)
+    # Add the 30 s before converting: aware arithmetic resets `fold`, which would put a
+    # tick in the repeated DST hour on the first pass of that wall time.
+    local = (minute + timedelta(seconds=30)).replace(tzinfo=timezone.utc).astimezone(zone)
     fire = next(CronSim(frequency, local, reverse=True))
-    following = next(CronSim(frequency, local))
+    later = CronSim(frequency, fire)
+    following = next(later)
+    while _utc(following) <= minute:  # cronsim's reverse walk can skip a fire of the
+        fire, following = following, next(later)  # repeated DST hour (fold=1)
     return Slot(fire.strftime("%Y%m%d%H%M"), _utc(fire), _utc(following))
 
 

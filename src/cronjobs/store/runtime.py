@@ -38,7 +38,8 @@ def claim_slot(conn: Connection, task: str, slot: str, now: datetime) -> bool:
     """
     stmt = insert_ignore(conn, cronjob_slot, ["task", "slot"]).values(task=task, slot=slot,
                                                                       claimed_at=now)
-    return conn.execute(stmt).rowcount == 1
+    # psycopg 3 drops an INSERT's rowcount (-1) unless SQLAlchemy is asked to keep it.
+    return conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1
 
 
 def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, now: datetime,

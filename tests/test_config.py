@@ -1,0 +1,170 @@
+"""SPEC §11: settings from `CRONJOBS_*` variables and an optional TOML file (variables win);
+typos are errors with a "did you mean" hint."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from cronjobs.config import Settings, TaskSettings
+from cronjobs.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    """Run in an empty folder, so a stray cronjobs.toml is never read."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def toml(path, body: str):
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return path
+
+
+def test_defaults_are_the_embedded_setup():
+    settings = Settings.load(environ={})
+    assert settings.database_url == "sqlite:///cronjobs.db"
+    assert settings.broker_url == "memory://"
+    assert settings.embedded_broker
+    assert settings.timezone == "UTC"
+    assert settings.handler_paths == ()
+    assert settings.tasks == {}
+    assert settings.task("anything") == TaskSettings()
+
+
+def test_other_variables_are_ignored():
+    settings = Settings.load(environ={"PATH": "/bin", "CRONJOB_TYPO": "x", "HOME": "/root"})
+    assert settings.database_url == "sqlite:///cronjobs.db"
+
+
+def test_environment_beats_toml(in_tmp):
+    path = toml(in_tmp / "settings.toml", """
+        database_url = "sqlite:///from-toml.db"
+        broker_url = "redis://127.0.0.1:6379/0"
+        timezone = "Europe/Istanbul"
+    """)
+    settings = Settings.load(environ={
+        "CRONJOBS_CONFIG": str(path),
+        "CRONJOBS_DATABASE_URL": "mysql+pymysql://root@127.0.0.1:3306/jobs",
+    })
+    assert settings.database_url == "mysql+pymysql://root@127.0.0.1:3306/jobs"   # env wins
+    assert settings.broker_url == "redis://127.0.0.1:6379/0"                      # from TOML
+    assert not settings.embedded_broker
+    assert settings.timezone == "Europe/Istanbul"
+
+
+def test_keyword_overrides_beat_environment():
+    settings = Settings.load(environ={"CRONJOBS_DATABASE_URL": "sqlite:///env.db"},
+                             database_url="sqlite:///cli.db", broker_url=None)
+    assert settings.database_url == "sqlite:///cli.db"
+    assert settings.broker_url == "memory://"   # a None override means "not given"
+
+
+def test_cronjobs_toml_in_the_working_folder_is_read(in_tmp):
+    toml(in_tmp / "cronjobs.toml", 'database_url = "sqlite:///here.db"\n')
+    assert Settings.load(environ={}).database_url == "sqlite:///here.db"
+
+
+def test_config_path_that_does_not_exist_is_an_error(in_tmp):
+    with pytest.raises(ConfigError, match="missing.toml"):
+        Settings.load(environ={"CRONJOBS_CONFIG": str(in_tmp / "missing.toml")})
+
+
+def test_unreadable_toml_is_an_error(in_tmp):
+    toml(in_tmp / "cronjobs.toml", "database_url = \n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        Settings.load(environ={})
+
+
+def test_task_tables(in_tmp):
+    path = toml(in_tmp / "ops.toml", """
+        [tasks.acme-quotasync]
+        enabled = false
+        frequency = "*/5 * * * *"
+
+        [tasks.cronjobs-cleanup]
+        frequency = "day"
+    """)
+    settings = Settings.load(environ={"CRONJOBS_CONFIG": str(path)})
+    assert settings.task("acme-quotasync") == TaskSettings(enabled=False,
+                                                           frequency="*/5 * * * *")
+    assert settings.task("cronjobs-cleanup") == TaskSettings(enabled=None, frequency="day")
+    assert settings.task("http-uptime") == TaskSettings()
+
+
+def test_unknown_variable_suggests_the_right_name():
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CRONJOBS_DATABSE_URL": "sqlite:///x.db"})
+    message = str(info.value)
+    assert "CRONJOBS_DATABSE_URL" in message
+    assert "did you mean CRONJOBS_DATABASE_URL?" in message
+
+
+def test_unknown_toml_key_suggests_the_right_name(in_tmp):
+    path = toml(in_tmp / "c.toml", 'broker_ulr = "redis://127.0.0.1:6379/0"\n')
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CRONJOBS_CONFIG": str(path)})
+    message = str(info.value)
+    assert "'broker_ulr'" in message and str(path) in message
+    assert "did you mean broker_url?" in message
+
+
+def test_unknown_task_key_suggests_the_right_name(in_tmp):
+    toml(in_tmp / "cronjobs.toml", """
+        [tasks.acme-quotasync]
+        frequncy = "hour"
+    """)
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={})
+    assert "[tasks.acme-quotasync]" in str(info.value)
+    assert "did you mean frequency?" in str(info.value)
+
+
+@pytest.mark.parametrize("source", ["env", "toml"])
+def test_bad_time_zone_names_the_value(in_tmp, source):
+    if source == "env":
+        environ = {"CRONJOBS_TIMEZONE": "Mars/Olympus_Mons"}
+    else:
+        toml(in_tmp / "cronjobs.toml", 'timezone = "Mars/Olympus_Mons"\n')
+        environ = {}
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ=environ)
+    assert "timezone" in str(info.value)
+    assert "Mars/Olympus_Mons" in str(info.value)
+
+
+def test_time_zone_is_used_when_valid():
+    assert Settings.load(environ={"CRONJOBS_TIMEZONE": "Europe/Berlin"}).timezone == "Europe/Berlin"
+
+
+def test_handler_paths_split_on_os_pathsep(in_tmp):
+    first, second = in_tmp / "a", in_tmp / "b"
+    value = os.pathsep.join([str(first), "", str(second)])
+    settings = Settings.load(environ={"CRONJOBS_HANDLER_PATHS": value})
+    assert settings.handler_paths == (str(first), str(second))
+
+
+def test_handler_paths_from_toml_list(in_tmp):
+    toml(in_tmp / "cronjobs.toml", 'handler_paths = ["/srv/handlers", "/opt/more"]\n')
+    assert Settings.load(environ={}).handler_paths == ("/srv/handlers", "/opt/more")
+
+
+def test_bad_value_names_field_and_value():
+    with pytest.raises(ConfigError, match="dashboard_port.*'99999'"):
+        Settings.load(environ={"CRONJOBS_DASHBOARD_PORT": "99999"})
+
+
+@pytest.mark.parametrize("frequency", ["every minute", "61 * * * *", "* * * * * *"])
+def test_bad_task_frequency_is_refused_at_load(in_tmp, frequency):
+    """A typo in an override must not reach the scheduler, where it would break every tick."""
+    toml(in_tmp / "cronjobs.toml", f"""
+        [tasks.acme-quotasync]
+        frequency = "{frequency}"
+    """)
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={})
+    assert "tasks.acme-quotasync.frequency" in str(info.value)
+    assert repr(frequency) in str(info.value)

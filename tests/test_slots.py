@@ -1,0 +1,224 @@
+"""SPEC §6: which slot an instant falls in (named frequencies in UTC, cron in a time zone),
+frequency validation, DST rules and the count of skipped slots."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from cronjobs.slots import Slot, check_frequency, current_slot, is_cron, slots_between
+
+BERLIN = "Europe/Berlin"
+
+
+def minutes(start: datetime, end: datetime):
+    """Every minute from `start` (included) to `end` (excluded), at second 30."""
+    cursor = start.replace(second=30)
+    while cursor < end:
+        yield cursor
+        cursor += timedelta(minutes=1)
+
+
+def first_seen(frequency: str, start: datetime, end: datetime, tz: str) -> dict[str, datetime]:
+    """Slot key -> the first minute (UTC) a tick would see it, over [start, end)."""
+    seen: dict[str, datetime] = {}
+    for now in minutes(start, end):
+        seen.setdefault(current_slot(frequency, now, tz).key, now.replace(second=0))
+    return seen
+
+
+# -- named frequencies ------------------------------------------------------------------
+
+@pytest.mark.parametrize("frequency, key, at, next_at", [
+    ("minute", "202601051234", datetime(2026, 1, 5, 12, 34), datetime(2026, 1, 5, 12, 35)),
+    ("hour", "2026010512", datetime(2026, 1, 5, 12, 0), datetime(2026, 1, 5, 13, 0)),
+    ("day", "20260105", datetime(2026, 1, 5), datetime(2026, 1, 6)),
+    ("month", "202601", datetime(2026, 1, 1), datetime(2026, 2, 1)),
+])
+def test_named_frequency_slot_key_and_next(frequency, key, at, next_at):
+    slot = current_slot(frequency, datetime(2026, 1, 5, 12, 34, 56, 789))
+    assert slot == Slot(key, at, next_at)
+
+
+@pytest.mark.parametrize("frequency, key, next_at", [
+    ("minute", "202612312359", datetime(2027, 1, 1, 0, 0)),
+    ("hour", "2026123123", datetime(2027, 1, 1, 0, 0)),
+    ("day", "20261231", datetime(2027, 1, 1)),
+    ("month", "202612", datetime(2027, 1, 1)),
+])
+def test_year_end_rolls_over_to_january(frequency, key, next_at):
+    slot = current_slot(frequency, datetime(2026, 12, 31, 23, 59, 59))
+    assert (slot.key, slot.next_at) == (key, next_at)
+
+
+@pytest.mark.parametrize("now, next_at", [
+    (datetime(2026, 1, 31, 10, 0), datetime(2026, 2, 1)),   # 31-day month
+    (datetime(2028, 2, 29, 10, 0), datetime(2028, 3, 1)),   # leap February
+    (datetime(2026, 2, 28, 10, 0), datetime(2026, 3, 1)),   # short February
+    (datetime(2026, 4, 30, 10, 0), datetime(2026, 5, 1)),   # 30-day month
+])
+def test_month_next_at_is_the_first_of_the_next_month(now, next_at):
+    assert current_slot("month", now).next_at == next_at
+
+
+def test_named_slot_starts_exactly_on_the_boundary():
+    assert current_slot("hour", datetime(2026, 1, 5, 13, 0, 0)).key == "2026010513"
+    assert current_slot("hour", datetime(2026, 1, 5, 12, 59, 59, 999999)).key == "2026010512"
+
+
+def test_named_frequencies_ignore_the_time_zone():
+    """minute/hour/day/month slots are UTC whatever CRONJOBS_TIMEZONE says."""
+    now = datetime(2026, 1, 5, 23, 30)  # already Jan 6 in Berlin
+    assert current_slot("day", now, BERLIN) == current_slot("day", now, "UTC")
+    assert current_slot("day", now, BERLIN).key == "20260105"
+
+
+# -- cron -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("now, key, at, next_at", [
+    (datetime(2026, 1, 5, 12, 7, 30), "202601051205", datetime(2026, 1, 5, 12, 5),
+     datetime(2026, 1, 5, 12, 10)),
+    (datetime(2026, 1, 5, 12, 10, 0), "202601051210", datetime(2026, 1, 5, 12, 10),
+     datetime(2026, 1, 5, 12, 15)),
+    (datetime(2026, 1, 5, 12, 14, 59), "202601051210", datetime(2026, 1, 5, 12, 10),
+     datetime(2026, 1, 5, 12, 15)),
+    (datetime(2026, 12, 31, 23, 58), "202612312355", datetime(2026, 12, 31, 23, 55),
+     datetime(2027, 1, 1, 0, 0)),
+])
+def test_cron_every_five_minutes_latest_fire_at_or_before_now(now, key, at, next_at):
+    assert current_slot("*/5 * * * *", now) == Slot(key, at, next_at)
+
+
+@pytest.mark.parametrize("now, key", [
+    (datetime(2026, 1, 5, 3, 14, 59), "202601040315"),   # before today's fire: yesterday's
+    (datetime(2026, 1, 5, 3, 15, 0), "202601050315"),    # the fire minute itself
+    (datetime(2026, 1, 5, 22, 0), "202601050315"),
+])
+def test_cron_daily_latest_fire_at_or_before_now(now, key):
+    slot = current_slot("15 3 * * *", now)
+    assert slot.key == key
+    assert slot.at == datetime.strptime(key, "%Y%m%d%H%M")
+    assert slot.next_at == slot.at + timedelta(days=1)
+
+
+def test_cron_is_evaluated_in_the_configured_time_zone():
+    """03:15 in Berlin in winter (UTC+1) is 02:15 UTC; the key is the local wall time."""
+    slot = current_slot("15 3 * * *", datetime(2026, 1, 5, 2, 15), BERLIN)
+    assert slot == Slot("202601050315", datetime(2026, 1, 5, 2, 15), datetime(2026, 1, 6, 2, 15))
+    assert current_slot("15 3 * * *", datetime(2026, 1, 5, 2, 14), BERLIN).key == "202601040315"
+    summer = current_slot("15 3 * * *", datetime(2026, 7, 5, 1, 15), BERLIN)
+    assert (summer.key, summer.at) == ("202607050315", datetime(2026, 7, 5, 1, 15))
+
+
+def test_is_cron():
+    assert not any(is_cron(f) for f in ("minute", "hour", "day", "month"))
+    assert is_cron("*/5 * * * *")
+
+
+# -- check_frequency --------------------------------------------------------------------
+
+@pytest.mark.parametrize("frequency", ["minute", "hour", "day", "month", "*/5 * * * *",
+                                       "15 3 * * *", "0 0 1 * *", "30 2 * * 1-5"])
+def test_check_frequency_accepts(frequency):
+    assert check_frequency(frequency) is None
+
+
+@pytest.mark.parametrize("frequency, words", [
+    ("every minute", "5-field"),
+    ("* * * * * *", "5-field"),        # 6 fields (seconds) are not cron here
+    ("*/5 * * *", "5-field"),
+    ("61 * * * *", "not a valid cron"),
+    ("* 25 * * *", "not a valid cron"),
+    ("", "5-field"),
+    ("Minute", "5-field"),
+])
+def test_check_frequency_rejects(frequency, words):
+    with pytest.raises(ValueError, match=words) as info:
+        check_frequency(frequency)
+    assert repr(frequency) in str(info.value)
+
+
+# -- DST (Europe/Berlin) ----------------------------------------------------------------
+
+def test_spring_forward_daily_fire_in_the_skipped_hour_runs_once_at_three():
+    """2026-03-29: 02:00 CET jumps to 03:00 CEST, so 02:30 does not exist that day.
+    The daily 02:30 task runs once, at 03:00 local (01:00 UTC), the next valid time."""
+    day_start, day_end = datetime(2026, 3, 28, 23, 0), datetime(2026, 3, 29, 22, 0)  # local day
+    seen = first_seen("30 2 * * *", day_start, day_end, BERLIN)
+    new = {key: at for key, at in seen.items() if key.startswith("20260329")}
+    assert new == {"202603290300": datetime(2026, 3, 29, 1, 0)}
+    slot = current_slot("30 2 * * *", datetime(2026, 3, 29, 1, 0), BERLIN)
+    assert slot.at == datetime(2026, 3, 29, 1, 0)                 # 03:00 CEST
+    assert slot.next_at == datetime(2026, 3, 30, 0, 30)           # 02:30 CEST next day
+    # the days around it are normal
+    assert current_slot("30 2 * * *", datetime(2026, 3, 28, 1, 30), BERLIN).key == "202603280230"
+    assert current_slot("30 2 * * *", datetime(2026, 3, 30, 0, 30), BERLIN).key == "202603300230"
+
+
+def test_autumn_repeated_hour_gives_one_slot_key_per_wall_time():
+    """2026-10-25: 03:00 CEST goes back to 02:00 CET, so 02:00 and 02:30 happen twice.
+    Both instants share one slot key, so each repeated wall time runs once."""
+    start, end = datetime(2026, 10, 24, 23, 0), datetime(2026, 10, 25, 3, 0)
+    instants = {current_slot("*/30 * * * *", now, BERLIN).at for now in minutes(start, end)}
+    keys = list(first_seen("*/30 * * * *", start, end, BERLIN))
+    assert len(instants) == 8          # eight fire instants in four real hours ...
+    assert keys == ["202610250100", "202610250130", "202610250200", "202610250230",
+                    "202610250300", "202610250330"]   # ... but six wall times, six keys
+    first = current_slot("*/30 * * * *", datetime(2026, 10, 25, 0, 10), BERLIN)
+    second = current_slot("*/30 * * * *", datetime(2026, 10, 25, 1, 10), BERLIN)
+    assert first.key == second.key == "202610250200"
+    assert (first.at, second.at) == (datetime(2026, 10, 25, 0, 0), datetime(2026, 10, 25, 1, 0))
+
+
+@pytest.mark.parametrize("frequency", ["*/30 * * * *", "30 2 * * *", "0 2 * * *",
+                                       "15,45 * * * *", "*/7 2 * * *", "0 * * * *"])
+@pytest.mark.parametrize("start, end", [
+    (datetime(2026, 10, 24, 21, 0), datetime(2026, 10, 25, 4, 0)),  # autumn
+    (datetime(2026, 3, 28, 22, 0), datetime(2026, 3, 29, 4, 0)),    # spring
+], ids=["autumn", "spring"])
+def test_cron_slot_brackets_now_across_dst(frequency, start, end):
+    """At every minute the slot began at or before now, the next one lies ahead, and
+    neither moves backwards (the dashboard's next run is never in the past)."""
+    previous = None
+    for now in minutes(start, end):
+        slot = current_slot(frequency, now, BERLIN)
+        assert slot.at <= now < slot.next_at, (now, slot)
+        if previous is not None:
+            assert slot.at >= previous.at and slot.next_at >= previous.next_at, (now, slot)
+        previous = slot
+
+
+# -- slots_between ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("frequency, after, now, count", [
+    ("minute", "202601051200", datetime(2026, 1, 5, 12, 30), 29),
+    ("minute", "202601051229", datetime(2026, 1, 5, 12, 30), 0),
+    ("minute", "202601051230", datetime(2026, 1, 5, 12, 30), 0),
+    ("hour", "2026010500", datetime(2026, 1, 5, 5, 10), 4),
+    ("day", "20260130", datetime(2026, 2, 2, 8, 0), 2),
+    ("month", "202611", datetime(2027, 2, 10), 2),
+    ("*/5 * * * *", "202601051200", datetime(2026, 1, 5, 12, 30), 5),
+    ("15 3 * * *", "202601010315", datetime(2026, 1, 5, 3, 15), 3),
+])
+def test_slots_between_counts_skipped_slots(frequency, after, now, count):
+    assert slots_between(frequency, after, current_slot(frequency, now)) == count
+
+
+def test_slots_between_counts_a_repeated_wall_time_once():
+    slot = current_slot("*/30 * * * *", datetime(2026, 10, 25, 2, 0), BERLIN)  # 03:00 CET
+    assert slot.key == "202610250300"
+    assert slots_between("*/30 * * * *", "202610250130", slot, BERLIN) == 2  # 02:00, 02:30
+
+
+def test_slots_between_over_the_spring_gap():
+    slot = current_slot("*/30 * * * *", datetime(2026, 3, 29, 1, 30), BERLIN)  # 03:30 CEST
+    assert slot.key == "202603290330"
+    assert slots_between("*/30 * * * *", "202603290130", slot, BERLIN) == 1  # 03:00 only
+
+
+def test_slots_between_is_capped_and_tolerates_bad_keys():
+    slot = current_slot("minute", datetime(2027, 1, 1))
+    assert slots_between("minute", "202601010000", slot, limit=100) == 100
+    assert slots_between("minute", "not-a-slot", slot) == 0
+    assert slots_between("*/5 * * * *", "garbage", current_slot("*/5 * * * *", slot.at)) == 0
