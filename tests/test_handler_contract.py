@@ -162,3 +162,29 @@ def test_max_attempts_per_row_overrides_class(make_app):
     job_id = queue.dispatch("test.shape.execute", {"shape": "raise"}, max_attempts=1)
     app.executor.run_id(job_id)
     assert queue.get(job_id)["status"] == "failed"
+
+
+@BACKENDS
+def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
+    import registry
+    from cronjobs import CronJobHandler
+    from cronjobs.scheduler import set_enabled
+
+    calls = []
+
+    class PurgeExecute(CronJobHandler):
+        TYPE = "test.purge.execute"
+        DESTRUCTIVE = True
+
+        def handle(self, payload, job):
+            calls.append(job.id)
+            return True
+
+    app = make_app(clock=FrozenClock(T0))
+    registry.register(PurgeExecute.TYPE, PurgeExecute)
+    first = queue.dispatch("test.purge.execute", {})
+    assert app.executor.run_id(first).status == "deleted"  # cancelled, childless
+    set_enabled("test-purge", True)
+    second = queue.dispatch("test.purge.execute", {})
+    assert app.executor.run_id(second).status == "completed"
+    assert calls == [second]

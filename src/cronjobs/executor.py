@@ -130,6 +130,9 @@ class Executor:
         if cls is None:
             error = f"no handler registered for type {job.type!r}"
             return Outcome("fatal", error=error, log=error)
+        if cls.DESTRUCTIVE and not self._task_enabled(job.type):
+            return Outcome("cancelled", result={"reason": "disabled"},
+                           log="task is disabled (destructive handler): not run")
         with self._lock:
             self._running[job.id] = (job.attempts, self.lease_seconds(job.type))
         try:
@@ -145,6 +148,18 @@ class Executor:
         finally:
             with self._lock:
                 self._running.pop(job.id, None)
+
+    def _task_enabled(self, job_type: str) -> bool:
+        """The kill switch of the type's task. A task the scheduler has not seen yet is
+        off unless the settings enable it (destructive tasks ship disabled)."""
+        from .handler import task_name
+
+        task = task_name(job_type)
+        with self.app.engine.connect() as conn:
+            runtime = store.get_runtime(conn, task)
+        if runtime is None:
+            return self.app.settings.task(task).enabled is True
+        return bool(runtime["enabled"])
 
     def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> str:
         """Write `outcome` for the run `job` (attempt `job.attempts`); returns the status.

@@ -87,6 +87,10 @@ class CronJobHandler:
         MAX_ATTEMPTS: attempts before the row is `failed` (default 3).
         MAX_RUNTIME: seconds a run may take (default 120).
         QUEUE: broker queue name (default: the configured default queue).
+        DESTRUCTIVE: True for work that deletes records or sends data out: the task
+            ships disabled, and while its switch is off every run of its types (scheduled,
+            manual or dispatched) ends `cancelled` with reason `disabled` without calling
+            `handle()`.
         error / gateway_error / message: set one before returning `False` to give the
             row its error text.
     """
@@ -96,6 +100,7 @@ class CronJobHandler:
     MAX_ATTEMPTS: ClassVar[int] = 3
     MAX_RUNTIME: ClassVar[float] = 120
     QUEUE: ClassVar[str | None] = None
+    DESTRUCTIVE: ClassVar[bool] = False
 
     error: str | None = None
     gateway_error: str | None = None

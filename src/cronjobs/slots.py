@@ -3,7 +3,7 @@
 `minute`/`hour`/`day`/`month` slots are computed in UTC: the slot key is the start of
 the period (`YYYYMMDDHHMM`, `YYYYMMDDHH`, `YYYYMMDD`, `YYYYMM`). A cron expression is
 evaluated in the configured time zone and its slot key is the fire time as local wall
-time `YYYYMMDDHHMM`. DST rule (documented in docs/scheduler.md): a fire time inside the
+time `YYYYMMDDHHMM`. DST rule (documented in docs/architecture.md, "Time"): a fire time inside the
 hour that DST skips runs once, at the next valid time (cronsim's rule); a wall time that
 DST repeats runs once, because both instants share one slot key.
 """
