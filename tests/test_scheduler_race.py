@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from conftest import cli_env, effect_rows
 from cronjobs.clock import FrozenClock
 from cronjobs.models import cronjob_queue, cronjob_slot
+from cronjobs.testing import drain
 
 PROCS = Path(__file__).parent / "procs"
 T0 = datetime(2026, 1, 5, 12, 0, 7)
@@ -24,15 +25,6 @@ MINUTES = [T0 + timedelta(minutes=i) for i in range(10)]
 SLOTS = [f"2026010512{i:02d}" for i in range(10)]
 SCHEDULERS = 3
 RACE_BACKENDS = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
-
-
-def drain(app) -> int:
-    """Run every due row of every queue in this process; returns how many ran."""
-    ran = 0
-    for name in app.queues():
-        while app.executor.run_next(name) is not None:
-            ran += 1
-    return ran
 
 
 def assert_ran_once_per_slot(app) -> None:
@@ -94,7 +86,7 @@ def started_of(report: dict, task: str = "test-count") -> list[str]:
 def test_three_schedulers_ten_minutes_handler_runs_ten_times(db_url, make_app):
     app = make_app(clock=FrozenClock(MINUTES[-1] + timedelta(seconds=45)))
     ran = []
-    first, again = run_lockstep(cli_env(db_url), lambda: ran.append(drain(app)))
+    first, again = run_lockstep(cli_env(db_url), lambda: ran.append(len(drain(app))))
 
     winners, reasons = [], []
     for now, per_process in zip(MINUTES, first):
@@ -113,7 +105,7 @@ def test_three_schedulers_ten_minutes_handler_runs_ten_times(db_url, make_app):
     assert [r["started"] for minute in again for r in minute] == [[]] * (10 * SCHEDULERS)
     assert all(n >= 1 for n in ran)
 
-    drain(app)
+    len(drain(app))
     assert_ran_once_per_slot(app)
     # every other minute task was started once per slot too (no duplicates anywhere)
     per_task = Counter(task for minute in first + again for r in minute
@@ -148,5 +140,5 @@ def test_three_cli_tick_loops_run_the_handler_ten_times(db_url, make_app):
     assert [line for line in logs if "started as job" not in line] == []
     assert sum(" task test-count slot " in line for line in logs) == 10
     app = make_app(clock=FrozenClock(MINUTES[-1] + timedelta(seconds=30)))
-    drain(app)
+    len(drain(app))
     assert_ran_once_per_slot(app)

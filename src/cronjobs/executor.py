@@ -181,7 +181,7 @@ class Executor:
                 log.warning("job %s: lease was lost before finishing; outcome %s dropped",
                             job.id, status, extra={"trace_id": job.id})
                 return "lost"
-            if "slot" in job.payload:
+            if "slot" in job.payload or job.payload.get("manual"):  # a task run
                 store.update_task_status(conn, job.id, final, now)
             return final
 

@@ -11,22 +11,12 @@ import sys
 import time
 
 from cronjobs import queue
-from cronjobs.app import App, use
-from cronjobs.config import Settings
-
-
-class NoHandlers:
-    def resolve_handler(self, job_type):
-        return None
-
-    def registered_handlers(self):
-        return {}
+from _common import bare_app
 
 
 def main() -> None:
     url, worker, count, keys, start_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-    app = App(Settings(database_url=url), handlers=NoHandlers())
-    use(app)
+    app = bare_app(url)
     app.send = lambda *a, **k: None  # only the rows matter here
     rng = random.Random(worker)
     plan = [f"key-{rng.randrange(keys)}" for _ in range(count)]

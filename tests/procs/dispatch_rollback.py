@@ -14,22 +14,12 @@ import time
 from sqlalchemy.orm import Session
 
 from cronjobs import queue
-from cronjobs.app import App, use
-from cronjobs.config import Settings
-
-
-class NoHandlers:
-    def resolve_handler(self, job_type):
-        return None
-
-    def registered_handlers(self):
-        return {}
+from _common import bare_app
 
 
 def main() -> None:
     url, role, key, ready = sys.argv[1:5]
-    app = App(Settings(database_url=url), handlers=NoHandlers())
-    use(app)
+    app = bare_app(url)
     sent = []
     app.send = lambda job_id, q, delay=0: sent.append(job_id)
     if role == "holder":
