@@ -142,9 +142,9 @@ def cli_env(db_url: str, namespace: str = "cronjobs", broker_url: str = "memory:
             **extra: str) -> dict:
     """Environment for a `cronjobs` subprocess: no stray CRONJOBS_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONJOBS_")}
-    env.update(CRONJOBS_DATABASE_URL=db_url, CRONJOBS_BROKER_URL=broker_url,
-               CRONJOBS_BROKER_NAMESPACE=namespace, CRONJOBS_HANDLER_PATHS=SAMPLE_HANDLERS,
-               CRONJOBS_LOG_LEVEL="WARNING", **extra)
+    env.update({"CRONJOBS_DATABASE_URL": db_url, "CRONJOBS_BROKER_URL": broker_url,
+                "CRONJOBS_BROKER_NAMESPACE": namespace, "CRONJOBS_HANDLER_PATHS": SAMPLE_HANDLERS,
+                "CRONJOBS_LOG_LEVEL": "WARNING", **extra})
     return env
 
 

@@ -57,13 +57,14 @@ def _stop(proc: subprocess.Popen, timeout: float = 60) -> int | None:
 
 @contextmanager
 def worker(db_url: str, namespace: str, log_path: Path, *, threads: int = 8,
-           processes: int = 1, **env: str) -> Iterator[subprocess.Popen]:
-    """A `cronjobs worker` on Redis for the `default` queue; SIGTERM on exit, must exit 0."""
+           processes: int = 1, broker_url: str = REDIS, **env: str) -> Iterator[subprocess.Popen]:
+    """A `cronjobs worker` (Redis unless `broker_url` says otherwise) for the `default`
+    queue; SIGTERM on exit, must exit 0."""
     cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", "default",
            "--threads", str(threads)]
     if processes != 1:
         cmd += ["--processes", str(processes)]
-    environ = cli_env(db_url, namespace, broker_url=REDIS, **env)
+    environ = cli_env(db_url, namespace, broker_url=broker_url, **env)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, env=environ, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
