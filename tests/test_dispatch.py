@@ -162,3 +162,26 @@ def test_in_process_broker_runs_the_job(make_app):
     finally:
         worker.stop()
     assert queue.get(job_id)["status"] == "completed"
+
+
+@pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
+def test_a_connection_dropped_by_the_server_is_replaced(make_app, caplog):
+    """No ping before each transaction: a dead pooled connection is detected on use and
+    the transaction is retried on a new one."""
+    app = make_app()
+    first = queue.dispatch("test.shape.execute", {})
+    with app.engine.connect() as conn:
+        if app.engine.dialect.name == "postgresql":
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            kill = f"SELECT pg_terminate_backend({pid})"
+        else:
+            pid = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()
+            kill = f"KILL {pid}"
+    admin = sa.create_engine(app.settings.database_url, poolclass=sa.pool.NullPool)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(kill)
+    admin.dispose()
+    with caplog.at_level("DEBUG", logger="cronjobs.db"):
+        second = queue.dispatch("test.shape.execute", {})
+    assert "transient database error, retrying" in caplog.text, "the dead connection was used"
+    assert second > first and queue.get(second)["status"] == "pending"

@@ -42,7 +42,7 @@ def make_engine(url: str) -> Engine:
                                poolclass=NullPool if ":memory:" not in url else None)
         _setup_sqlite(engine)
         return engine
-    kwargs: dict = {"pool_pre_ping": True, "pool_recycle": 3600}
+    kwargs: dict = {"pool_recycle": 3600}
     if url.startswith(("mysql", "mariadb")):
         kwargs["isolation_level"] = "READ COMMITTED"
     return create_engine(url, **kwargs)
@@ -65,9 +65,12 @@ def _setup_sqlite(engine: Engine) -> None:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors that a retry of the whole transaction can fix (deadlock, busy)."""
+    """True for errors that a retry of the whole transaction can fix: deadlock, lock wait
+    timeout, SQLite busy, or a pooled connection the server had dropped."""
     if not isinstance(exc, DBAPIError):
         return False
+    if exc.connection_invalidated:
+        return True
     orig = exc.orig
     args = getattr(orig, "args", ())
     if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRY:

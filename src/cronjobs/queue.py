@@ -232,8 +232,7 @@ def get(id: int, columns: Iterable[str] | None = None, *, app: App | None = None
         InvalidJob: an unknown column name.
     """
     app = app or current()
-    with app.engine.connect() as conn:
-        return store.get_job(conn, id, columns)
+    return run_in_transaction(app.engine, lambda conn: store.get_job(conn, id, columns))
 
 
 def process(job_row: int | dict, *, app: App | None = None) -> bool:
