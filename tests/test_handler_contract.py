@@ -188,3 +188,24 @@ def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
     second = queue.dispatch("test.purge.execute", {})
     assert app.executor.run_id(second).status == "completed"
     assert calls == [second]
+
+
+@BACKENDS
+def test_process_runs_a_row_here_and_now(make_app):
+    from cronjobs import store
+    from cronjobs.errors import JobNotFound, JobStateError
+
+    app = make_app(clock=FrozenClock(T0))
+    ok = queue.dispatch("test.shape.execute", {"shape": "true"})
+    assert queue.process(ok) is True
+    with pytest.raises(JobStateError, match=f"job {ok} is completed, not pending"):
+        queue.process(ok)
+    with pytest.raises(JobNotFound):
+        queue.process(10**9)
+    bad = queue.dispatch("test.shape.execute", {"shape": "false"})
+    assert queue.process({"id": bad, "status": "pending"}) is False
+    claimed_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
+    with app.engine.begin() as conn:
+        claimed = store.claim_by_id(conn, claimed_id, T0, "me:1", app.executor.lease_seconds)
+    assert queue.process(claimed) is True
+    assert queue.get(claimed_id)["result_payload"] == '{"answer": 42}'
