@@ -76,6 +76,7 @@ class Settings(BaseModel):
     uptime_expect: str | None = None
     uptime_timeout_seconds: float = Field(default=10, gt=0)
     log_level: str = "INFO"
+    log_dir: str | None = None
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
 
     @field_validator("handler_paths", mode="before")

@@ -65,6 +65,38 @@ class JobContext:
         return dispatch(job_type, payload, app=self.app, **options)
 
 
+def call_handler(app: "App", job: Job) -> Outcome:
+    """Build the handler of `job` and call `handle()`; any exception becomes an Outcome."""
+    cls = app.resolve(job.type)
+    if cls is None:
+        error = f"no handler registered for type {job.type!r}"
+        return Outcome("fatal", error=error, log=error)
+    try:
+        handler = cls(JobContext(app, job))
+        return from_return(handler.handle(job.payload, job), handler)
+    except Exception as exc:  # the handler's failure is the row's business
+        outcome = from_exception(exc)
+        if outcome.kind != "retry_later":
+            log.warning("job %s raised %s", job.id, outcome.error, extra={"trace_id": job.id})
+            log.debug("".join(traceback.format_exception(exc)))
+        return outcome
+
+
+class InlineRunner:
+    """Runs handlers in the calling thread: no hard MAX_RUNTIME stop. Used by `process()`,
+    `cronjobs run` and tests; the worker uses `cronjobs.runner.ChildRunner`."""
+
+    def __init__(self, app: "App") -> None:
+        self.app = app
+
+    def run(self, job: Job, max_runtime_seconds: float) -> Outcome:
+        """Call the handler of `job` here and return its outcome."""
+        return call_handler(self.app, job)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 class Executor:
     """Claims and runs rows for one worker process.
 
@@ -79,6 +111,9 @@ class Executor:
         self._running: dict[int, tuple[int, float]] = {}
         self._lock = threading.Lock()
         self.jobs_done = 0
+        self.runner = InlineRunner(app)
+        self.accepting = True
+        self.on_job_done = None  # called after each finished job (recycling limits)
 
     def lease_seconds(self, job_type: str) -> float:
         """Lease length for a type: its MAX_RUNTIME plus the configured grace, seconds."""
@@ -123,6 +158,8 @@ class Executor:
         self.jobs_done += 1
         log.info("job %s finish type=%s status=%s duration_ms=%.1f", job.id, job.type, status,
                  duration_ms, extra={"trace_id": job.id})
+        if self.on_job_done is not None:
+            self.on_job_done()
         return JobReport(job.id, job.type, status, duration_ms)
 
     def _call(self, job: Job) -> Outcome:
@@ -136,15 +173,7 @@ class Executor:
         with self._lock:
             self._running[job.id] = (job.attempts, self.lease_seconds(job.type))
         try:
-            handler = cls(JobContext(self.app, job))
-            return from_return(handler.handle(job.payload, job), handler)
-        except Exception as exc:  # the handler's failure is the row's business
-            outcome = from_exception(exc)
-            if outcome.kind != "retry_later":
-                log.warning("job %s raised %s", job.id, outcome.error,
-                            extra={"trace_id": job.id})
-                log.debug("".join(traceback.format_exception(exc)))
-            return outcome
+            return self.runner.run(job, float(cls.MAX_RUNTIME))
         finally:
             with self._lock:
                 self._running.pop(job.id, None)
@@ -185,7 +214,8 @@ class Executor:
                 store.update_task_status(conn, job.id, final, now)
             return final
 
-        final = run_in_transaction(self.app.engine, write)
+        final = self._retry_while_down(lambda: run_in_transaction(self.app.engine, write),
+                                       f"finishing job {job.id}")
         if final == "pending":
             self.app.send(job.id, job.queue, delay)
         return final
@@ -197,6 +227,9 @@ class Executor:
         if outcome.error is not None:
             values["error"] = outcome.error[:65000]
         kind, delay = outcome.kind, 0.0
+        if kind == "cut_off":  # the worker stopped before the job ended: attempt not used
+            values.update(status="pending", attempts=job.attempts - 1, scheduled_at=None)
+            return values, "pending", 0.0
         if kind == "retry_later":
             delay = outcome.delay_seconds
             values.update(status="pending", attempts=job.attempts - 1,
@@ -209,6 +242,34 @@ class Executor:
         status = "failed" if kind in ("failed", "fatal") else kind
         values.update(status=status, finished_at=now)
         return values, status, delay
+
+    def _retry_while_down(self, fn, what: str, give_up_seconds: float = 600):  # noqa: ANN001, ANN202
+        """Call `fn` until the database answers: 3 s, then growing to 60 s between tries.
+
+        After `give_up_seconds` the error is raised; the row then stays `running` until
+        its lease expires and `recover_stale` takes it back (nothing is lost).
+        """
+        from sqlalchemy.exc import DBAPIError
+
+        from .errors import StoreError
+
+        pause, deadline = 3.0, time.monotonic() + give_up_seconds
+        while True:
+            try:
+                return fn()
+            except (DBAPIError, StoreError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("database unavailable while %s (%s); retrying in %.0f s", what,
+                            type(exc).__name__, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 60.0)
+
+    def cut_off(self) -> list[int]:
+        """Stop every running job now (shutdown timeout); returns their ids. Their rows
+        go back to `pending` without using an attempt."""
+        cut = getattr(self.runner, "cut_off", None)
+        return cut() if cut is not None and self.running_ids() else []
 
     def renew_leases(self) -> int:
         """Extend the lease of every row this process is running; returns rows renewed."""

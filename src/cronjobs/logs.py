@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
 
 
 class _TraceDefault(logging.Filter):
@@ -24,3 +26,46 @@ def setup(level: str = "INFO") -> None:
     root.setLevel(level.upper())
     for noisy in ("dramatiq", "pika", "apscheduler", "werkzeug"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class DailyFileHandler(logging.Handler):
+    """Writes to `DIR/workers-YYYY-MM-DD.log` (UTC date), opening a new file each day."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._date: str | None = None
+        self._file = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write one formatted line to today's file."""
+        try:
+            date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+            if date != self._date:
+                if self._file is not None:
+                    self._file.close()
+                self._file = open(self.directory / f"workers-{date}.log", "a", encoding="utf-8")
+                self._date = date
+            self._file.write(self.format(record) + "\n")
+            self._file.flush()
+        except Exception:
+            self.handleError(record)
+
+    def close(self) -> None:
+        """Close today's file."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        super().close()
+
+
+def add_daily_file(directory: str | None) -> None:
+    """Also log to `directory/workers-YYYY-MM-DD.log` (nothing when `directory` is None)."""
+    if not directory:
+        return
+    root = logging.getLogger()
+    handler = DailyFileHandler(directory)
+    handler.addFilter(_TraceDefault())
+    handler.setFormatter(root.handlers[0].formatter if root.handlers else logging.Formatter())
+    root.addHandler(handler)

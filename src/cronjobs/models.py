@@ -100,3 +100,20 @@ cronjob_slot = Table(
     Index("ix_cronjob_slot_claimed", "claimed_at"),
     **MYSQL_TABLE_ARGS,
 )
+
+# One row per live worker process, refreshed every heartbeat (SPEC §7).
+cronjob_worker = Table(
+    "cronjob_worker",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", String(1000), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+    Column("jobs_done", Integer, nullable=False, server_default="0"),
+    Column("current_jobs", String(1000), nullable=True),
+    Index("ix_cronjob_worker_seen", "last_seen_at"),
+    **MYSQL_TABLE_ARGS,
+)

@@ -10,13 +10,13 @@ from werkzeug.serving import make_server
 from .app import App
 from .scheduler import run_forever
 from .web import create_app
-from .worker import WorkerProcess, _signal_event
+from .worker import Signals, WorkerProcess
 
 log = logging.getLogger("cronjobs.serve")
 
 
-def serve(app: App, host: str, port: int, threads: int = 4,
-          stop: threading.Event | None = None, on_ready=None) -> int:  # noqa: ANN001
+def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout: float = 30,
+          signals: Signals | None = None, on_ready=None) -> int:  # noqa: ANN001
     """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop.
 
     When no uptime URLs are configured, the built-in uptime task checks this server's
@@ -24,10 +24,11 @@ def serve(app: App, host: str, port: int, threads: int = 4,
 
     Args:
         host, port: where the web front listens (port 0 picks a free port).
-        threads: worker threads.
+        threads: worker threads (one job process each).
+        shutdown_timeout: seconds running jobs may take to finish after SIGTERM.
         on_ready: called with the base URL once everything runs.
     """
-    stop = stop or _signal_event()
+    signals = signals or Signals().install()
     server = make_server(host, port, None, threaded=True)
     url = f"http://{host}:{server.server_port}"
     if not app.settings.uptime_urls:
@@ -41,9 +42,9 @@ def serve(app: App, host: str, port: int, threads: int = 4,
     print(f"cronjobs is running: dashboard at {url}/  (Ctrl-C to stop)", flush=True)
     if on_ready is not None:
         on_ready(url)
-    stop.wait()
+    signals.stop.wait()
     log.info("stopping: scheduler, worker, web")
     scheduler.shutdown(wait=True)
-    worker.stop()
+    worker.shutdown(shutdown_timeout, signals.urgent)
     server.shutdown()
     return 0

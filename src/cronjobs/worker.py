@@ -1,4 +1,13 @@
-"""`cronjobs worker`: Dramatiq consumers in this process, or N child processes of them."""
+"""`cronjobs worker`: Dramatiq consumers in this process, or N child processes of them.
+
+A worker process runs each job in a child process of its own (`runner.ChildRunner`, the
+hard MAX_RUNTIME stop), renews the leases of its running rows, writes a heartbeat every
+10 s, resends lost messages (the sweep) and recycles itself at `--max-jobs`,
+`--memory-limit` or `--time-limit`: it finishes its current jobs and exits 0 so that
+supervisor/systemd start a fresh one. SIGTERM/SIGINT stop intake and let running jobs
+finish for up to `--shutdown-timeout` seconds; jobs still running then are cut off and
+their rows go back to `pending` without using an attempt. A second SIGINT cuts off at once.
+"""
 
 from __future__ import annotations
 
@@ -8,71 +17,203 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import dramatiq
 
+from . import heartbeat
 from .app import App
-from .sweep import Sweeper, sweep
+from .housekeeping import Housekeeper
+from .sweep import sweep
 
 log = logging.getLogger("cronjobs.worker")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """When a worker process recycles itself (None = no limit).
+
+    Attributes:
+        max_jobs: jobs run by this process.
+        memory_mb: resident memory of the process and its job processes, in MB.
+        time_seconds: seconds since the process started.
+    """
+
+    max_jobs: int | None = None
+    memory_mb: float | None = None
+    time_seconds: float | None = None
+
+
+class Signals:
+    """First SIGTERM/SIGINT sets `stop`; a second SIGINT also sets `urgent`."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.urgent = threading.Event()
+
+    def install(self) -> "Signals":
+        """Install the handlers (main thread only)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        return self
+
+    def _on_signal(self, signum, _frame) -> None:  # noqa: ANN001
+        name = signal.Signals(signum).name
+        if self.stop.is_set() and signum == signal.SIGINT:
+            log.warning("second SIGINT: cutting running jobs off now")
+            self.urgent.set()
+        else:
+            log.info("received %s: no new jobs; finishing the running ones", name)
+        self.stop.set()
+
+
 class WorkerProcess:
-    """The consumers of one process: a Dramatiq worker plus the sweeper/lease thread.
+    """The consumers of one process.
 
     Args:
         app: the App (its broker and executor are used).
         queues: queue names to consume.
-        threads: worker threads (jobs run at the same time in this process).
+        threads: jobs run at the same time (one job process each).
+        limits: recycling limits.
+        isolate: run jobs in child processes (the hard MAX_RUNTIME stop); False runs
+            them in the worker threads (tests, debugging).
     """
 
-    def __init__(self, app: App, queues: list[str], threads: int = 8) -> None:
-        self.app, self.queues, self.threads = app, queues, threads
+    def __init__(self, app: App, queues: list[str], threads: int = 8, *,
+                 limits: Limits = Limits(), isolate: bool = True) -> None:
+        self.app, self.queues, self.threads, self.limits = app, queues, threads, limits
+        self.executor = app.executor
+        self.started_at = app.clock.now()
+        self._started = time.monotonic()
+        self.recycle = threading.Event()
+        self.recycle_reason: str | None = None
+        self.status = "running"
+        if isolate:
+            from .runner import ChildRunner
+
+            self.executor.runner = ChildRunner(app.settings, threads)
         app.broker.declare(queues)
-        interval = app.settings.sweep_interval_seconds
-        if app.settings.embedded_broker:
-            interval = min(interval, 2.0)  # other processes cannot reach our in-process broker
-        self.sweeper = Sweeper(app, queues, interval, app.executor)
+        embedded = app.settings.embedded_broker
+        # Other processes cannot reach an in-process broker: the sweep is their delivery.
+        sweep_every = min(app.settings.sweep_interval_seconds, 2.0) if embedded \
+            else app.settings.sweep_interval_seconds
+        self._sweep_idle = 1.0 if embedded else app.settings.sweep_after_seconds
+        self.housekeeper = Housekeeper([
+            ("lease renewal", app.settings.lease_renew_seconds, self.executor.renew_leases),
+            ("heartbeat", heartbeat.HEARTBEAT_SECONDS, self.beat),
+            ("sweep", sweep_every, lambda: sweep(app, queues, idle_seconds=self._sweep_idle)),
+            ("limits", 1.0, self.check_limits),
+        ])
         self.worker = dramatiq.Worker(app.broker.dramatiq, queues=set(queues),
                                       worker_threads=threads, worker_timeout=250)
+        self.executor.on_job_done = self._after_job
 
     def start(self) -> None:
         """Start consuming; rows left pending by a previous run are resent first."""
         self.worker.start()
-        try:
-            idle = 0.0 if self.app.settings.embedded_broker else None
-            sweep(self.app, self.queues, idle_seconds=idle)
-        except Exception as exc:
-            log.warning("initial sweep failed (%s); the sweeper will retry", exc)
-        self.sweeper.start()
-        log.info("worker %s consuming %s with %d thread(s)", self.app.executor.worker_id,
+        for duty in (lambda: sweep(self.app, self.queues, idle_seconds=self._sweep_idle),
+                     self.beat):
+            try:
+                duty()
+            except Exception as exc:  # database down at start: the housekeeper retries
+                log.warning("start-up %s failed (%s); will retry", getattr(duty, "__name__", "sweep"), exc)
+        self.housekeeper.start()
+        log.info("worker %s consuming %s with %d thread(s)", self.executor.worker_id,
                  ",".join(self.queues), self.threads)
 
-    def stop(self, timeout_seconds: float = 30) -> None:
-        """Stop taking messages and wait up to `timeout_seconds` for running jobs."""
-        self.sweeper.stop()
-        self.worker.stop(timeout=int(timeout_seconds * 1000))
+    def beat(self) -> None:
+        """Write the heartbeat."""
+        heartbeat.beat(self.app, self.executor.worker_id, self.queues, self.started_at,
+                       self.status, self.executor.jobs_done, self.executor.running_ids())
+
+    def _after_job(self) -> None:
+        if self.limits.max_jobs is not None and self.executor.jobs_done >= self.limits.max_jobs:
+            self._recycle(f"max-jobs {self.limits.max_jobs} reached")
+
+    def check_limits(self) -> None:
+        """Start recycling when a limit is reached (called every second)."""
+        limits = self.limits
+        if limits.time_seconds is not None and time.monotonic() - self._started >= limits.time_seconds:
+            self._recycle(f"time-limit {limits.time_seconds:g} s reached")
+        if limits.memory_mb is not None:
+            used = self.memory_mb()
+            if used >= limits.memory_mb:
+                self._recycle(f"memory-limit {limits.memory_mb:g} MB reached ({used:.0f} MB)")
+
+    def memory_mb(self) -> float:
+        """Resident memory of this process and its job processes, in MB."""
+        import psutil
+
+        me = psutil.Process()
+        total = me.memory_info().rss
+        for child in me.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total / 1e6
+
+    def _recycle(self, reason: str) -> None:
+        if not self.recycle.is_set():
+            self.recycle_reason = reason
+            self.executor.accepting = False
+            log.info("worker %s recycling: %s (%d jobs done); finishing current jobs, then "
+                     "exit 0", self.executor.worker_id, reason, self.executor.jobs_done)
+            self.recycle.set()
+
+    def shutdown(self, timeout_seconds: float, urgent: threading.Event | None = None) -> None:
+        """Stop intake, let running jobs finish for up to `timeout_seconds`, then cut the
+        rest off (rows back to `pending`, attempt not used) and release everything."""
+        self.status = "stopping"
+        self.executor.accepting = False
+        urgent = urgent or threading.Event()
+        stopper = threading.Thread(target=self.worker.stop,
+                                   kwargs={"timeout": int(timeout_seconds * 1000)}, daemon=True)
+        stopper.start()
+        deadline = time.monotonic() + timeout_seconds
+        while (stopper.is_alive() and self.executor.running_ids()
+               and time.monotonic() < deadline and not urgent.is_set()):
+            time.sleep(0.05)
+        cut = self.executor.cut_off()
+        if cut:
+            log.warning("shutdown: %d job(s) still running after %.0f s cut off, back to "
+                        "pending: %s", len(cut), timeout_seconds, cut)
+            end = time.monotonic() + 15
+            while self.executor.running_ids() and time.monotonic() < end:
+                time.sleep(0.05)
+        stopper.join(10)
+        self.housekeeper.stop()
+        self.executor.runner.close()
+        try:
+            heartbeat.forget(self.app, self.executor.worker_id)
+        except Exception as exc:
+            log.warning("could not remove the heartbeat (%s)", exc)
 
 
-def run_worker(app: App, queues: list[str], threads: int = 8,
-               stop: threading.Event | None = None) -> int:
-    """Consume `queues` in this process until SIGTERM/SIGINT (or `stop` is set); returns 0."""
-    stop = stop or _signal_event()
-    process = WorkerProcess(app, queues, threads)
+def run_worker(app: App, queues: list[str], threads: int = 8, *, limits: Limits = Limits(),
+               shutdown_timeout: float = 30, signals: Signals | None = None,
+               isolate: bool = True) -> int:
+    """Consume `queues` in this process until a signal or a recycling limit; returns 0."""
+    signals = signals or Signals().install()
+    process = WorkerProcess(app, queues, threads, limits=limits, isolate=isolate)
     process.start()
-    stop.wait()
-    log.info("worker %s stopping", app.executor.worker_id)
-    process.stop()
+    while not signals.stop.is_set() and not process.recycle.is_set():
+        signals.stop.wait(0.2)
+    process.shutdown(shutdown_timeout, signals.urgent)
+    if process.recycle_reason:
+        log.info("worker %s exits after recycling: %s", app.executor.worker_id,
+                 process.recycle_reason)
     return 0
 
 
 def run_children(argv: list[str], processes: int, stop: threading.Event | None = None) -> int:
     """Run `processes` child workers (`cronjobs worker ... --processes 1`) and keep them up.
 
-    A child that exits is started again after a pause (growing to 30 s while it keeps
-    failing). SIGTERM/SIGINT are passed on to the children; returns 0 once all ended.
+    A child that exits 0 (recycled) is replaced at once; one that fails is started again
+    after a pause growing to 30 s. SIGTERM/SIGINT are passed on; returns 0 once all ended.
     """
-    stop = stop or _signal_event()
+    signals = Signals().install() if stop is None else None
+    stop = stop or signals.stop
     cmd = [sys.executable, "-m", "cronjobs", *argv, "--processes", "1"]
     children: list[subprocess.Popen | None] = [None] * processes
     pauses = [0.0] * processes
@@ -83,29 +224,18 @@ def run_children(argv: list[str], processes: int, stop: threading.Event | None =
             if child is not None and child.poll() is not None:
                 code = child.returncode
                 pauses[i] = 0.0 if code == 0 else min(30.0, max(1.0, pauses[i] * 2))
-                log.warning("worker child %d exited with %d; restarting in %.0f s", child.pid,
-                            code, pauses[i])
+                (log.info if code == 0 else log.warning)(
+                    "worker child %d exited with %d; starting a new one in %.0f s", child.pid,
+                    code, pauses[i])
                 restart_at[i] = time.monotonic() + pauses[i]
                 children[i] = None
             if children[i] is None and time.monotonic() >= restart_at[i]:
-                children[i] = subprocess.Popen(cmd)
-        stop.wait(0.5)
+                children[i] = subprocess.Popen(cmd, start_new_session=False)
+        stop.wait(0.2)
     for child in children:
         if child is not None and child.poll() is None:
-            child.send_signal(signal.SIGTERM)
+            child.send_signal(signal.SIGINT if signals and signals.urgent.is_set() else signal.SIGTERM)
     for child in children:
         if child is not None:
             child.wait()
     return 0
-
-
-def _signal_event() -> threading.Event:
-    stop = threading.Event()
-
-    def on_signal(signum, _frame) -> None:  # noqa: ANN001
-        log.info("received %s; finishing current jobs", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop

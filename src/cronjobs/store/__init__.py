@@ -30,10 +30,12 @@ from .runtime import (
     set_enabled,
     update_task_status,
 )
+from .workers import beat, forget, list_workers, prune_workers
 
 __all__ = [
     "JOB_COLUMNS", "append_log", "claim_by_id", "claim_next", "count_children", "delete_job",
     "finish_job", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
     "select_by_key", "due_pending", "prune", "prune_slots", "touch", "rescue_stale", "claim_slot", "ensure_runtime",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status",
+    "beat", "forget", "list_workers", "prune_workers",
 ]
