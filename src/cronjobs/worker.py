@@ -200,9 +200,6 @@ def run_worker(app: App, queues: list[str], threads: int = 8, *, limits: Limits 
     while not signals.stop.is_set() and not process.recycle.is_set():
         signals.stop.wait(0.2)
     process.shutdown(shutdown_timeout, signals.urgent)
-    if process.recycle_reason:
-        log.info("worker %s exits after recycling: %s", app.executor.worker_id,
-                 process.recycle_reason)
     return 0
 
 

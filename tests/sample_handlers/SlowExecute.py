@@ -1,0 +1,24 @@
+"""Fault-test handler: sleeps `payload["seconds"]` (default 1) and records one
+`test_effects` row with its start and end times. MAX_RUNTIME 5 s keeps leases short."""
+
+import os
+import time
+
+from sqlalchemy import text
+
+from cronjobs import CronJobHandler
+
+
+class SlowExecute(CronJobHandler):
+    TYPE = "test.slow.execute"
+    MAX_RUNTIME = 5
+    MAX_ATTEMPTS = 5
+
+    def handle(self, payload, job):
+        started = time.time()
+        time.sleep(float(payload.get("seconds", 1)))
+        with self.context.app.engine.begin() as conn:
+            conn.execute(text("INSERT INTO test_effects (job_id, kind, info, pid, started, ended) "
+                              "VALUES (:j, 'slow', '', :p, :s, :e)"),
+                         {"j": job.id, "p": os.getpid(), "s": started, "e": time.time()})
+        return True

@@ -1,0 +1,151 @@
+"""Issue 3 with real processes on MariaDB + Redis: the MAX_RUNTIME alarm for blocked
+handlers, graceful stop, recycling, heartbeats and the daily log file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from cronjobs import queue
+from conftest import REDIS, cli_env, effect_rows, run_cli
+from test_worker_e2e import RECORD, _tail, all_completed, wait_for, worker
+
+pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
+              pytest.mark.slow]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def assert_timed_out(app, job_id: int, kind: str, proc, log) -> None:
+    """The job was stopped within MAX_RUNTIME (2 s) + grace, its process is gone, the row
+    waits for its next attempt, and the worker still serves other jobs."""
+    start = wait_for(lambda: effect_rows(app, kind), 30, f"{kind} effect", proc, log)[0]
+    row = wait_for(lambda: (r := queue.get(job_id, app=app))["error"] and r, 30,
+                   "the timeout", proc, log)
+    stopped_after = (row["updated_at"] - datetime.fromtimestamp(start["started"], timezone.utc).replace(tzinfo=None)).total_seconds()
+    assert stopped_after <= 10, stopped_after
+    assert row["error"].startswith("timeout after 2 s"), row["error"]
+    assert row["status"] == "pending" and row["attempts"] == 1
+    assert row["scheduled_at"] - row["updated_at"] == timedelta(minutes=2)
+    assert not pid_alive(start["pid"]), "the blocked job process was killed"
+    assert "timeout after 2 s" in row["process_logs"]
+    other = queue.dispatch(RECORD, {"tag": "after"}, app=app)
+    wait_for(lambda: queue.get(other, ["status"], app=app)["status"] == "completed", 30,
+             "another job on the same worker", proc, log)
+    assert len(effect_rows(app, kind)) == 1, "no second copy ran"
+
+
+def test_a_handler_sleeping_600_s_is_stopped(make_app, db_url, namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    with worker(db_url, namespace, log, threads=2, CRONJOBS_LOG_LEVEL="INFO") as proc:
+        job_id = queue.dispatch("test.sleep.execute", {"seconds": 600}, app=app)
+        assert_timed_out(app, job_id, "sleep-start", proc, log)
+
+
+def test_a_handler_blocked_in_recv_is_stopped(make_app, db_url, namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel accepts connections; nobody ever answers
+    try:
+        with worker(db_url, namespace, log, threads=2) as proc:
+            job_id = queue.dispatch("test.blockrecv.execute",
+                                    {"port": silent.getsockname()[1]}, app=app)
+            assert_timed_out(app, job_id, "recv-start", proc, log)
+    finally:
+        silent.close()
+
+
+@pytest.mark.parametrize("shutdown_timeout,expected", [(10, "completed"), (1, "pending")])
+def test_sigterm_during_a_5_s_job(make_app, db_url, namespace, tmp_path, shutdown_timeout,
+                                  expected):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    env = cli_env(db_url, namespace, broker_url=REDIS, CRONJOBS_LOG_LEVEL="INFO")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--queues",
+                                 "default", "--threads", "2", "--shutdown-timeout",
+                                 str(shutdown_timeout)], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    job_id = queue.dispatch("test.slow.execute", {"seconds": 4}, app=app)
+    wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "running", 30,
+             "the job to start", proc, log)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, _tail(log)
+    row = queue.get(job_id, app=app)
+    assert row["status"] == expected, (row, _tail(log))
+    if expected == "completed":
+        assert len(effect_rows(app, "slow")) == 1
+    else:
+        assert row["attempts"] == 0, "a cut-off job does not use an attempt"
+        assert "cut off by worker shutdown" in row["process_logs"]
+        assert effect_rows(app, "slow") == []
+        assert "cut off, back to pending" in log.read_text()
+
+
+def test_max_jobs_recycles_with_exit_0(make_app, db_url, namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    env = cli_env(db_url, namespace, broker_url=REDIS, CRONJOBS_LOG_LEVEL="INFO",
+                  CRONJOBS_SWEEP_AFTER_SECONDS="1", CRONJOBS_SWEEP_INTERVAL_SECONDS="1")
+    ids = [queue.dispatch(RECORD, {"tag": i}, app=app) for i in range(30)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--queues",
+                                 "default", "--threads", "1", "--max-jobs", "10"], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+        assert proc.wait(timeout=60) == 0, _tail(log)
+    text = log.read_text()
+    assert text.count("recycling: max-jobs 10 reached") == 1, text
+    done = [r for r in ids if queue.get(r, ["status"], app=app)["status"] == "completed"]
+    assert len(done) == 10
+    with open(log, "ab") as out:  # the next worker (supervisor's job) takes the rest
+        proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--queues",
+                                 "default", "--threads", "2", "--max-jobs", "100"], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for(all_completed(app, 30), 60, "the other 20 jobs", proc, log)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+
+
+def test_heartbeats_and_workers_command(make_app, db_url, namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    env = cli_env(db_url, namespace, broker_url=REDIS)
+    before = run_cli(["workers"], env)
+    assert before.returncode == 1
+    assert "queue 'default' has no live worker" in before.stdout
+    with worker(db_url, namespace, log, threads=2, CRONJOBS_LOG_DIR=str(tmp_path / "logs"),
+                CRONJOBS_LOG_LEVEL="INFO") as proc:
+        queue.dispatch(RECORD, {}, app=app)
+        wait_for(all_completed(app, 1), 30, "one job", proc, log)
+        seen = wait_for(lambda: json.loads(run_cli(["workers", "--json"], env).stdout)["live"],
+                        30, "a heartbeat", proc, log)
+        assert seen[0]["id"].endswith(f":{proc.pid}") and seen[0]["queues"] == "default"
+        listing = run_cli(["workers"], env)
+        assert f":{proc.pid}" in listing.stdout and "live" in listing.stdout
+        assert "queue 'maintenance' has no live worker" in listing.stdout
+        assert "queue 'default'" not in listing.stdout
+    after = json.loads(run_cli(["workers", "--json"], env).stdout)
+    assert after["live"] == [] and after["dead"] == [], "a clean stop removes the heartbeat"
+    files = list((tmp_path / "logs").glob("workers-*.log"))
+    assert len(files) == 1 and files[0].name == f"workers-{datetime.now(timezone.utc):%Y-%m-%d}.log"
+    assert "job 1 finish type=test.record.execute status=completed" in files[0].read_text()
