@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test services clean
+.PHONY: run test test-faults services clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ run: $(STAMP)
 ## test: install with test extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up, run every test
 test: $(STAMP) services
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+## test-faults: only the fault-injection runs (make test runs them too)
+test-faults: $(STAMP) services
+	$(BIN)/python -m pytest -p no:cacheprovider -m faults -s tests/test_faults.py
 
 services:
 	bash scripts/services.sh

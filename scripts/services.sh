@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the servers the tests use are up; start (and if missing, install) them.
+# Also installs Debian's supervisor (the recycling test runs a real supervisord).
 # Fails loudly when one still does not answer. Commands from ../shared/services.md.
 set -u
 need_apt=0
@@ -13,7 +14,7 @@ start_postgres() { pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql
 start_redis()    { redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log; }
 start_rabbitmq() { rabbitmq-server -detached; }
 
-for bin in mariadbd:mariadb-server pg_ctlcluster:postgresql redis-server:redis-server rabbitmq-server:rabbitmq-server; do
+for bin in mariadbd:mariadb-server pg_ctlcluster:postgresql redis-server:redis-server rabbitmq-server:rabbitmq-server supervisord:supervisor; do
   exe=${bin%%:*}; pkg=${bin##*:}
   if ! command -v "$exe" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$exe" ]; then
     echo "services: $exe missing; installing $pkg"
@@ -21,7 +22,7 @@ for bin in mariadbd:mariadb-server pg_ctlcluster:postgresql redis-server:redis-s
   fi
 done
 if [ "$need_apt" = 1 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server postgresql redis-server rabbitmq-server
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server postgresql redis-server rabbitmq-server supervisor
 fi
 
 fail=0

@@ -1,0 +1,73 @@
+"""deploy/: the supervisor and systemd files name the same commands and flags, restart
+on exit, treat exit 0 as expected, and wait longer than the worker's shutdown timeout."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+import subprocess
+import sys
+
+from conftest import ROOT
+
+DEPLOY = ROOT / "deploy"
+
+
+def supervisor_programs() -> dict[str, dict]:
+    conf = configparser.RawConfigParser()
+    conf.read(DEPLOY / "supervisor" / "cronjobs.conf")
+    return {s.removeprefix("program:"): dict(conf[s]) for s in conf.sections()
+            if s.startswith("program:")}
+
+
+def systemd_unit(name: str) -> dict:
+    conf = configparser.RawConfigParser(strict=False)
+    conf.optionxform = str
+    conf.read(DEPLOY / "systemd" / name)
+    return dict(conf["Service"])
+
+
+def cronjobs_args(command: str) -> list[str]:
+    argv = shlex.split(command)
+    assert argv[0].endswith("/cronjobs"), argv
+    return argv[1:]
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_workers_and_scheduler_are_in_step():
+    programs = supervisor_programs()
+    worker_unit = systemd_unit("cronjobs-worker@.service")
+    scheduler_unit = systemd_unit("cronjobs-scheduler.service")
+    workers = {n: p for n, p in programs.items() if n.startswith("cronjobs-worker-")}
+    assert set(workers) == {"cronjobs-worker-default", "cronjobs-worker-maintenance"}
+    for name, program in workers.items():
+        queue = name.removeprefix("cronjobs-worker-")
+        args = cronjobs_args(program["command"])
+        unit_args = cronjobs_args(worker_unit["ExecStart"].replace("%i", queue))
+        same = [a for a in args if a not in ("--threads", flag(args, "--threads"))]
+        unit_same = [a for a in unit_args if a not in ("--threads", flag(unit_args, "--threads"))]
+        assert same == unit_same, (name, args, unit_args)
+        timeout = float(flag(args, "--shutdown-timeout"))
+        assert float(program["stopwaitsecs"]) > timeout
+        assert float(worker_unit["TimeoutStopSec"]) > timeout
+        assert program["autorestart"] == "true" and program["exitcodes"] == "0"
+    assert cronjobs_args(programs["cronjobs-scheduler"]["command"]) == \
+        cronjobs_args(scheduler_unit["ExecStart"]) == ["scheduler"]
+    for unit in (worker_unit, scheduler_unit):
+        assert unit["Restart"] == "always" and unit["KillMode"] == "mixed"
+
+
+def test_deployed_commands_parse():
+    """Every command line the files name is accepted by the CLI (`--help` after it)."""
+    commands = [p["command"] for p in supervisor_programs().values()]
+    commands.append(systemd_unit("cronjobs-worker@.service")["ExecStart"].replace("%i", "default"))
+    for command in commands:
+        args = cronjobs_args(command)
+        out = subprocess.run([sys.executable, "-m", "cronjobs", args[0], "--help"],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        for option in (a for a in args if a.startswith("--")):
+            assert option in out.stdout, (option, args[0])
