@@ -50,6 +50,15 @@ def register(type: str, handler_class: type, source: str = "register()") -> None
     if not isinstance(type, str) or stage not in STAGES or "." not in type:
         raise HandlerError(f"{_name(handler_class)}: TYPE {type!r} must be dotted and end in "
                            f".discover or .execute")
+    for name, low in (("MAX_ATTEMPTS", 1), ("MAX_RUNTIME", 0)):
+        value = getattr(handler_class, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low \
+                or (name == "MAX_ATTEMPTS" and not isinstance(value, int)) \
+                or (name == "MAX_RUNTIME" and value == 0):
+            raise HandlerError(f"{_name(handler_class)}: {name} must be "
+                               f"{'an integer >= 1' if low else 'a number of seconds > 0'}, got {value!r}")
+    if handler_class.handle is CronJobHandler.handle:
+        raise HandlerError(f"{_name(handler_class)} does not implement handle(payload, job)")
     if handler_class.FREQUENCY is not None:
         try:
             check_frequency(handler_class.FREQUENCY)
@@ -132,17 +141,36 @@ def load(settings: Any = None, *, force: bool = False) -> None:
     with _lock:
         if _loaded and not force:
             return
-        _loaded = True
-        if settings is None:
-            from cronjobs.config import Settings
+        _loaded = True  # set first: handler modules may look handlers up while loading
+        try:
+            _load_all(settings)
+        except Exception:
+            _handlers.clear()
+            _sources.clear()
+            _loaded = False
+            raise
 
-            settings = Settings.load()
-        import handlers as builtin
 
-        _scan_package(builtin, "builtin")
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            _register_object(ep.load(), f"entry point {ep.name} ({ep.value})")
-        for folder in settings.handler_paths:
+def _load_all(settings: Any) -> None:
+    if settings is None:
+        from cronjobs.config import Settings
+
+        settings = Settings.load()
+    import handlers as builtin
+
+    _scan_package(builtin, "builtin")
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise HandlerError(f"cannot load entry point {ep.name} ({ep.value}): "
+                               f"{_one_line(exc)}") from None
+        _register_object(obj, f"entry point {ep.name} ({ep.value})")
+    seen: set[Path] = set()
+    for folder in settings.handler_paths:
+        path = Path(folder).resolve()
+        if path not in seen:  # the same folder named twice is scanned once
+            seen.add(path)
             _scan_folder(Path(folder))
 
 
@@ -166,9 +194,19 @@ def class_name(cls: type) -> str:
 _name = class_name
 
 
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
 def _scan_package(package: ModuleType, source: str) -> None:
     for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        try:
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+        except Exception as exc:
+            raise HandlerError(f"cannot load handler module {package.__name__}.{info.name}: "
+                               f"{_one_line(exc)}") from None
         _register_module(module, f"{source}: {info.name}.py")
 
 
@@ -183,7 +221,11 @@ def _scan_folder(folder: Path) -> None:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise HandlerError(f"cannot load handler file {path}: {_one_line(exc)}") from None
         _register_module(module, str(path))
 
 

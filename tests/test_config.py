@@ -168,3 +168,31 @@ def test_bad_task_frequency_is_refused_at_load(in_tmp, frequency):
         Settings.load(environ={})
     assert "tasks.acme-quotasync.frequency" in str(info.value)
     assert repr(frequency) in str(info.value)
+
+
+@pytest.mark.parametrize("environ,message", [
+    ({"CRONJOBS_BROKER_URL": "ftp://x"}, "unsupported broker URL 'ftp://x'"),
+    ({"CRONJOBS_DATABASE_URL": "nonsense"}, "not a database URL: 'nonsense'"),
+])
+def test_bad_urls_are_refused_at_load(environ, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        Settings.load(environ=environ)
+
+
+@pytest.mark.parametrize("toml,message", [
+    ("tasks = 3\n", "'tasks' in .* must be a table"),
+    ('[tasks.x]\nenabled = "yes"\n', "invalid setting tasks.x.enabled='yes'"),
+])
+def test_bad_task_tables(toml, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cronjobs.toml").write_text(toml)
+    with pytest.raises(ConfigError, match=message):
+        Settings.load(environ={})
+
+
+def test_a_toml_file_that_is_not_utf8(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cronjobs.toml").write_bytes(b"timezone = '\xff'\n")
+    with pytest.raises(ConfigError, match="cannot read cronjobs.toml"):
+        Settings.load(environ={})

@@ -185,3 +185,11 @@ def test_a_connection_dropped_by_the_server_is_replaced(make_app, caplog):
         second = queue.dispatch("test.shape.execute", {})
     assert "transient database error, retrying" in caplog.text, "the dead connection was used"
     assert second > first and queue.get(second)["status"] == "pending"
+
+
+def test_ids_are_never_reused(make_app):
+    app = make_app()
+    first = queue.dispatch("test.shape.execute", {})
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_queue.delete().where(cronjob_queue.c.id == first))
+    assert queue.dispatch("test.shape.execute", {}) > first

@@ -209,3 +209,75 @@ def test_process_runs_a_row_here_and_now(make_app):
         claimed = store.claim_by_id(conn, claimed_id, T0, "me:1", app.executor.lease_seconds)
     assert queue.process(claimed) is True
     assert queue.get(claimed_id)["result_payload"] == '{"answer": 42}'
+
+
+@BACKENDS
+@pytest.mark.parametrize("value,error", [
+    ({"success": True, "status": "exploded"}, "handler returned unknown status 'exploded'"),
+    ({"success": True, "result": [1, 2]}, "handler returned a result of type list"),
+    ({"success": True, "result": {"x": float("nan")}}, "could not record the outcome (ValueError"),
+    ({"success": True, "result": {"x": "y" * 1_000_001}}, "result is 1000010 characters of JSON"),
+])
+def test_odd_results_fail_the_row_with_a_reason(make_app, value, error):
+    import registry
+    from cronjobs import CronJobHandler
+
+    class OddExecute(CronJobHandler):
+        TYPE = "test.odd.execute"
+
+        def handle(self, payload, job):
+            return value
+
+    app = make_app(clock=FrozenClock(T0))
+    registry.register(OddExecute.TYPE, OddExecute)
+    job_id = queue.dispatch("test.odd.execute", {})
+    app.executor.run_id(job_id)
+    row = queue.get(job_id)
+    assert row["status"] == "failed" and error in row["error"], row["error"]
+
+
+@BACKENDS
+@pytest.mark.parametrize("raise_", [SystemExit(3), KeyboardInterrupt()])
+def test_base_exceptions_from_a_handler_fail_the_row_not_the_worker(make_app, raise_):
+    import registry
+    from cronjobs import CronJobHandler
+
+    class ExitExecute(CronJobHandler):
+        TYPE = "test.exit.execute"
+
+        def handle(self, payload, job):
+            raise raise_
+
+    app = make_app(clock=FrozenClock(T0))
+    registry.register(ExitExecute.TYPE, ExitExecute)
+    job_id = queue.dispatch("test.exit.execute", {}, max_attempts=1)
+    app.executor.run_id(job_id)
+    row = queue.get(job_id)
+    assert row["status"] == "failed" and row["error"].startswith(type(raise_).__name__)
+
+
+def test_retry_later_delay_is_bounded():
+    from cronjobs import RetryLater
+
+    with pytest.raises(ValueError, match="one year"):
+        RetryLater(10**12)
+    with pytest.raises(ValueError, match="one year"):
+        RetryLater(-1)
+
+
+@BACKENDS
+def test_a_completed_retry_clears_the_old_error(make_app):
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    job_id = queue.dispatch("test.shape.execute", {"shape": "raise"})
+    app.executor.run_id(job_id)
+    assert queue.get(job_id)["error"]
+    with app.engine.begin() as conn:
+        from cronjobs.models import cronjob_queue as q
+
+        conn.execute(q.update().where(q.c.id == job_id).values(payload='{"shape": "true"}'))
+    clock.advance(120)
+    app.executor.run_id(job_id)
+    row = queue.get(job_id)
+    assert row["status"] == "completed" and row["error"] is None
+    assert "ValueError: boom from handler" in row["process_logs"], "history stays in the log"

@@ -130,6 +130,23 @@ def test_make_run_serves_dashboard_does_uptime_work_and_stops_cleanly(tmp_path: 
         assert status == 200 and ctype.startswith("text/html")
         assert "<table" in page and "<td>http-uptime</td>" in page
 
+        # 4b. a job dispatched by another process (the CLI) is delivered within seconds:
+        # the in-process broker cannot reach it, the embedded sweep (every 2 s) does
+        cli = subprocess.run([str(ROOT / ".venv" / "bin" / "cronjobs"), "dispatch",
+                              "http.uptime.execute", "--payload",
+                              json.dumps({"url": base + "/health"})],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        job_id = int(cli.stdout)
+        sent = time.monotonic()
+        while time.monotonic() - sent < 10:
+            _, _, body = _fetch(f"{base}/api/jobs/{job_id}")
+            if json.loads(body)["status"] == "completed":
+                break
+            time.sleep(0.2)
+        assert json.loads(body)["status"] == "completed", body
+        assert time.monotonic() - sent < 8, "delivered by the embedded sweep within seconds"
+
         # 5. SIGTERM to serve (make's child, thanks to `exec`): make exits with serve's 0
         serve = [pid for pid in _children(make.pid) if "cronjobs" in _cmdline(pid)]
         assert len(serve) == 1, [(p, _cmdline(p)) for p in _children(make.pid)]

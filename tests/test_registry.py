@@ -350,3 +350,43 @@ def test_reset_forgets_and_unregister_removes(fresh):
     registry.load(Settings())
     assert registry.resolve_handler("acme.temp.execute") is None
     assert set(registry.registered_handlers()) == set(BUILTIN)
+
+
+@pytest.mark.parametrize("body,message", [
+    ("MAX_ATTEMPTS = 0", "MAX_ATTEMPTS must be an integer >= 1, got 0"),
+    ("MAX_RUNTIME = -1", "MAX_RUNTIME must be a number of seconds > 0, got -1"),
+    ("pass", "does not implement handle(payload, job)"),
+])
+def test_bad_handler_classes_are_refused(body, message):
+    import textwrap
+
+    from cronjobs import CronJobHandler
+
+    namespace = {"CronJobHandler": CronJobHandler}
+    code = f"class BadExecute(CronJobHandler):\n    TYPE = 'bad.one.execute'\n    {body}\n"
+    if body != "pass":
+        code += "    def handle(self, payload, job):\n        return True\n"
+    exec(textwrap.dedent(code), namespace)
+    with pytest.raises(HandlerError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        registry.register("bad.one.execute", namespace["BadExecute"])
+
+
+def test_a_broken_handler_file_is_one_clear_error(tmp_path):
+    from cronjobs.config import Settings
+
+    (tmp_path / "BrokenExecute.py").write_text("def nope(:\n")
+    registry.reset()
+    with pytest.raises(HandlerError, match=r"cannot load handler file .*BrokenExecute.py: SyntaxError"):
+        registry.load(Settings(handler_paths=(str(tmp_path),)))
+    assert not registry._loaded, "a failed load is not half-remembered"
+
+
+def test_the_same_folder_twice_is_scanned_once(tmp_path):
+    from cronjobs.config import Settings
+
+    (tmp_path / "OneExecute.py").write_text(
+        "from cronjobs import CronJobHandler\n\nclass OneExecute(CronJobHandler):\n"
+        "    TYPE = 'one.one.execute'\n\n    def handle(self, payload, job):\n        return True\n")
+    registry.reset()
+    registry.load(Settings(handler_paths=(str(tmp_path), str(tmp_path) + "/")))
+    assert "one.one.execute" in registry.registered_handlers()

@@ -46,6 +46,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["parent_id"], ["cronjob_queue.id"], ondelete="CASCADE",
                                 name="fk_cronjob_queue_parent"),
         sa.UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
+        sqlite_autoincrement=True,  # never reuse the id of a deleted row
         **MYSQL,
     )
     op.create_index("ix_cronjob_queue_claim", "cronjob_queue", ["queue", "status", "priority", "id"])

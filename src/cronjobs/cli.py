@@ -15,22 +15,63 @@ JOB_ID = click.IntRange(max=2**63 - 1)  # a BIGINT; a larger id is a usage error
 
 
 class Group(click.Group):
-    """Turns every `CronjobsError` into `error: <message>` and exit status 2."""
+    """Turns bad input into one line `error: <message>` and exit status 2: our own
+    `CronjobsError`s and click's usage errors alike. A database that cannot be reached
+    is one line and exit status 1."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
+        from sqlalchemy.exc import DBAPIError
+
         try:
             return super().invoke(ctx)
         except CronjobsError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            _fail(str(exc), EXIT_BAD_INPUT)
+        except DBAPIError as exc:
+            text = str(exc.orig).splitlines()[0] if exc.orig else str(exc)
+            if "no such table" in text or "doesn't exist" in text or "does not exist" in text:
+                _fail(f"the database has no cronjobs tables ({text}); run `cronjobs migrate`",
+                      EXIT_BAD_INPUT)
+            _fail(f"database error: {text}", 1)
+
+    def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        """Run the CLI; a usage error is printed as one line (no usage block)."""
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            _fail(exc.format_message() + hint, EXIT_BAD_INPUT)
+        except click.exceptions.Abort:
+            _fail("aborted", 1)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _app():  # noqa: ANN202
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _app(create: bool = False, database: bool = True):  # noqa: ANN202
+    """The App. A command that uses the database needs an existing SQLite file unless it
+    may `create` one (so a typo in the path or the wrong folder is an error, not a new
+    empty database)."""
     from . import logs
     from .app import current
+    from .errors import ConfigError
 
     app = current()
     logs.setup(app.settings.log_level)
+    url = app.engine.url
+    if database and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        from pathlib import Path
+
+        path = Path(url.database)
+        if not create and not path.exists():
+            raise ConfigError(f"database file {str(path.resolve())!r} does not exist; run "
+                              f"`cronjobs migrate` first (CRONJOBS_DATABASE_URL={url})")
+        if create and not path.parent.is_dir():
+            raise ConfigError(f"folder of the database file does not exist: {str(path.parent)!r}")
     return app
 
 
@@ -77,7 +118,7 @@ def migrate() -> None:
     """Create or upgrade the tables (Alembic, to the newest revision)."""
     from .migrate import current as revision, upgrade
 
-    app = _app()
+    app = _app(create=True)
     upgrade(app.engine)
     click.echo(f"database at revision {revision(app.engine)} ({app.engine.url.render_as_string()})")
 
@@ -88,7 +129,7 @@ def list_handlers(as_json: bool) -> None:
     """Every registered handler: type, task, class, source, frequency, limits, available."""
     from .handler import task_name
 
-    app = _app()
+    app = _app(database=False)
     registry = _registry(app)
     rows = []
     for job_type, cls in sorted(registry.registered_handlers().items()):
@@ -132,6 +173,9 @@ def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON ({exc.msg}): {payload!r}",
                                  param_hint="--payload") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"must be a JSON object like '{{\"key\": 1}}', got {payload!r}",
+                                 param_hint="--payload")
     when = _parse_time(scheduled_at, "--at")
     app = _app()
     if _registry(app).resolve_handler(job_type) is None:
@@ -218,7 +262,11 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
 
     app = _app()
     logs.add_daily_file(log_dir or app.settings.log_dir)
-    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else app.queues()
+    names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
+    if not names:
+        raise click.BadParameter(f"no queue names in {queues!r}", param_hint="--queues")
+    for name in set(names) - set(app.queues()):
+        click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
     if processes > 1:
         argv = ["worker", "--queues", ",".join(names), "--threads", str(threads),
                 "--shutdown-timeout", str(shutdown_timeout)]
@@ -268,7 +316,7 @@ def serve(host: str | None, port: int | None, threads: int, shutdown_timeout: fl
     from .migrate import upgrade
     from .serve import serve as run
 
-    app = _app()
+    app = _app(create=True)
     upgrade(app.engine)
     sys.exit(run(app, host or app.settings.dashboard_host,
                  app.settings.dashboard_port if port is None else port, threads,

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .errors import ConfigError
 
@@ -31,7 +31,7 @@ class TaskSettings(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
     frequency: str | None = None
 
     @field_validator("frequency")
@@ -93,6 +93,28 @@ class Settings(BaseModel):
             return tuple(u.strip() for u in value.split(",") if u.strip())
         return value
 
+    @field_validator("broker_url")
+    @classmethod
+    def _check_broker(cls, value: str) -> str:
+        schemes = ("memory://", "redis://", "rediss://", "unix://", "amqp://", "amqps://")
+        if not value.startswith(schemes):
+            raise ValueError(f"unsupported broker URL {value!r}: use memory://, redis://... "
+                             f"or amqp://...")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database(cls, value: str) -> str:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except ArgumentError:
+            raise ValueError(f"not a database URL: {value!r} (e.g. sqlite:///cronjobs.db, "
+                             f"mysql+pymysql://user:pw@host/db)") from None
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _check_timezone(cls, value: str) -> str:
@@ -143,9 +165,8 @@ class Settings(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            raise ConfigError(
-                f"invalid setting {field}={err.get('input')!r}: {err['msg']}"
-            ) from None
+            message = err["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"invalid setting {field}={err.get('input')!r}: {message}") from None
 
 
 def _known_fields() -> list[str]:
@@ -174,13 +195,16 @@ def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     fields = _known_fields()
     for key in data:
         if key not in fields:
             raise ConfigError(f"unknown key {key!r} in {path}{_hint(key, fields)}")
     task_keys = list(TaskSettings.model_fields)
+    if not isinstance(data.get("tasks", {}), dict):
+        raise ConfigError(f"'tasks' in {path} must be a table of [tasks.<task>] tables, "
+                          f"got {data['tasks']!r}")
     for task, table in (data.get("tasks") or {}).items():
         if not isinstance(table, dict):
             raise ConfigError(f"[tasks.{task}] in {path} must be a table, got {table!r}")

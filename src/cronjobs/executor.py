@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.exc import DBAPIError
+
 from . import store
 from .db import run_in_transaction
-from .errors import JobNotFound, JobStateError
+from .errors import JobNotFound, JobStateError, StoreError
 from .handler import Job
 from .outcome import Outcome, backoff_seconds, from_exception, from_return
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("cronjobs.worker")
+
+MAX_RESULT_CHARS = 1_000_000  # a stored result beyond this is refused (packet limits)
 
 
 def default_worker_id() -> str:
@@ -74,7 +78,7 @@ def call_handler(app: "App", job: Job) -> Outcome:
     try:
         handler = cls(JobContext(app, job))
         return from_return(handler.handle(job.payload, job), handler)
-    except Exception as exc:  # the handler's failure is the row's business
+    except BaseException as exc:  # even SystemExit: the handler's failure is the row's business
         outcome = from_exception(exc)
         if outcome.kind != "retry_later":
             log.warning("job %s raised %s", job.id, outcome.error, extra={"trace_id": job.id})
@@ -123,9 +127,9 @@ class Executor:
 
     def run_next(self, queue: str) -> JobReport | None:
         """Claim the best due row of `queue` and run it; None when nothing is due."""
-        now = self.app.clock.now()
+        # `now` is read inside the transaction, after any wait for a lock (SQLite).
         row = run_in_transaction(self.app.engine, lambda c: store.claim_next(
-            c, queue, now, self.worker_id, self.lease_seconds))
+            c, queue, self.app.clock.now(), self.worker_id, self.lease_seconds))
         return None if row is None else self.run_claimed(row)
 
     def run_id(self, job_id: int) -> JobReport:
@@ -135,9 +139,8 @@ class Executor:
             JobNotFound: no such row.
             JobStateError: the row is not `pending`.
         """
-        now = self.app.clock.now()
         row = run_in_transaction(self.app.engine, lambda c: store.claim_by_id(
-            c, job_id, now, self.worker_id, self.lease_seconds))
+            c, job_id, self.app.clock.now(), self.worker_id, self.lease_seconds))
         if row is None:
             with self.app.engine.connect() as conn:
                 current = store.get_job(conn, job_id, ["status"])
@@ -154,7 +157,14 @@ class Executor:
         started = time.monotonic()
         outcome = self._call(job)
         duration_ms = (time.monotonic() - started) * 1000
-        status = self.finish(job, outcome, duration_ms)
+        try:
+            status = self.finish(job, outcome, duration_ms)
+        except (DBAPIError, StoreError):
+            raise  # the database stayed down: the lease expires, recover_stale takes it back
+        except Exception as exc:  # an outcome we cannot store must still end the row
+            error = f"could not record the outcome ({type(exc).__name__}: {exc})"
+            log.warning("job %s: %s", job.id, error, extra={"trace_id": job.id})
+            status = self.finish(job, Outcome("fatal", error=error, log=error), duration_ms)
         self.jobs_done += 1
         log.info("job %s finish type=%s status=%s duration_ms=%.1f", job.id, job.type, status,
                  duration_ms, extra={"trace_id": job.id})
@@ -223,9 +233,12 @@ class Executor:
     def _next_state(self, job: Job, outcome: Outcome, now: datetime) -> tuple[dict, str, float]:
         values: dict[str, Any] = {"updated_at": now, "locked_until": None}
         if outcome.result is not None:
-            values["result_payload"] = json.dumps(outcome.result, default=str)
-        if outcome.error is not None:
-            values["error"] = outcome.error[:65000]
+            text = json.dumps(outcome.result, default=str, allow_nan=False)
+            if len(text) > MAX_RESULT_CHARS:
+                raise ValueError(f"result is {len(text)} characters of JSON; the limit is "
+                                 f"{MAX_RESULT_CHARS}")
+            values["result_payload"] = text
+        values["error"] = outcome.error[:65000] if outcome.error is not None else None
         kind, delay = outcome.kind, 0.0
         if kind == "cut_off":  # the worker stopped before the job ended: attempt not used
             values.update(status="pending", attempts=job.attempts - 1, scheduled_at=None)
@@ -249,10 +262,6 @@ class Executor:
         After `give_up_seconds` the error is raised; the row then stays `running` until
         its lease expires and `recover_stale` takes it back (nothing is lost).
         """
-        from sqlalchemy.exc import DBAPIError
-
-        from .errors import StoreError
-
         pause, deadline = 3.0, time.monotonic() + give_up_seconds
         while True:
             try:

@@ -11,6 +11,7 @@ from markupsafe import Markup
 
 STAGES = ("discover", "execute")
 FREQUENCIES = ("minute", "hour", "day", "month")
+MAX_RETRY_LATER_SECONDS = 366 * 24 * 3600
 
 
 class RetryLater(Exception):
@@ -24,8 +25,9 @@ class RetryLater(Exception):
 
     def __init__(self, delay: float | timedelta = 60, reason: str | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if seconds < 0:
-            raise ValueError(f"RetryLater delay must not be negative, got {delay!r}")
+        if not 0 <= seconds <= MAX_RETRY_LATER_SECONDS:
+            raise ValueError(f"RetryLater delay must be 0 to {MAX_RETRY_LATER_SECONDS} seconds "
+                             f"(one year), got {delay!r}")
         self.delay_seconds = seconds
         self.reason = reason
         super().__init__(f"retry later in {seconds:g} s" + (f": {reason}" if reason else ""))

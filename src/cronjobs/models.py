@@ -69,6 +69,7 @@ cronjob_queue = Table(
     Index("ix_cronjob_queue_status_finished", "status", "finished_at"),
     Index("ix_cronjob_queue_parent", "parent_id"),
     Index("ix_cronjob_queue_type", "type"),
+    sqlite_autoincrement=True,  # never reuse the id of a deleted row
     **MYSQL_TABLE_ARGS,
 )
 

@@ -37,6 +37,13 @@ def from_return(value: Any, handler: CronJobHandler) -> Outcome:
         return Outcome("failed", error=error, log=f"returned False: {error}")
     if isinstance(value, dict) and isinstance(value.get("success"), bool):
         result = value.get("result")
+        status = value.get("status")
+        if result is not None and not isinstance(result, dict):
+            error = f"handler returned a result of type {type(result).__name__}; expected a dict"
+            return Outcome("fatal", error=error, log=error)
+        if status not in (None, "cancelled", "completed"):
+            error = f"handler returned unknown status {status!r}; expected 'cancelled' or none"
+            return Outcome("fatal", result=result, error=error, log=error)
         if value["success"]:
             if value.get("status") == "cancelled":
                 return Outcome("cancelled", result=result, log=_reason("cancelled", result))

@@ -22,6 +22,7 @@ from .errors import HandlerNotFound
 from .slots import Slot, current_slot, is_cron, slots_between
 
 log = logging.getLogger("cronjobs.scheduler")
+_warned: set[str] = set()  # unknown [tasks.x] names already reported by this process
 
 
 @dataclass
@@ -64,7 +65,12 @@ def task_infos(app: App) -> list[TaskInfo]:
     with app.engine.connect() as conn:
         runtimes = store.list_runtimes(conn)
     infos = []
-    for task, job_type in registry.tasks().items():
+    known = registry.tasks()
+    for task in set(app.settings.tasks) - set(known) - _warned:
+        _warned.add(task)
+        log.warning("[tasks.%s] in the settings names no registered task (tasks: %s)", task,
+                    ", ".join(sorted(known)))
+    for task, job_type in known.items():
         cls = registry.resolve_handler(job_type)
         cfg = app.settings.task(task)
         runtime = runtimes.get(task)
@@ -213,6 +219,7 @@ def run_forever(app: App, stop: threading.Event | None = None, *, background: bo
     scheduler.add_job(safe_tick, CronTrigger(second=0, timezone="UTC"), max_instances=1,
                       coalesce=True, misfire_grace_time=50, id="cronjobs-tick")
     scheduler.start()
+    log.info("scheduler started: ticking at second 0 of every minute (UTC)")
     safe_tick()  # do not wait up to a minute for the first tick
     if background:
         return scheduler

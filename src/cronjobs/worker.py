@@ -106,6 +106,9 @@ class WorkerProcess:
         ])
         self.worker = dramatiq.Worker(app.broker.dramatiq, queues=set(queues),
                                       worker_threads=threads, worker_timeout=250)
+        # Hold no more messages than threads: a message waiting behind a busy thread in
+        # this process would otherwise sit there while another worker is idle.
+        self.worker.queue_prefetch = threads
         self.executor.on_job_done = self._after_job
 
     def start(self) -> None:

@@ -1,0 +1,71 @@
+"""Setup mistakes a new user makes get one line on stderr and a non-zero exit, never a
+traceback, and nothing is created by accident."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import run_cli
+
+
+def env_for(tmp_path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONJOBS_")}
+    env.update(extra)
+    return env
+
+
+def one_line_error(out, code: int = 2) -> str:
+    assert out.returncode == code, (out.returncode, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert "Traceback" not in out.stderr
+    return lines[0]
+
+
+def test_missing_database_file_is_not_created(tmp_path):
+    out = run_cli(["dispatch", "http.uptime.execute"], env_for(tmp_path), cwd=tmp_path)
+    line = one_line_error(out)
+    assert "does not exist; run `cronjobs migrate` first" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_database_without_tables(tmp_path):
+    (tmp_path / "cronjobs.db").touch()
+    line = one_line_error(run_cli(["tasks"], env_for(tmp_path), cwd=tmp_path))
+    assert "has no cronjobs tables" in line and "cronjobs migrate" in line
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ({"CRONJOBS_DATABASE_URL": "nonsense"}, "not a database URL: 'nonsense'"),
+    ({"CRONJOBS_BROKER_URL": "ftp://x"}, "unsupported broker URL 'ftp://x'"),
+    ({"CRONJOBS_DATABASE_URL": "sqlite:////no/such/dir/x.db"}, "does not exist"),
+])
+def test_bad_settings(tmp_path, extra, needle):
+    assert needle in one_line_error(run_cli(["tasks"], env_for(tmp_path, **extra), cwd=tmp_path))
+
+
+def test_migrate_into_a_missing_folder(tmp_path):
+    env = env_for(tmp_path, CRONJOBS_DATABASE_URL="sqlite:////no/such/dir/x.db")
+    assert "folder of the database file does not exist" in one_line_error(
+        run_cli(["migrate"], env, cwd=tmp_path))
+
+
+def test_broken_handler_file(tmp_path):
+    folder = tmp_path / "h"
+    folder.mkdir()
+    (folder / "BrokenExecute.py").write_text("import no_such_module_here\n")
+    line = one_line_error(run_cli(["list-handlers"], env_for(tmp_path, CRONJOBS_HANDLER_PATHS=str(folder)),
+                                  cwd=tmp_path))
+    assert "cannot load handler file" in line and "ModuleNotFoundError" in line
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["get", "abc"], "Invalid value for 'JOB_ID'"),
+    (["dispatch"], "Missing argument 'JOB_TYPE'"),
+    (["worker", "--bogus"], "No such option '--bogus'. (see `cronjobs worker --help`)"),
+    (["dispatch", "http.uptime.execute", "--payload", "null"], "must be a JSON object"),
+])
+def test_usage_errors_are_one_line(tmp_path, args, needle):
+    assert needle in one_line_error(run_cli(args, env_for(tmp_path), cwd=tmp_path))
