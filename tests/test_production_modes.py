@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.models import cronjob_queue
-from conftest import cli_env
+from conftest import cli_env, effect_rows
+from test_faults import report
 from test_worker_e2e import RECORD, all_completed, wait_for, worker
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
@@ -34,13 +36,49 @@ def amqp_url():
 
 
 @MARIADB
-def test_worker_on_rabbitmq(make_app, db_url, namespace, amqp_url, tmp_path):
+def test_worker_on_rabbitmq_500_jobs(make_app, db_url, namespace, amqp_url, tmp_path):
     app = make_app(broker_url=amqp_url)
     log = tmp_path / "worker.log"
-    with worker(db_url, namespace, log, threads=4, broker_url=amqp_url) as proc:
-        ids = [queue.dispatch(RECORD, {"tag": i}, app=app, priority=i % 3) for i in range(50)]
-        wait_for(all_completed(app, 50), 90, "50 jobs completed over RabbitMQ", proc, log)
-    assert len(ids) == 50
+    with worker(db_url, namespace, log, threads=8, broker_url=amqp_url) as proc:
+        ids = queue.dispatch_many([{"type": RECORD, "payload": {"tag": i}} for i in range(500)],
+                                  app=app)
+        wait_for(all_completed(app, 500), 120, "500 jobs completed over RabbitMQ", proc, log)
+    assert sorted(e["job_id"] for e in effect_rows(app, "record")) == ids, "each ran once"
+
+
+@MARIADB
+def test_rabbitmq_one_thread_runs_by_priority_then_age(make_app, db_url, namespace, amqp_url,
+                                                       tmp_path):
+    app = make_app(broker_url=amqp_url)
+    rng = random.Random(7)
+    priorities = {queue.dispatch(RECORD, {"tag": i}, priority=rng.randint(1, 9), app=app): 0
+                  for i in range(100)}
+    rows = {r["id"]: r["priority"] for r in (queue.get(i, ["id", "priority"], app=app)
+                                             for i in priorities)}
+    expected = sorted(rows, key=lambda job_id: (rows[job_id], job_id))
+    log = tmp_path / "worker.log"
+    with worker(db_url, namespace, log, threads=1, broker_url=amqp_url) as proc:
+        wait_for(all_completed(app, 100), 90, "100 jobs completed", proc, log)
+    assert [e["job_id"] for e in effect_rows(app, "record")] == expected
+
+
+@MARIADB
+def test_rabbitmq_queue_purged_mid_run_nothing_lost(make_app, db_url, namespace, amqp_url,
+                                                    tmp_path):
+    """The RabbitMQ counterpart of a Redis flush: the queue's messages are purged in the
+    middle of the run; the sweep resends the rows."""
+    app = make_app(broker_url=amqp_url)
+    log = tmp_path / "worker.log"
+    vhost = amqp_url.rsplit("/", 1)[1]
+    ids = queue.dispatch_many([{"type": "test.slow.execute", "payload": {"seconds": 0.02}}
+                               for _ in range(600)], app=app)
+    with worker(db_url, namespace, log, threads=4, broker_url=amqp_url,
+                CRONJOBS_SWEEP_INTERVAL_SECONDS="1", CRONJOBS_SWEEP_AFTER_SECONDS="3") as proc:
+        wait_for(lambda: len(effect_rows(app, "slow")) >= 100, 60, "100 jobs done", proc, log)
+        rabbitmqctl("purge_queue", "-p", vhost, "default")
+        wait_for(all_completed(app, 600), 120, "all 600 jobs after the purge", proc, log)
+    assert report(app, "rabbitmq-purge", 600, "1 queue purge") == (0, 0, 0)
+    assert sorted({e["job_id"] for e in effect_rows(app, "slow")}) == sorted(ids)
 
 
 @MARIADB

@@ -1,5 +1,5 @@
 """Fault-test handler: sleeps `payload["seconds"]` (default 1) and records one
-`test_effects` row with its start and end times. MAX_RUNTIME 5 s keeps leases short."""
+`test_effects` row with its start and end times. MAX_RUNTIME 8 s keeps leases short."""
 
 import os
 import time
@@ -11,7 +11,7 @@ from cronjobs import CronJobHandler
 
 class SlowExecute(CronJobHandler):
     TYPE = "test.slow.execute"
-    MAX_RUNTIME = 5
+    MAX_RUNTIME = 8
     MAX_ATTEMPTS = 5
 
     def handle(self, payload, job):
