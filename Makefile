@@ -21,7 +21,7 @@ run: $(STAMP)
 
 ## test: install with test extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up, run every test
 test: $(STAMP) services
-	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -p no:cacheprovider -s $(PYTEST_ARGS)
 
 ## test-faults: only the fault-injection runs (make test runs them too)
 test-faults: $(STAMP) services

@@ -24,7 +24,7 @@ import dramatiq
 from . import heartbeat
 from .app import App
 from .housekeeping import Housekeeper
-from .sweep import sweep
+from .sweep import Resent, sweep
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -98,10 +98,11 @@ class WorkerProcess:
         sweep_every = min(app.settings.sweep_interval_seconds, 2.0) if embedded \
             else app.settings.sweep_interval_seconds
         self._sweep_idle = 1.0 if embedded else app.settings.sweep_after_seconds
+        self._resent = Resent()
         self.housekeeper = Housekeeper([
             ("lease renewal", app.settings.lease_renew_seconds, self.executor.renew_leases),
             ("heartbeat", heartbeat.HEARTBEAT_SECONDS, self.beat),
-            ("sweep", sweep_every, lambda: sweep(app, queues, idle_seconds=self._sweep_idle)),
+            ("sweep", sweep_every, self.sweep),
             ("limits", 1.0, self.check_limits),
         ])
         self.worker = dramatiq.Worker(app.broker.dramatiq, queues=set(queues),
@@ -114,15 +115,18 @@ class WorkerProcess:
     def start(self) -> None:
         """Start consuming; rows left pending by a previous run are resent first."""
         self.worker.start()
-        for duty in (lambda: sweep(self.app, self.queues, idle_seconds=self._sweep_idle),
-                     self.beat):
+        for name, duty in (("sweep", self.sweep), ("heartbeat", self.beat)):
             try:
                 duty()
             except Exception as exc:  # database down at start: the housekeeper retries
-                log.warning("start-up %s failed (%s); will retry", getattr(duty, "__name__", "sweep"), exc)
+                log.warning("start-up %s failed (%s); will retry", name, exc)
         self.housekeeper.start()
         log.info("worker %s consuming %s with %d thread(s)", self.executor.worker_id,
                  ",".join(self.queues), self.threads)
+
+    def sweep(self) -> int:
+        """Resend this process's queues' due pending rows whose message may be lost."""
+        return sweep(self.app, self.queues, idle_seconds=self._sweep_idle, resent=self._resent)
 
     def beat(self) -> None:
         """Write the heartbeat."""

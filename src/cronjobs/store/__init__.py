@@ -20,7 +20,7 @@ from .jobs import (
     renew_leases,
     select_by_key,
 )
-from .maintenance import due_pending, prune, prune_slots, rescue_stale, touch
+from .maintenance import due_pending, prune, prune_slots, rescue_stale
 from .runtime import (
     claim_slot,
     ensure_runtime,
@@ -35,7 +35,7 @@ from .workers import beat, forget, list_workers, prune_workers
 __all__ = [
     "JOB_COLUMNS", "append_log", "claim_by_id", "claim_next", "count_children", "delete_job",
     "finish_job", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
-    "select_by_key", "due_pending", "prune", "prune_slots", "touch", "rescue_stale", "claim_slot", "ensure_runtime",
+    "select_by_key", "due_pending", "prune", "prune_slots", "rescue_stale", "claim_slot", "ensure_runtime",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status",
     "beat", "forget", "list_workers", "prune_workers",
 ]

@@ -60,14 +60,7 @@ def due_pending(conn: Connection, now: datetime, idle_seconds: float, limit: int
             .order_by(q.c.priority, q.c.id).limit(limit))
     if queues:
         stmt = stmt.where(q.c.queue.in_(queues))
-    return [dict(r) for r in conn.execute(skip_locked(conn, stmt)).mappings()]
-
-
-def touch(conn: Connection, ids: list[int], now: datetime) -> None:
-    """Mark pending rows as re-sent at `now` so the next sweep skips them for a while."""
-    if ids:
-        conn.execute(q.update().where(q.c.id.in_(ids), q.c.status == "pending")
-                     .values(updated_at=now))
+    return [dict(r) for r in conn.execute(stmt).mappings()]  # a plain read: never lock
 
 
 def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days: float,
