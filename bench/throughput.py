@@ -1,5 +1,6 @@
 """Throughput: cronjobs (MariaDB + Redis, one worker process) against bare Dramatiq on the
-same Redis, both draining N no-op jobs queued beforehand. Prints jobs/s and the ratio.
+same Redis, both draining N no-op jobs queued beforehand. Prints jobs/s and the ratio, for
+cronjobs at the default prefetch (= threads) and at Dramatiq's default (2 x threads).
 
 Usage: .venv/bin/python bench/throughput.py [N] [THREADS]
 Needs MariaDB on 127.0.0.1:3306 (root) and Redis on 127.0.0.1:6379 (`make services`).
@@ -61,7 +62,7 @@ def bare(n: int, threads: int) -> float:
             client.delete(key)
 
 
-def cronjobs_run(n: int, threads: int) -> float:
+def cronjobs_run(n: int, threads: int, prefetch: int) -> float:
     from cronjobs import queue
     from cronjobs.app import App, use
     from cronjobs.config import Settings
@@ -96,7 +97,8 @@ def cronjobs_run(n: int, threads: int) -> float:
                    CRONJOBS_BROKER_NAMESPACE=ns, CRONJOBS_HANDLER_PATHS=str(HERE / "handlers"),
                    CRONJOBS_LOG_LEVEL="WARNING")
         seconds = drain_seconds([sys.executable, "-m", "cronjobs", "worker", "--queues", "default",
-                                 "--threads", str(threads)], env, done)
+                                 "--threads", str(threads), "--prefetch", str(prefetch)],
+                                env, done)
         app.close()
         return seconds
     finally:
@@ -111,11 +113,12 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 8
     base = bare(n, threads)
-    ours = cronjobs_run(n, threads)
     print(f"jobs={n} threads={threads}")
-    print(f"bare dramatiq (redis, no-op):        {n / base:8.0f} jobs/s")
-    print(f"cronjobs (mariadb + redis, no-op):   {n / ours:8.0f} jobs/s")
-    print(f"ratio cronjobs / bare dramatiq:      {base / ours:8.3f}")
+    print(f"bare dramatiq (redis, no-op, prefetch {2 * threads}):     {n / base:8.0f} jobs/s")
+    for prefetch in (threads, 2 * threads):
+        ours = cronjobs_run(n, threads, prefetch)
+        print(f"cronjobs (mariadb + redis, no-op, prefetch {prefetch}): {n / ours:8.0f} jobs/s"
+              f"  ratio to bare dramatiq {base / ours:.3f}")
 
 
 if __name__ == "__main__":

@@ -253,9 +253,11 @@ def scheduler() -> None:
               metavar="S", help="After SIGTERM, seconds running jobs may take to finish.")
 @click.option("--log-dir", type=click.Path(file_okay=False),
               help="Also log to DIR/workers-YYYY-MM-DD.log (default CRONJOBS_LOG_DIR).")
+@click.option("--prefetch", type=click.IntRange(min=1),
+              help="Messages held per queue (default: --threads; raise for many short jobs).")
 def worker(queues: str | None, processes: int, threads: int, max_jobs: int | None,
            memory_limit: float | None, time_limit: float | None, shutdown_timeout: float,
-           log_dir: str | None) -> None:
+           log_dir: str | None, prefetch: int | None) -> None:
     """Consume queues with Dramatiq until SIGTERM/SIGINT or a recycling limit (exit 0)."""
     from . import logs
     from .worker import Limits, run_children, run_worker
@@ -271,12 +273,14 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
         argv = ["worker", "--queues", ",".join(names), "--threads", str(threads),
                 "--shutdown-timeout", str(shutdown_timeout)]
         for flag, value in (("--max-jobs", max_jobs), ("--memory-limit", memory_limit),
-                            ("--time-limit", time_limit), ("--log-dir", log_dir)):
+                            ("--time-limit", time_limit), ("--log-dir", log_dir),
+                            ("--prefetch", prefetch)):
             if value is not None:
                 argv += [flag, str(value)]
         sys.exit(run_children(argv, processes))
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
-    sys.exit(run_worker(app, names, threads, limits=limits, shutdown_timeout=shutdown_timeout))
+    sys.exit(run_worker(app, names, threads, limits=limits, shutdown_timeout=shutdown_timeout,
+                        prefetch=prefetch))
 
 
 @main.command()
