@@ -22,7 +22,7 @@ def count_rows(app) -> int:
 
 
 def test_dispatch_returns_id_and_get_reads_columns(make_app):
-    app = make_app(clock=FrozenClock(T0))
+    make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, title="Hello ✓ 🚀", priority=3)
     row = queue.get(job_id)
     assert row["status"] == "pending" and row["priority"] == 3 and row["attempts"] == 0

@@ -26,7 +26,6 @@ import registry
 from cronjobs import queue
 from cronjobs.app import App, use
 from cronjobs.config import Settings
-from cronjobs.db import make_engine
 from cronjobs.migrate import upgrade
 from cronjobs.models import cronjob_queue
 from conftest import MARIADB, REDIS, SAMPLE_HANDLERS, cli_env, effects

@@ -91,3 +91,17 @@ def test_cleanup_keeps_a_cancelled_parent_with_live_children(make_app):
     set_row(app, child, status="completed", finished_at=T0)
     assert queue.cleanup()["cancelled"] == 1
     assert queue.get(child) is None, "children go with their parent"
+
+
+def test_cleanup_forgets_heartbeats_of_killed_workers(make_app):
+    from cronjobs import heartbeat, store
+    from cronjobs.db import run_in_transaction
+
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    heartbeat.beat(app, "gone:1", ["default"], T0 - timedelta(days=3), "running", 5, [])
+    clock.set(T0 + timedelta(days=2))
+    heartbeat.beat(app, "alive:2", ["default"], T0, "running", 1, [7])
+    queue.cleanup()
+    ids = [w["id"] for w in run_in_transaction(app.engine, store.list_workers)]
+    assert ids == ["alive:2"]

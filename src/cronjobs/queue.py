@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Iterable
+from datetime import datetime, timedelta
+from typing import Iterable
 
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
@@ -20,7 +20,7 @@ from . import store
 from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
-from .errors import InvalidJob, JobNotFound
+from .errors import InvalidJob
 from .models import KEY_MAX, TITLE_MAX
 
 log = logging.getLogger("cronjobs.queue")
@@ -228,6 +228,9 @@ def _send_after_commit(session: Session, app: App, job_id: int, values: dict) ->
 def get(id: int, columns: Iterable[str] | None = None, *, app: App | None = None) -> dict | None:
     """Return row `id` as a dict (`columns` only, when given), or None.
 
+    Columns come as stored: `payload` and `result_payload` are JSON text (decode them
+    with `json.loads`, or use `cronjobs.Job.from_row(row)`), times are naive UTC.
+
     Raises:
         InvalidJob: an unknown column name.
     """
@@ -302,13 +305,8 @@ def cleanup(retention: dict | None = None, *, dry_run: bool = False,
         if dry_run or not any(counts.values()):
             break
     if not dry_run:
-        run_in_transaction(app.engine, lambda c: store.prune_slots(c, app.clock.now()))
+        now = app.clock.now()
+        run_in_transaction(app.engine, lambda c: store.prune_slots(c, now))
+        # Heartbeats of workers that were killed (a clean stop removes its own).
+        run_in_transaction(app.engine, lambda c: store.prune_workers(c, now - timedelta(days=1)))
     return totals
-
-
-def job_or_error(id: int, *, app: App | None = None) -> dict:
-    """Like `get`, but raise `JobNotFound` for a missing row."""
-    row = get(id, app=app)
-    if row is None:
-        raise JobNotFound(f"no job with id {id}")
-    return row

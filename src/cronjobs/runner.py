@@ -21,7 +21,6 @@ import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from typing import Any
 
 from .config import Settings
 from .handler import Job
@@ -169,8 +168,3 @@ class ChildRunner:
             child.process.join(2)
             child.kill()
         self._spawner.shutdown(wait=False)
-
-    def stats(self) -> dict[str, Any]:
-        """Pids of the children, for heartbeats and memory checks."""
-        with self._lock:
-            return {"pids": [c.process.pid for c in self._idle + list(self._busy.values())]}
