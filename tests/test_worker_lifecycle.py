@@ -83,11 +83,13 @@ def test_sigterm_during_a_5_s_job(make_app, db_url, namespace, tmp_path, shutdow
                                  "default", "--threads", "2", "--shutdown-timeout",
                                  str(shutdown_timeout)], env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
-    job_id = queue.dispatch("test.slow.execute", {"seconds": 5}, app=app)
-    wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "running", 30,
-             "the job to start", proc, log)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    try:
+        job_id = queue.dispatch("test.slow.execute", {"seconds": 5}, app=app)
+        wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "running", 30,
+                 "the job to start", proc, log)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # also when the wait failed: leave no worker behind
     assert proc.wait(timeout=30) == 0, _tail(log)
     row = queue.get(job_id, app=app)
     assert row["status"] == expected, (row, _tail(log))
