@@ -28,7 +28,7 @@ from cronjobs.app import App, use
 from cronjobs.config import Settings
 from cronjobs.migrate import upgrade
 from cronjobs.models import cronjob_queue
-from conftest import MARIADB, REDIS, SAMPLE_HANDLERS, cli_env, effects
+from conftest import REDIS, new_database, SAMPLE_HANDLERS, cli_env, effects
 from test_worker_e2e import _tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -144,15 +144,11 @@ def make_system(db_url: str, broker_url: str, namespace: str) -> App:
 
 
 @pytest.fixture
-def mariadb_database():
+def mariadb_database(tmp_path):
     """A fresh database on the shared MariaDB (dropped afterwards)."""
-    name = "cjf_" + uuid.uuid4().hex[:10]
-    admin = sa.create_engine(MARIADB + "/test", poolclass=sa.pool.NullPool)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
-    yield f"{MARIADB}/{name}?charset=utf8mb4"
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+    url, drop = new_database("mariadb", tmp_path)
+    yield url
+    drop()
     registry.reset()
     use(None)
 

@@ -13,7 +13,7 @@ from typing import Callable
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
-from .config import MEMORY_BROKER
+from .config import AMQP_SCHEMES, MEMORY_BROKER, REDIS_SCHEMES
 from .errors import ConfigError
 
 log = logging.getLogger("cronjobs.broker")
@@ -34,11 +34,11 @@ def build_dramatiq_broker(url: str, namespace: str = "cronjobs") -> dramatiq.Bro
     # No Dramatiq middleware: retries, time limits and age limits are the row's business.
     if url == MEMORY_BROKER:
         return StubBroker(middleware=[])
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(REDIS_SCHEMES):
         from dramatiq.brokers.redis import RedisBroker
 
         return RedisBroker(url=url, namespace=namespace, middleware=[])
-    if url.startswith(("amqp://", "amqps://")):
+    if url.startswith(AMQP_SCHEMES):
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
         return RabbitmqBroker(url=url, middleware=[])

@@ -18,6 +18,8 @@ from .errors import ConfigError
 
 ENV_PREFIX = "CRONJOBS_"
 MEMORY_BROKER = "memory://"
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+AMQP_SCHEMES = ("amqp://", "amqps://")
 
 
 class TaskSettings(BaseModel):
@@ -96,8 +98,7 @@ class Settings(BaseModel):
     @field_validator("broker_url")
     @classmethod
     def _check_broker(cls, value: str) -> str:
-        schemes = ("memory://", "redis://", "rediss://", "unix://", "amqp://", "amqps://")
-        if not value.startswith(schemes):
+        if not value.startswith((MEMORY_BROKER, *REDIS_SCHEMES, *AMQP_SCHEMES)):
             raise ValueError(f"unsupported broker URL {value!r}: use memory://, redis://... "
                              f"or amqp://...")
         return value
