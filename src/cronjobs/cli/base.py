@@ -1,0 +1,120 @@
+"""The `cronjobs` command line. Bad input: one line on stderr, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+
+import click
+
+from ..errors import CronjobsError
+
+EXIT_BAD_INPUT = 2
+JOB_ID = click.IntRange(max=2**63 - 1)  # a BIGINT; a larger id is a usage error, not a crash
+
+
+class Group(click.Group):
+    """Turns bad input into one line `error: <message>` and exit status 2: our own
+    `CronjobsError`s and click's usage errors alike. A database that cannot be reached
+    is one line and exit status 1."""
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            return super().invoke(ctx)
+        except CronjobsError as exc:
+            _fail(str(exc), EXIT_BAD_INPUT)
+        except DBAPIError as exc:
+            text = str(exc.orig).splitlines()[0] if exc.orig else str(exc)
+            if "no such table" in text or "doesn't exist" in text or "does not exist" in text:
+                _fail(f"the database has no cronjobs tables ({text}); run `cronjobs migrate`",
+                      EXIT_BAD_INPUT)
+            _fail(f"database error: {text}", 1)
+
+    def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        """Run the CLI; a usage error is printed as one line (no usage block)."""
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            _fail(exc.format_message() + hint, EXIT_BAD_INPUT)
+        except click.exceptions.Abort:
+            _fail("aborted", 1)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _app(create: bool = False, database: bool = True):  # noqa: ANN202
+    """The App. A command that uses the database needs an existing SQLite file unless it
+    may `create` one (so a typo in the path or the wrong folder is an error, not a new
+    empty database)."""
+    from .. import logs
+    from ..app import current
+    from ..errors import ConfigError
+
+    app = current()
+    logs.setup(app.settings.log_level)
+    url = app.engine.url
+    if database and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        from pathlib import Path
+
+        path = Path(url.database)
+        if not create and not path.exists():
+            raise ConfigError(f"database file {str(path.resolve())!r} does not exist; run "
+                              f"`cronjobs migrate` first (CRONJOBS_DATABASE_URL={url})")
+        if create and not path.parent.is_dir():
+            raise ConfigError(f"folder of the database file does not exist: {str(path.parent)!r}")
+    return app
+
+
+def _registry(app):  # noqa: ANN001, ANN202
+    return app.handlers
+
+
+def _parse_time(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    from ..clock import as_utc
+
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"not an ISO 8601 time: {value!r}", param_hint=name) from None
+    try:
+        parsed = as_utc(parsed)
+    except OverflowError:  # e.g. 0001-01-01T00:00+05:00 has no UTC datetime
+        parsed = datetime.min
+    if not datetime(1970, 1, 1) <= parsed < datetime(9999, 1, 1):
+        raise click.BadParameter(f"out of range (1970 to 9998): {value!r}", param_hint=name)
+    return parsed
+
+
+def _dump(value) -> str:  # noqa: ANN001
+    return json.dumps(value, indent=2, default=lambda v: v.isoformat() + "Z"
+                      if isinstance(v, datetime) else str(v))
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="cronjobs")
+def main() -> None:
+    """cronjobs: scheduled and background jobs from a database table.
+
+    Settings come from CRONJOBS_* variables and an optional cronjobs.toml
+    (CRONJOBS_DATABASE_URL, CRONJOBS_BROKER_URL, CRONJOBS_HANDLER_PATHS, CRONJOBS_TIMEZONE,
+    CRONJOBS_DASHBOARD_TOKEN, CRONJOBS_CONFIG, ...).
+    """
+
+
+def _table(rows: list[dict], columns: list[str]) -> None:
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
+    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    for row in rows:
+        click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in columns))

@@ -1,0 +1,96 @@
+"""Row commands: dispatch, get, run, recover-stale, cleanup."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..errors import HandlerNotFound
+from .base import JOB_ID, _app, _dump, _parse_time, _registry, main
+
+
+@main.command()
+@click.argument("job_type")
+@click.option("--payload", default="{}", help="JSON object handed to handle().")
+@click.option("--key", "idempotency_key", help="Idempotency key (unique over the table).")
+@click.option("--parent", "parent_id", type=int, help="Parent row id.")
+@click.option("--priority", type=int, default=5, show_default=True, help="Lower runs first.")
+@click.option("--at", "scheduled_at", help="Do not run before this ISO 8601 time (UTC if naive).")
+@click.option("--title", help="Up to 255 characters.")
+@click.option("--max-attempts", type=int, help="Override the handler's MAX_ATTEMPTS (>= 1).")
+def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id: int | None,
+             priority: int, scheduled_at: str | None, title: str | None,
+             max_attempts: int | None) -> None:
+    """Add a job of a registered JOB_TYPE; prints its row id."""
+    from .. import queue
+
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc.msg}): {payload!r}",
+                                 param_hint="--payload") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"must be a JSON object like '{{\"key\": 1}}', got {payload!r}",
+                                 param_hint="--payload")
+    when = _parse_time(scheduled_at, "--at")
+    app = _app()
+    if _registry(app).resolve_handler(job_type) is None:
+        raise HandlerNotFound(f"unknown job type {job_type!r}; see `cronjobs list-handlers`")
+    result = queue.submit(job_type, data, idempotency_key=idempotency_key, parent_id=parent_id,
+                          priority=priority, scheduled_at=when, title=title,
+                          max_attempts=max_attempts, app=app)
+    click.echo(result.id)
+    if not result.created:
+        click.echo(f"note: key {idempotency_key!r} already held by job {result.id} "
+                   f"({result.status}); nothing new was added", err=True)
+
+
+@main.command()
+@click.argument("job_id", type=JOB_ID)
+@click.option("--columns", help="Comma-separated column names (default all).")
+def get(job_id: int, columns: str | None) -> None:
+    """Print row JOB_ID as JSON."""
+    from .. import queue
+    from ..errors import JobNotFound
+
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    row = queue.get(job_id, cols, app=_app())
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    for key in ("payload", "result_payload"):
+        if row.get(key):
+            row[key] = json.loads(row[key])
+    click.echo(_dump(row))
+
+
+@main.command()
+@click.argument("job_id", type=JOB_ID)
+def run(job_id: int) -> None:
+    """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
+    app = _app()
+    report = app.executor.run_id(job_id)
+    click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
+    sys.exit(0 if report.status in ("completed", "deleted") else 1)
+
+
+@main.command("recover-stale")
+@click.option("--minutes", type=float, default=None,
+              help="Lease expired more than this long ago (default CRONJOBS_RECOVER_STALE_MINUTES).")
+def recover_stale(minutes: float | None) -> None:
+    """Put running rows whose worker was lost back to pending (or failed)."""
+    from .. import queue
+
+    click.echo(f"recovered {queue.recover_stale(minutes, app=_app())} row(s)")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Count, delete nothing.")
+def cleanup(dry_run: bool) -> None:
+    """Delete finished rows older than their retention, in batches."""
+    from .. import queue
+
+    counts = queue.cleanup(dry_run=dry_run, app=_app())
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))

@@ -1,0 +1,97 @@
+"""Process commands: worker, workers, serve."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .base import _app, _dump, _table, main
+
+
+@main.command()
+@click.option("--queues", help="Comma-separated queues (default: every handler's queue).")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Jobs run at the same time per process (one job process each).")
+@click.option("--max-jobs", type=click.IntRange(min=1), help="Recycle after this many jobs.")
+@click.option("--memory-limit", type=click.FloatRange(min=1), metavar="MB",
+              help="Recycle when the process and its job processes use this much memory.")
+@click.option("--time-limit", type=click.FloatRange(min=1), metavar="S",
+              help="Recycle after this many seconds.")
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
+              metavar="S", help="After SIGTERM, seconds running jobs may take to finish.")
+@click.option("--log-dir", type=click.Path(file_okay=False),
+              help="Also log to DIR/workers-YYYY-MM-DD.log (default CRONJOBS_LOG_DIR).")
+@click.option("--prefetch", type=click.IntRange(min=1),
+              help="Messages held per queue (default: --threads; raise for many short jobs).")
+def worker(queues: str | None, processes: int, threads: int, max_jobs: int | None,
+           memory_limit: float | None, time_limit: float | None, shutdown_timeout: float,
+           log_dir: str | None, prefetch: int | None) -> None:
+    """Consume queues with Dramatiq until SIGTERM/SIGINT or a recycling limit (exit 0)."""
+    from .. import logs
+    from ..worker import Limits, run_children, run_worker
+
+    app = _app()
+    logs.add_daily_file(log_dir or app.settings.log_dir)
+    names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
+    if not names:
+        raise click.BadParameter(f"no queue names in {queues!r}", param_hint="--queues")
+    for name in set(names) - set(app.queues()):
+        click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
+    if processes > 1:
+        argv = ["worker", "--queues", ",".join(names), "--threads", str(threads),
+                "--shutdown-timeout", str(shutdown_timeout)]
+        for flag, value in (("--max-jobs", max_jobs), ("--memory-limit", memory_limit),
+                            ("--time-limit", time_limit), ("--log-dir", log_dir),
+                            ("--prefetch", prefetch)):
+            if value is not None:
+                argv += [flag, str(value)]
+        sys.exit(run_children(argv, processes))
+    limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
+    sys.exit(run_worker(app, names, threads, limits=limits, shutdown_timeout=shutdown_timeout,
+                        prefetch=prefetch))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def workers(as_json: bool) -> None:
+    """Live workers (heartbeat within 30 s), dead ones, and queues with no live worker.
+
+    Exit status 1 when a queue has no live worker."""
+    from ..heartbeat import view
+
+    seen = view(_app())
+    if as_json:
+        click.echo(_dump({"live": seen.live, "dead": seen.dead, "unserved": seen.unserved}))
+    else:
+        rows = [{"worker": r["id"], "state": "live" if r in seen.live else "DEAD",
+                 "status": r["status"], "queues": r["queues"], "jobs_done": r["jobs_done"],
+                 "running": r["current_jobs"] or "", "last_seen": r["last_seen_at"],
+                 "started": r["started_at"]} for r in seen.live + seen.dead]
+        if rows:
+            _table(rows, list(rows[0]))
+        else:
+            click.echo("no workers have reported")
+        for queue in seen.unserved:
+            click.echo(f"WARNING: queue {queue!r} has no live worker")
+    sys.exit(1 if seen.unserved else 0)
+
+
+@main.command()
+@click.option("--host", default=None, help="Listen address (default CRONJOBS_DASHBOARD_HOST).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
+@click.option("--threads", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
+              metavar="S", help="After SIGTERM, seconds running jobs may take to finish.")
+def serve(host: str | None, port: int | None, threads: int, shutdown_timeout: float) -> None:
+    """Scheduler + worker + web front in one process (the embedded mode)."""
+    from ..migrate import upgrade
+    from ..serve import serve as run
+
+    app = _app(create=True)
+    upgrade(app.engine)
+    sys.exit(run(app, host or app.settings.dashboard_host,
+                 app.settings.dashboard_port if port is None else port, threads,
+                 shutdown_timeout=shutdown_timeout))
