@@ -22,7 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cronjobs.errors import DuplicateHandlerType, HandlerError
+from cronjobs import limits
+from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.handler import STAGES, CronJobHandler, task_name
 from cronjobs.slots import check_frequency
 
@@ -46,10 +47,15 @@ def register(type: str, handler_class: type, source: str = "register()") -> None
     """
     if not (inspect.isclass(handler_class) and issubclass(handler_class, CronJobHandler)):
         raise HandlerError(f"{handler_class!r} is not a CronJobHandler subclass")
-    stage = type.rpartition(".")[2]
-    if not isinstance(type, str) or stage not in STAGES or "." not in type:
+    if not isinstance(type, str) or type.rpartition(".")[2] not in STAGES or "." not in type:
         raise HandlerError(f"{_name(handler_class)}: TYPE {type!r} must be dotted and end in "
                            f".discover or .execute")
+    try:
+        limits.check_name(type, "TYPE", limits.TYPE_MAX_CHARS)
+        if handler_class.QUEUE is not None:
+            limits.check_queue(handler_class.QUEUE)
+    except InvalidJob as exc:
+        raise HandlerError(f"{_name(handler_class)}: {exc}") from None
     for name, low in (("MAX_ATTEMPTS", 1), ("MAX_RUNTIME", 0)):
         value = getattr(handler_class, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low \

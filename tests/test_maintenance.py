@@ -20,17 +20,25 @@ def set_row(app, job_id: int, **values) -> None:
         conn.execute(q.update().where(q.c.id == job_id).values(**values))
 
 
+def db_ago(app, seconds: float):
+    """The database clock's now minus `seconds` (leases and heartbeats use that clock)."""
+    from cronjobs import store
+
+    with app.engine.connect() as conn:
+        return store.database_now(conn) - timedelta(seconds=seconds)
+
+
 def test_recover_stale_takes_only_expired_leases(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     sent = []
     app.on_send = lambda job_id, queue_, delay: sent.append(job_id)
     live, stale, exhausted = (queue.dispatch("test.shape.execute", {}) for _ in range(3))
-    set_row(app, live, status="running", attempts=1, locked_until=T0 + timedelta(minutes=1))
-    set_row(app, stale, status="running", attempts=1, locked_until=T0 - timedelta(minutes=6),
+    set_row(app, live, status="running", attempts=1, locked_until=db_ago(app, -60))
+    set_row(app, stale, status="running", attempts=1, locked_until=db_ago(app, 6 * 60),
             worker_id="gone:1")
     set_row(app, exhausted, status="running", attempts=3, max_attempts=3,
-            locked_until=T0 - timedelta(minutes=10))
+            locked_until=db_ago(app, 10 * 60))
     sent.clear()
     assert queue.recover_stale(5) == 2
     assert queue.get(live)["status"] == "running"
@@ -89,19 +97,27 @@ def test_cleanup_keeps_a_cancelled_parent_with_live_children(make_app):
     set_row(app, parent, status="cancelled", finished_at=T0 - timedelta(days=30))
     assert queue.cleanup()["cancelled"] == 0
     set_row(app, child, status="completed", finished_at=T0)
-    assert queue.cleanup()["cancelled"] == 1
-    assert queue.get(child) is None, "children go with their parent"
+    assert queue.cleanup() == {"completed": 0, "failed": 0, "cancelled": 0}, \
+        "the child is not past its retention, so the parent stays too"
+    set_row(app, child, finished_at=T0 - timedelta(days=8))
+    assert queue.cleanup() == {"completed": 1, "failed": 0, "cancelled": 1}
+    assert queue.get(child) is None and queue.get(parent) is None
 
 
 def test_cleanup_forgets_heartbeats_of_killed_workers(make_app):
     from cronjobs import heartbeat, store
     from cronjobs.db import run_in_transaction
 
+    from cronjobs.models import cronjob_worker
+
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
-    heartbeat.beat(app, "gone:1", ["default"], T0 - timedelta(days=3), "running", 5, [])
-    clock.set(T0 + timedelta(days=2))
-    heartbeat.beat(app, "alive:2", ["default"], T0, "running", 1, [7])
+    heartbeat.beat(app, "gone:1", ["default"], "running", 5, [])
+    heartbeat.beat(app, "alive:2", ["default"], "running", 1, [7])
+    two_days_ago = db_ago(app, 2 * 86400)  # heartbeat ages follow the database's clock
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_worker.update().where(cronjob_worker.c.id == "gone:1")
+                     .values(last_seen_at=two_days_ago))
     queue.cleanup()
-    ids = [w["id"] for w in run_in_transaction(app.engine, store.list_workers)]
+    ids = [w["id"] for w in run_in_transaction(app.engine, lambda c: store.list_workers(c, 30))]
     assert ids == ["alive:2"]

@@ -219,6 +219,9 @@ def test_slots_between_over_the_spring_gap():
 
 def test_slots_between_is_capped_and_tolerates_bad_keys():
     slot = current_slot("minute", datetime(2027, 1, 1))
-    assert slots_between("minute", "202601010000", slot, limit=100) == 100
+    assert slots_between("minute", "202601010000", slot) == 525_599, "counted, not walked"
+    assert slots_between("month", "202501", current_slot("month", datetime(2027, 1, 5))) == 23
+    assert slots_between("*/5 * * * *", "202601010000",
+                         current_slot("*/5 * * * *", datetime(2027, 1, 1)), limit=100) == 100
     assert slots_between("minute", "not-a-slot", slot) == 0
     assert slots_between("*/5 * * * *", "garbage", current_slot("*/5 * * * *", slot.at)) == 0

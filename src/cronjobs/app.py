@@ -13,13 +13,12 @@ import threading
 from typing import Any, Callable
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
 
 from .broker import Broker
 from .clock import SystemClock
 from .config import Settings
-from .db import make_engine
-from .errors import StoreError
+from .db import make_engine, retry_while_unavailable
+from .errors import DatabaseUnavailable
 
 log = logging.getLogger("cronjobs")
 
@@ -45,7 +44,6 @@ class App:
         self._executor = None
         self._lock = threading.Lock()
         self.on_send: Callable[[int, str, float], None] | None = None
-        self._outage = Outage()
 
     # -- handlers -------------------------------------------------------------------
     @property
@@ -108,63 +106,29 @@ class App:
         """Actor body: claim the best due row of `queue` and run it.
 
         A worker that is stopping or recycling does not claim; it puts the message back
-        on the broker for another worker. When the database is down the thread waits
-        (3 s, doubling up to 60 s, shared by all threads), puts the message back and
-        returns: the row stays `pending`, nothing is lost.
+        on the broker for another worker. While the database is unreachable the claim is
+        tried again (3 s, doubling to 60 s) until it answers or the worker stops; a
+        stopping worker puts the message back. The row stays `pending`: nothing is lost.
         """
         executor = self.executor
         if not executor.accepting:
             self.send(job_id, queue)
             return
-        self._outage.wait()
         try:
-            executor.run_next(queue)
-            self._outage.ok()
-        except (DBAPIError, StoreError) as exc:
-            self._outage.failed(exc)
+            row = retry_while_unavailable(lambda: executor.claim(queue),
+                                          f"claiming a job of queue {queue}",
+                                          give_up_seconds=None, stop=executor.stopped)
+        except DatabaseUnavailable:
             self.send(job_id, queue)
+            return
+        if row is not None:
+            executor.run_claimed(row)
 
     def close(self) -> None:
         """Close the broker and dispose of the engine."""
         if self._broker is not None:
             self._broker.close()
         self.engine.dispose()
-
-
-class Outage:
-    """Shared back-off while the database is down: 3 s, doubling up to 60 s."""
-
-    def __init__(self, first_seconds: float = 3.0, cap_seconds: float = 60.0) -> None:
-        self.first, self.cap = first_seconds, cap_seconds
-        self._pause = 0.0
-        self._until = 0.0
-        self._lock = threading.Lock()
-
-    def failed(self, exc: BaseException) -> None:
-        """Note a failure; the next `wait()` calls sleep until the pause is over."""
-        import time
-
-        with self._lock:
-            self._pause = min(self.cap, self._pause * 2) if self._pause else self.first
-            self._until = time.monotonic() + self._pause
-            log.warning("database unavailable (%s: %s); workers wait %.0f s",
-                        type(exc).__name__, str(exc).splitlines()[0][:200], self._pause)
-
-    def ok(self) -> None:
-        """Note a success: the back-off starts over."""
-        if self._pause:
-            with self._lock:
-                if self._pause:
-                    log.info("database reachable again")
-                self._pause = 0.0
-
-    def wait(self) -> None:
-        """Sleep while a pause is in force."""
-        import time
-
-        delay = self._until - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
 
 
 _current: App | None = None

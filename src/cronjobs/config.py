@@ -74,6 +74,12 @@ class Settings(BaseModel):
     retention_failed_days: float = Field(default=30, ge=0)
     retention_cancelled_days: float = Field(default=7, ge=0)
     cleanup_batch_size: int = Field(default=1000, gt=0)
+    # -- worker: rows of types this worker does not know (rolling deploys) --
+    unknown_type_grace_seconds: float = Field(
+        default=900, ge=0,
+        description="A worker that has no handler for a row's type puts the row back (no "
+                    "attempt used, delay doubling from 5 s to 5 min) for a worker that knows "
+                    "it, and fails it with 'no handler' after this many seconds (seconds).")
     uptime_urls: tuple[str, ...] = ()
     uptime_expect: str | None = None
     uptime_timeout_seconds: float = Field(default=10, gt=0)

@@ -1,25 +1,36 @@
-"""Engines and transactions: dialect setup, and retrying of transient database errors."""
+"""Engines and transactions: dialect setup, what a database error means, and the two
+retry loops (tenacity): a transaction run again at once after a deadlock, and the worker's
+back-off while the database is unreachable. A statement the database refuses for its
+content is never retried."""
 
 from __future__ import annotations
 
 import logging
-import random
+import threading
 import time
 from typing import Callable, TypeVar
 
+import tenacity
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
-from .errors import StoreError
+from . import limits
+from .errors import ConfigError, DatabaseRefused, DatabaseUnavailable, StoreError
 
 log = logging.getLogger("cronjobs.db")
 T = TypeVar("T")
 
 # MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout. PostgreSQL: 40P01 deadlock,
-# 40001 serialization failure. SQLite: "database is locked" after the busy timeout.
-_MYSQL_RETRY = {1213, 1205}
-_PG_RETRY = {"40P01", "40001"}
+# 40001 serialization failure, 55P03 lock not available. SQLite: "database is locked".
+_MYSQL_TRANSIENT = {1213, 1205}
+_PG_TRANSIENT = {"40P01", "40001", "55P03"}
+# Connection refused/lost, server gone away or shutting down, too many connections,
+# connection killed or timed out by the server.
+_MYSQL_UNAVAILABLE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2014, 2055, 4031}
+# admin/crash shutdown, cannot connect now (classes 08 connection and 53 resources too).
+_PG_UNAVAILABLE = {"57P01", "57P02", "57P03"}
 
 
 def make_engine(url: str) -> Engine:
@@ -28,7 +39,10 @@ def make_engine(url: str) -> Engine:
     SQLite: WAL journal, `foreign_keys=ON` on every connection (needed for ON DELETE
     CASCADE), a 30 s busy timeout and `BEGIN IMMEDIATE` so writers queue instead of
     failing. MySQL/MariaDB: READ COMMITTED, so a waiting inserter sees the row another
-    transaction committed. Connections are checked before use (`pool_pre_ping`).
+    transaction committed, and a server whose `max_allowed_packet` is below 4 MiB is
+    refused at the first connection (`ConfigError`). Pooled connections are not pinged
+    before use: a connection the server dropped fails its transaction, which
+    `run_in_transaction` runs again on a fresh one.
 
     Args:
         url: an SQLAlchemy URL (`sqlite:///cronjobs.db`, `mysql+pymysql://...`,
@@ -45,7 +59,27 @@ def make_engine(url: str) -> Engine:
     kwargs: dict = {"pool_recycle": 3600}
     if url.startswith(("mysql", "mariadb")):
         kwargs["isolation_level"] = "READ COMMITTED"
+        engine = create_engine(url, **kwargs)
+        _check_mysql_packet(engine)
+        return engine
     return create_engine(url, **kwargs)
+
+
+def _check_mysql_packet(engine: Engine) -> None:
+    """Refuse a server whose `max_allowed_packet` is below what our size limits need:
+    the server would drop the connection ("gone away") instead of refusing the row."""
+
+    @event.listens_for(engine, "first_connect")
+    def _on_first_connect(dbapi_conn, _record):  # noqa: ANN001
+        cur = dbapi_conn.cursor()
+        cur.execute("SELECT @@max_allowed_packet")
+        packet = int(cur.fetchone()[0])
+        cur.close()
+        if packet < limits.MIN_MYSQL_PACKET_BYTES:
+            raise ConfigError(
+                f"the MySQL/MariaDB server's max_allowed_packet is {packet:,} bytes; cronjobs "
+                f"needs at least {limits.MIN_MYSQL_PACKET_BYTES:,} (payloads and results of up "
+                f"to {limits.PAYLOAD_MAX_BYTES:,} bytes): set max_allowed_packet=16M")
 
 
 def _setup_sqlite(engine: Engine) -> None:
@@ -64,20 +98,64 @@ def _setup_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True for errors that a retry of the whole transaction can fix: deadlock, lock wait
-    timeout, SQLite busy, or a pooled connection the server had dropped."""
+def classify(exc: BaseException) -> str | None:
+    """Decide what a database error means; the one place that does (STYLE: transient vs
+    permanent in `db.py`).
+
+    Returns:
+        `"transient"`: deadlock, lock wait timeout, serialization failure, SQLite busy —
+        run the whole transaction again now. `"unavailable"`: the server cannot be reached
+        or dropped the connection — wait (back off) and try again. `"refused"`: the server
+        refused the statement for its content or the schema (too long, bad value, missing
+        table, constraint) — retrying cannot help. None: `exc` is not a database error.
+    """
+    if isinstance(exc, DatabaseUnavailable):
+        return "unavailable"
+    if isinstance(exc, DatabaseRefused):
+        return "refused"
+    if isinstance(exc, StoreError):
+        return "transient"
+    if isinstance(exc, sa_exc.TimeoutError):  # no pooled connection came free in time
+        return "unavailable"
     if not isinstance(exc, DBAPIError):
-        return False
+        return None
     if exc.connection_invalidated:
-        return True
+        return "unavailable"
     orig = exc.orig
     args = getattr(orig, "args", ())
-    if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRY:
-        return True
-    if getattr(orig, "sqlstate", None) in _PG_RETRY:
-        return True
-    return isinstance(exc, OperationalError) and "database is locked" in str(orig)
+    code = args[0] if args and isinstance(args[0], int) else None
+    if code is not None:  # MySQL/MariaDB (PyMySQL)
+        if code in _MYSQL_TRANSIENT:
+            return "transient"
+        if code in _MYSQL_UNAVAILABLE or isinstance(exc, InterfaceError):
+            return "unavailable"
+        return "refused"
+    sqlstate = getattr(orig, "sqlstate", None)
+    if type(orig).__module__.startswith("psycopg"):
+        if sqlstate in _PG_TRANSIENT:
+            return "transient"
+        if (sqlstate is None and isinstance(exc, (OperationalError, InterfaceError))) \
+                or (sqlstate or "")[:2] in ("08", "53") or sqlstate in _PG_UNAVAILABLE:
+            return "unavailable"
+        return "refused"
+    text = str(orig).lower()  # SQLite
+    if "database is locked" in text or "database is busy" in text:
+        return "transient"
+    if "unable to open database" in text or "disk i/o error" in text:
+        return "unavailable"
+    if isinstance(exc, InterfaceError) and "closed" in text:
+        return "unavailable"
+    return "refused"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors that running the whole transaction again can fix at once."""
+    return classify(exc) == "transient"
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when the database cannot be reached: worth waiting for (back-off)."""
+    return classify(exc) == "unavailable"
 
 
 def is_duplicate_key(exc: BaseException) -> bool:
@@ -93,9 +171,33 @@ def is_duplicate_key(exc: BaseException) -> bool:
     return "UNIQUE constraint failed" in str(orig)
 
 
+def driver_message(exc: BaseException) -> str:
+    """The driver's own error text on one line, without SQLAlchemy's `[SQL: ...]` part."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return limits.cut(text[0] if text else type(orig).__name__, 500)
+
+
+def our_error(exc: BaseException) -> StoreError:
+    """Turn a database error into ours: `DatabaseUnavailable`, `DatabaseRefused` or (for a
+    transient error that persisted) `StoreError`. The message names no SQL."""
+    if isinstance(exc, StoreError):
+        return exc
+    kind = classify(exc)
+    if kind == "unavailable":
+        return DatabaseUnavailable(f"database unavailable: {driver_message(exc)}")
+    if kind == "refused":
+        return DatabaseRefused(f"database refused the statement: {driver_message(exc)}")
+    return StoreError(f"database stayed busy: {driver_message(exc)}")
+
+
 def run_in_transaction(engine: Engine, fn: Callable[[Connection], T], *,
                        attempts: int = 8) -> T:
-    """Run `fn(conn)` in a transaction, retrying deadlocks and lock timeouts.
+    """Run `fn(conn)` in a transaction; run it again on a transient error.
+
+    Deadlocks, lock wait timeouts and SQLite's busy answer are retried at once (with a
+    short random pause) up to `attempts` times; so is a pooled connection the server had
+    dropped (the pool reconnects). Nothing else is retried here.
 
     Args:
         engine: the engine to connect with.
@@ -106,18 +208,71 @@ def run_in_transaction(engine: Engine, fn: Callable[[Connection], T], *,
         What `fn` returned.
 
     Raises:
-        StoreError: the error was transient but persisted over all attempts.
-        Any other exception from `fn` unchanged.
+        DatabaseUnavailable: the server cannot be reached (callers that can wait use
+            `retry_while_unavailable`).
+        DatabaseRefused: the server refused a statement (too long, bad value, no table).
+        StoreError: a transient error persisted over all attempts.
+        Any non-database exception from `fn` unchanged.
     """
-    for attempt in range(1, attempts + 1):
-        try:
-            with engine.begin() as conn:
-                return fn(conn)
-        except DBAPIError as exc:
-            if not is_transient(exc):
-                raise
-            if attempt == attempts:
-                raise StoreError(f"database stayed busy after {attempts} attempts: {exc.orig}") from exc
-            log.debug("transient database error, retrying (%s): %s", attempt, exc.orig)
-            time.sleep(min(0.5, 0.01 * 2 ** attempt) * random.random())
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_retry_now),
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_random(0, 0.02) + tenacity.wait_random_exponential(0.01, max=0.5),
+        before_sleep=lambda state: log.debug("transient database error, retrying (%s): %s",
+                                             state.attempt_number,
+                                             driver_message(state.outcome.exception())),
+        reraise=True)
+    try:
+        for attempt in retrying:
+            with attempt:
+                with engine.begin() as conn:
+                    return fn(conn)
+    except (DBAPIError, sa_exc.TimeoutError) as exc:
+        raise our_error(exc) from exc
     raise AssertionError("unreachable")
+
+
+def _retry_now(exc: BaseException) -> bool:
+    # A dropped pooled connection is retried too: the pool hands out a fresh one.
+    return classify(exc) == "transient" or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
+def retry_while_unavailable(fn: Callable[[], T], what: str, *, give_up_seconds: float | None = 600,
+                            stop: threading.Event | None = None,
+                            first_seconds: float = 3.0, cap_seconds: float = 60.0) -> T:
+    """Call `fn()` until the database answers: 3 s, doubling to 60 s between tries.
+
+    Only `DatabaseUnavailable` (or a raw error classified "unavailable") is waited for;
+    any other error is raised at once. Used by the worker for claims and for writing
+    outcomes; the waits are logged at WARNING with the driver's message only.
+
+    Args:
+        fn: the work (usually a `run_in_transaction` call).
+        what: what is being done, for the log line ("finishing job 12").
+        give_up_seconds: raise the last error after this long (None: never give up).
+        stop: when set, the wait ends and the last error is raised (worker shutdown).
+        first_seconds, cap_seconds: the back-off's first pause and its cap, in seconds.
+
+    Returns:
+        What `fn` returned.
+
+    Raises:
+        DatabaseUnavailable: still unavailable after `give_up_seconds` or `stop`.
+    """
+    stops = [tenacity.stop_after_delay(give_up_seconds)] if give_up_seconds is not None else []
+    if stop is not None:
+        stops.append(tenacity.stop_when_event_set(stop))
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(is_unavailable),
+        wait=tenacity.wait_exponential(multiplier=first_seconds, max=cap_seconds),
+        stop=tenacity.stop_any(*stops) if stops else tenacity.stop_never,
+        sleep=stop.wait if stop is not None else time.sleep,
+        before_sleep=lambda state: log.warning(
+            "database unavailable while %s (%s); retrying in %.0f s", what,
+            driver_message(state.outcome.exception()), state.upcoming_sleep),
+        reraise=True)
+    try:
+        return retrying(fn)
+    except (DBAPIError, sa_exc.TimeoutError) as exc:
+        raise our_error(exc) from exc

@@ -39,5 +39,18 @@ class StoreError(CronjobsError):
     """The database failed in a way retrying did not fix."""
 
 
+class DatabaseUnavailable(StoreError):
+    """The database cannot be reached (connection refused or lost, server restarting).
+
+    Worth waiting for: the worker backs off (3 s, doubling to 60 s) and tries again."""
+
+
+class DatabaseRefused(StoreError):
+    """The database refused a statement for its content or the schema (value too long,
+    bad value, missing table, constraint). Retrying cannot help; never treated as an outage.
+
+    The message holds the driver's text only, never the SQL."""
+
+
 class JobTimeout(CronjobsError):
     """A job ran past its MAX_RUNTIME."""

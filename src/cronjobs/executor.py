@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -10,28 +9,26 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import DBAPIError
-
-from . import store
-from .db import run_in_transaction
-from .errors import JobNotFound, JobStateError, StoreError
+from . import limits, store
+from .db import classify, retry_while_unavailable, run_in_transaction
+from .errors import JobNotFound, JobStateError
 from .handler import Job
-from .outcome import Outcome, backoff_seconds, from_exception, from_return
+from .outcome import Outcome, Policy, from_exception, from_return, next_state, no_handler
 
 if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("cronjobs.worker")
 
-MAX_RESULT_CHARS = 1_000_000  # a stored result beyond this is refused (packet limits)
-
 
 def default_worker_id() -> str:
-    """`host:pid` of this process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """`host:pid` of this process, within the worker id's 128 characters (a long host
+    name is shortened)."""
+    pid = str(os.getpid())
+    return f"{socket.gethostname()[:limits.WORKER_ID_MAX_CHARS - len(pid) - 1]}:{pid}"
 
 
 @dataclass(frozen=True)
@@ -73,16 +70,15 @@ def call_handler(app: "App", job: Job) -> Outcome:
     """Build the handler of `job` and call `handle()`; any exception becomes an Outcome."""
     cls = app.resolve(job.type)
     if cls is None:
-        error = f"no handler registered for type {job.type!r}"
-        return Outcome("fatal", error=error, log=error)
+        return no_handler(job.type)
     try:
         handler = cls(JobContext(app, job))
         return from_return(handler.handle(job.payload, job), handler)
     except BaseException as exc:  # even SystemExit: the handler's failure is the row's business
         outcome = from_exception(exc)
         if outcome.kind != "retry_later":
-            log.warning("job %s raised %s", job.id, outcome.error, extra={"trace_id": job.id})
-            log.debug("".join(traceback.format_exception(exc)))
+            log.warning("job %s raised %.300s", job.id, outcome.error, extra={"trace_id": job.id})
+            log.debug("%.20000s", "".join(traceback.format_exception(exc)))
         return outcome
 
 
@@ -117,6 +113,7 @@ class Executor:
         self.jobs_done = 0
         self.runner = InlineRunner(app)
         self.accepting = True
+        self.stopped = threading.Event()  # set when the worker stops: outage waits end
         self.on_job_done = None  # called after each finished job (recycling limits)
 
     def lease_seconds(self, job_type: str) -> float:
@@ -125,11 +122,20 @@ class Executor:
         runtime = float(cls.MAX_RUNTIME) if cls is not None else 120.0
         return runtime + self.app.settings.lease_grace_seconds
 
+    def claim(self, queue: str) -> dict | None:
+        """Claim the best due row of `queue` (status `running`, lease set); None when
+        nothing is due.
+
+        Raises:
+            DatabaseUnavailable, DatabaseRefused, StoreError: see `run_in_transaction`.
+        """
+        # `now` is read inside the transaction, after any wait for a lock (SQLite).
+        return run_in_transaction(self.app.engine, lambda c: store.claim_next(
+            c, queue, self.app.clock.now(), self.worker_id, self.lease_seconds))
+
     def run_next(self, queue: str) -> JobReport | None:
         """Claim the best due row of `queue` and run it; None when nothing is due."""
-        # `now` is read inside the transaction, after any wait for a lock (SQLite).
-        row = run_in_transaction(self.app.engine, lambda c: store.claim_next(
-            c, queue, self.app.clock.now(), self.worker_id, self.lease_seconds))
+        row = self.claim(queue)
         return None if row is None else self.run_claimed(row)
 
     def run_id(self, job_id: int) -> JobReport:
@@ -159,11 +165,11 @@ class Executor:
         duration_ms = (time.monotonic() - started) * 1000
         try:
             status = self.finish(job, outcome, duration_ms)
-        except (DBAPIError, StoreError):
-            raise  # the database stayed down: the lease expires, recover_stale takes it back
         except Exception as exc:  # an outcome we cannot store must still end the row
+            if classify(exc) == "unavailable":
+                raise  # the database stayed down: the lease expires, recover_stale takes it back
             error = f"could not record the outcome ({type(exc).__name__}: {exc})"
-            log.warning("job %s: %s", job.id, error, extra={"trace_id": job.id})
+            log.warning("job %s: %.300s", job.id, error, extra={"trace_id": job.id})
             status = self.finish(job, Outcome("fatal", error=error, log=error), duration_ms)
         self.jobs_done += 1
         log.info("job %s finish type=%s status=%s duration_ms=%.1f", job.id, job.type, status,
@@ -175,8 +181,7 @@ class Executor:
     def _call(self, job: Job) -> Outcome:
         cls = self.app.resolve(job.type)
         if cls is None:
-            error = f"no handler registered for type {job.type!r}"
-            return Outcome("fatal", error=error, log=error)
+            return no_handler(job.type)
         if cls.DESTRUCTIVE and not self._task_enabled(job.type):
             return Outcome("cancelled", result={"reason": "disabled"},
                            log="task is disabled (destructive handler): not run")
@@ -201,78 +206,45 @@ class Executor:
         return bool(runtime["enabled"])
 
     def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> str:
-        """Write `outcome` for the run `job` (attempt `job.attempts`); returns the status.
+        """Write `outcome` for the run `job` (attempt `job.attempts`); returns the status
+        (`deleted` for a cancelled childless row, `lost` when the lease was taken away).
 
-        A retry's message is sent after the commit, delayed until the row is due.
+        A retry's message is sent after the commit, delayed until the row is due. While
+        the database is unreachable the write is retried (3 s, doubling to 60 s) for up
+        to 10 minutes; a statement the database refuses is not retried.
+
+        Raises:
+            ValueError: the result cannot be stored (too big, not JSON).
+            DatabaseUnavailable: the database stayed down for 10 minutes.
+            DatabaseRefused: the database refused the write.
         """
         now = self.app.clock.now()
-        values, status, delay = self._next_state(job, outcome, now)
+        policy = Policy(self.app.settings.retry_backoff_cap_minutes,
+                        self.app.settings.unknown_type_grace_seconds, self.worker_id)
+        move = next_state(job, outcome, now, policy)
         stamp = now.strftime("%Y-%m-%d %H:%M:%S")
-        line = (f"[{stamp}] attempt {job.attempts}/{job.max_attempts} on {self.worker_id}: "
-                f"{status} in {duration_ms:.0f} ms - {outcome.log}\n")
+        line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts} on "
+                               f"{self.worker_id}: {move.status} in {duration_ms:.0f} ms - "
+                               f"{outcome.log}") + "\n"
+        values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
 
         def write(conn) -> str:  # noqa: ANN001
-            final = status
-            if status == "cancelled" and store.count_children(conn, job.id) == 0:
-                store.delete_job(conn, job.id, job.attempts)
+            final = move.status
+            if move.status == "cancelled" and store.delete_job(conn, job.id, job.attempts):
                 final = "deleted"
-            elif not store.finish_job(conn, job.id, job.attempts, values, line):
+            elif not store.finish_job(conn, job.id, job.attempts, values):
                 log.warning("job %s: lease was lost before finishing; outcome %s dropped",
-                            job.id, status, extra={"trace_id": job.id})
+                            job.id, move.status, extra={"trace_id": job.id})
                 return "lost"
             if "slot" in job.payload or job.payload.get("manual"):  # a task run
                 store.update_task_status(conn, job.id, final, now)
             return final
 
-        final = self._retry_while_down(lambda: run_in_transaction(self.app.engine, write),
-                                       f"finishing job {job.id}")
+        final = retry_while_unavailable(lambda: run_in_transaction(self.app.engine, write),
+                                        f"finishing job {job.id}")
         if final == "pending":
-            self.app.send(job.id, job.queue, delay)
+            self.app.send(job.id, job.queue, move.delay_seconds)
         return final
-
-    def _next_state(self, job: Job, outcome: Outcome, now: datetime) -> tuple[dict, str, float]:
-        values: dict[str, Any] = {"updated_at": now, "locked_until": None}
-        if outcome.result is not None:
-            text = json.dumps(outcome.result, default=str, allow_nan=False)
-            if len(text) > MAX_RESULT_CHARS:
-                raise ValueError(f"result is {len(text)} characters of JSON; the limit is "
-                                 f"{MAX_RESULT_CHARS}")
-            values["result_payload"] = text
-        values["error"] = outcome.error[:65000] if outcome.error is not None else None
-        kind, delay = outcome.kind, 0.0
-        if kind == "cut_off":  # the worker stopped before the job ended: attempt not used
-            values.update(status="pending", attempts=job.attempts - 1, scheduled_at=None)
-            return values, "pending", 0.0
-        if kind == "retry_later":
-            delay = outcome.delay_seconds
-            values.update(status="pending", attempts=job.attempts - 1,
-                          scheduled_at=now + timedelta(seconds=delay))
-            return values, "pending", delay
-        if kind == "failed" and job.attempts < job.max_attempts:
-            delay = backoff_seconds(job.attempts, self.app.settings.retry_backoff_cap_minutes)
-            values.update(status="pending", scheduled_at=now + timedelta(seconds=delay))
-            return values, "pending", delay
-        status = "failed" if kind in ("failed", "fatal") else kind
-        values.update(status=status, finished_at=now)
-        return values, status, delay
-
-    def _retry_while_down(self, fn, what: str, give_up_seconds: float = 600):  # noqa: ANN001, ANN202
-        """Call `fn` until the database answers: 3 s, then growing to 60 s between tries.
-
-        After `give_up_seconds` the error is raised; the row then stays `running` until
-        its lease expires and `recover_stale` takes it back (nothing is lost).
-        """
-        pause, deadline = 3.0, time.monotonic() + give_up_seconds
-        while True:
-            try:
-                return fn()
-            except (DBAPIError, StoreError) as exc:
-                if time.monotonic() + pause > deadline:
-                    raise
-                log.warning("database unavailable while %s (%s); retrying in %.0f s", what,
-                            type(exc).__name__, pause)
-                time.sleep(pause)
-                pause = min(pause * 2, 60.0)
 
     def cut_off(self) -> list[int]:
         """Stop every running job now (shutdown timeout); returns their ids. Their rows
@@ -282,10 +254,8 @@ class Executor:
 
     def renew_leases(self) -> int:
         """Extend the lease of every row this process is running; returns rows renewed."""
-        now = self.app.clock.now()
         with self._lock:
-            leases = [(job_id, attempt, now + timedelta(seconds=lease))
-                      for job_id, (attempt, lease) in self._running.items()]
+            leases = [(job_id, attempt, lease) for job_id, (attempt, lease) in self._running.items()]
         if not leases:
             return 0
         return run_in_transaction(self.app.engine, lambda c: store.renew_leases(c, leases))

@@ -1,11 +1,14 @@
-"""Worker heartbeats in `cronjob_worker`, and the view of live workers per queue."""
+"""Worker heartbeats in `cronjob_worker`, and the view of live workers per queue.
+
+Heartbeat ages are measured with the database's clock (see `store.workers`), so the
+view is the same from every host, whatever its clock says.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from . import store
 from .app import App
@@ -15,12 +18,11 @@ HEARTBEAT_SECONDS = 10
 LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 
 
-def beat(app: App, worker_id: str, queues: list[str], started_at: datetime, status: str,
-         jobs_done: int, current: list[int]) -> None:
-    """Write this worker's heartbeat (times naive UTC)."""
-    values = {"id": worker_id, "host": socket.gethostname(), "pid": os.getpid(),
-              "queues": ",".join(queues)[:1000], "status": status, "started_at": started_at,
-              "last_seen_at": app.clock.now(), "jobs_done": jobs_done,
+def beat(app: App, worker_id: str, queues: list[str], status: str, jobs_done: int,
+         current: list[int]) -> None:
+    """Write this worker's heartbeat (the database stamps the time)."""
+    values = {"id": worker_id, "host": socket.gethostname()[:255], "pid": os.getpid(),
+              "queues": ",".join(queues)[:1000], "status": status, "jobs_done": jobs_done,
               "current_jobs": ",".join(map(str, current))[:1000]}
     run_in_transaction(app.engine, lambda c: store.beat(c, values))
 
@@ -35,21 +37,35 @@ class WorkersView:
     """Live and dead workers, and the queues nobody consumes.
 
     Attributes:
-        live: heartbeat rows seen within the last 30 s.
+        live: heartbeat rows seen within the last 30 s (each with `age_seconds`).
         dead: older rows (a worker that was killed); `cleanup` removes them after a day.
-        unserved: configured queues with no live worker.
+        unserved: queues of the registered handlers with no live worker.
+        orphaned: queues that hold pending rows but have no live worker, each with
+            `{"pending": n, "due": n, "oldest_due_at": t}` — rows nobody will run until a
+            worker consumes that queue (e.g. the handler that named it was removed).
     """
 
     live: list[dict]
     dead: list[dict]
     unserved: list[str]
+    orphaned: dict[str, dict]
+
+    @property
+    def ok(self) -> bool:
+        """True when every queue with handlers or pending rows has a live worker."""
+        return not self.unserved and not self.orphaned
 
 
 def view(app: App) -> WorkersView:
-    """Read the heartbeats and compare them with the queues of the registered handlers."""
-    cutoff = app.clock.now() - timedelta(seconds=LIVE_SECONDS)
-    rows = run_in_transaction(app.engine, store.list_workers)
-    live = [r for r in rows if r["last_seen_at"] >= cutoff]
+    """Read the heartbeats and pending rows; compare them with the registered queues."""
+    now = app.clock.now()
+
+    def read(conn) -> tuple[list[dict], dict]:  # noqa: ANN001
+        return store.list_workers(conn, LIVE_SECONDS), store.pending_by_queue(conn, now)
+
+    rows, pending = run_in_transaction(app.engine, read)
+    live = [r for r in rows if r["live"]]
     served = {q for r in live for q in r["queues"].split(",") if q}
-    return WorkersView(live, [r for r in rows if r["last_seen_at"] < cutoff],
-                       [q for q in app.queues() if q not in served])
+    return WorkersView(live, [r for r in rows if not r["live"]],
+                       [q for q in app.queues() if q not in served],
+                       {q: info for q, info in sorted(pending.items()) if q not in served})

@@ -23,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
+from . import limits
+
 metadata = MetaData()
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; BIGINT elsewhere.
@@ -35,15 +37,15 @@ MYSQL_TABLE_ARGS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
                     "mysql_collate": "utf8mb4_bin"}
 
 STATUSES = ("pending", "running", "completed", "failed", "cancelled")
-TITLE_MAX = 255
-KEY_MAX = 191  # utf8mb4 index limit on older MySQL row formats
+TITLE_MAX = limits.TITLE_MAX_CHARS
+KEY_MAX = limits.KEY_MAX_CHARS  # utf8mb4 index limit on older MySQL row formats
 
 cronjob_queue = Table(
     "cronjob_queue",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("type", String(191), nullable=False),
-    Column("queue", String(64), nullable=False, server_default="default"),
+    Column("queue", String(limits.QUEUE_MAX_CHARS), nullable=False, server_default="default"),
     Column("status", String(16), nullable=False, server_default="pending"),
     Column("priority", Integer, nullable=False, server_default="5"),
     Column("payload", LongText, nullable=True),
@@ -60,7 +62,7 @@ cronjob_queue = Table(
     Column("started_at", UtcDateTime, nullable=True),
     Column("finished_at", UtcDateTime, nullable=True),
     Column("locked_until", UtcDateTime, nullable=True),
-    Column("worker_id", String(128), nullable=True),
+    Column("worker_id", String(limits.WORKER_ID_MAX_CHARS), nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),

@@ -1,11 +1,25 @@
-"""Turn what `handle()` returned (or raised) into the row's next state (SPEC §3 table)."""
+"""What a run's outcome does to its row: the state machine of SPEC §3 in one place.
+
+`from_return` / `from_exception` turn what `handle()` returned or raised into an
+`Outcome`; `next_state(job, outcome, now, policy)` is the pure function that decides the
+row's next state (completed, retry at T, failed, cancelled, back to pending) and the
+values to write. Texts are cut to their limits here (`cronjobs.limits`), before they
+cross the pipe from a job process or reach the database.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from .handler import CronJobHandler, RetryLater
+from . import limits
+from .handler import CronJobHandler, Job, RetryLater
+
+NO_HANDLER = "no handler registered for type"
+_SINCE = re.compile(r"waiting since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 
 
 @dataclass(frozen=True)
@@ -13,8 +27,11 @@ class Outcome:
     """What to do with a row after its handler ran.
 
     Attributes:
-        kind: `completed`, `failed` (retried with backoff while attempts remain),
-            `fatal` (failed, not retried), `cancelled`, or `retry_later` (no attempt used).
+        kind: `completed`; `failed` (retried with backoff while attempts remain); `fatal`
+            (failed, not retried); `cancelled`; `retry_later` (no attempt used);
+            `cut_off` (the worker stopped before the job ended: no attempt used);
+            `no_handler` (this worker does not know the type: put back for a worker that
+            does, failed after the grace period).
         result: the `result` dict to store, or None.
         error: error text for the row, or None.
         delay_seconds: for `retry_later`, seconds to wait.
@@ -26,6 +43,37 @@ class Outcome:
     error: str | None = None
     delay_seconds: float = 0
     log: str = ""
+
+    def __post_init__(self) -> None:
+        if self.error is not None:
+            object.__setattr__(self, "error", limits.cut(self.error, limits.ERROR_MAX_BYTES))
+        object.__setattr__(self, "log", limits.log_line(self.log))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The settings `next_state` needs.
+
+    Attributes:
+        backoff_cap_minutes: cap of the 2^n-minute retry backoff, minutes.
+        unknown_type_grace_seconds: how long a row whose type a worker does not know is
+            put back before it is failed, seconds.
+        worker_id: written into the `no_handler` error text.
+    """
+
+    backoff_cap_minutes: float = 60
+    unknown_type_grace_seconds: float = 900
+    worker_id: str = "?"
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The row's next state: `values` to write (without the process log), the new
+    `status`, and `delay_seconds` until a `pending` row is due again."""
+
+    values: dict
+    status: str
+    delay_seconds: float = 0.0
 
 
 def from_return(value: Any, handler: CronJobHandler) -> Outcome:
@@ -42,7 +90,7 @@ def from_return(value: Any, handler: CronJobHandler) -> Outcome:
             error = f"handler returned a result of type {type(result).__name__}; expected a dict"
             return Outcome("fatal", error=error, log=error)
         if status not in (None, "cancelled", "completed"):
-            error = f"handler returned unknown status {status!r}; expected 'cancelled' or none"
+            error = f"handler returned unknown status {status!r:.80}; expected 'cancelled' or none"
             return Outcome("fatal", result=result, error=error, log=error)
         if value["success"]:
             if value.get("status") == "cancelled":
@@ -68,6 +116,12 @@ def from_exception(exc: BaseException) -> Outcome:
     return Outcome("failed", error=error, log=f"raised {error}")
 
 
+def no_handler(job_type: str) -> Outcome:
+    """The outcome of a row whose type this process has no handler for."""
+    error = f"{NO_HANDLER} {job_type!r}"
+    return Outcome("no_handler", error=error, log=error)
+
+
 def _reason(prefix: str, result: Any) -> str:
     if isinstance(result, dict) and result.get("reason"):
         return f"{prefix} ({result['reason']})"
@@ -77,3 +131,81 @@ def _reason(prefix: str, result: Any) -> str:
 def backoff_seconds(attempts: int, cap_minutes: float) -> float:
     """Delay before attempt `attempts + 1`: 2^attempts minutes, at most `cap_minutes`."""
     return min(2.0 ** attempts, cap_minutes) * 60.0
+
+
+def result_json(result: Any) -> str:
+    """The stored form of a result: JSON within `RESULT_MAX_BYTES`.
+
+    Raises:
+        ValueError: not JSON (NaN, infinity) or over the limit (naming size and limit).
+    """
+    text = json.dumps(result, default=str, allow_nan=False)
+    size = len(text.encode("utf-8"))
+    if size > limits.RESULT_MAX_BYTES:
+        raise ValueError(f"result is {size:,} bytes of JSON; the limit is "
+                         f"{limits.RESULT_MAX_BYTES:,} bytes")
+    return text
+
+
+def next_state(job: Job, outcome: Outcome, now: datetime, policy: Policy) -> Transition:
+    """Decide the next state of run `job` (attempt `job.attempts`) after `outcome`.
+
+    Pure: reads only its arguments. Times are naive UTC.
+
+    Returns:
+        The `Transition`: `completed`, `cancelled`, `failed`, or `pending` (a retry after
+        backoff, a `RetryLater`, a cut-off, or a row put back for a worker that knows its
+        type).
+
+    Raises:
+        ValueError: the result cannot be stored (see `result_json`).
+    """
+    values: dict[str, Any] = {"updated_at": now, "locked_until": None}
+    if outcome.result is not None:
+        values["result_payload"] = result_json(outcome.result)
+    values["error"] = outcome.error
+    kind = outcome.kind
+    if kind == "cut_off":  # the worker stopped before the job ended: attempt not used
+        values.update(status="pending", attempts=job.attempts - 1, scheduled_at=None)
+        return Transition(values, "pending")
+    if kind == "retry_later":
+        values.update(status="pending", attempts=job.attempts - 1,
+                      scheduled_at=now + timedelta(seconds=outcome.delay_seconds))
+        return Transition(values, "pending", outcome.delay_seconds)
+    if kind == "no_handler":
+        return _no_handler(job, outcome, now, policy, values)
+    if kind == "failed" and job.attempts < job.max_attempts:
+        delay = backoff_seconds(job.attempts, policy.backoff_cap_minutes)
+        values.update(status="pending", scheduled_at=now + timedelta(seconds=delay))
+        return Transition(values, "pending", delay)
+    status = "failed" if kind in ("failed", "fatal") else kind
+    values.update(status=status, finished_at=now)
+    return Transition(values, status)
+
+
+def _no_handler(job: Job, outcome: Outcome, now: datetime, policy: Policy,
+                values: dict) -> Transition:
+    """Rolling deploys: a worker still on the old code puts the row back (no attempt
+    used) with a delay that doubles (5 s to 5 min), and fails it once the type has gone
+    unknown for `unknown_type_grace_seconds`. The start of the wait is kept in the
+    row's error text ("waiting since ...")."""
+    since = _waiting_since(job.error) or now
+    waited = (now - since).total_seconds()
+    if waited >= policy.unknown_type_grace_seconds:
+        values.update(status="failed", finished_at=now,
+                      error=f"{outcome.error} (no worker that knows it took the row within "
+                            f"{policy.unknown_type_grace_seconds:g} s)")
+        return Transition(values, "failed")
+    delay = min(300.0, max(5.0, waited), policy.unknown_type_grace_seconds - waited)
+    values.update(status="pending", attempts=job.attempts - 1,
+                  scheduled_at=now + timedelta(seconds=delay),
+                  error=f"{outcome.error} on worker {policy.worker_id}; waiting since "
+                        f"{since.isoformat(timespec='seconds')} for a worker that knows it")
+    return Transition(values, "pending", delay)
+
+
+def _waiting_since(error: str | None) -> datetime | None:
+    if not error or not error.startswith(NO_HANDLER):
+        return None
+    found = _SINCE.search(error)
+    return datetime.fromisoformat(found.group(1)) if found else None

@@ -9,19 +9,18 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Iterable
 
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from . import store
+from . import limits, store
 from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
 from .errors import InvalidJob
-from .models import KEY_MAX, TITLE_MAX
 
 log = logging.getLogger("cronjobs.queue")
 
@@ -71,7 +70,11 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
         The id of the new row, or of the row that already holds `idempotency_key`.
 
     Raises:
-        InvalidJob: bad argument (payload not JSON, title too long, parent missing, ...).
+        InvalidJob: bad argument, with a one-line reason naming it: payload not a JSON
+            object or over 1,000,000 bytes of JSON, type over 160 characters, queue over
+            64 or with characters outside `[A-Za-z0-9_.-]`, key over 191, title over 255
+            (limits: `cronjobs.limits`), parent missing, ...
+        DatabaseUnavailable: the database cannot be reached.
     """
     return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
                   priority=priority, scheduled_at=scheduled_at, title=title,
@@ -153,8 +156,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     Raises:
         InvalidJob: naming the bad argument and its value.
     """
-    if not isinstance(type, str) or not type.strip() or len(type) > 191:
-        raise InvalidJob(f"job type must be a non-empty string of at most 191 characters, got {type!r}")
+    limits.check_name(type, "job type", limits.TYPE_MAX_CHARS)
     payload = {} if payload is None else payload
     if not isinstance(payload, dict):
         raise InvalidJob(f"payload must be a JSON object (dict), got {payload.__class__.__name__}: {payload!r:.80}")
@@ -162,11 +164,15 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
         payload_json = json.dumps(payload, allow_nan=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
-    if title is not None and (not isinstance(title, str) or len(title) > TITLE_MAX):
-        raise InvalidJob(f"title must be a string of at most {TITLE_MAX} characters, got {len(str(title))} characters")
-    if idempotency_key is not None and (not isinstance(idempotency_key, str)
-                                        or not idempotency_key or len(idempotency_key) > KEY_MAX):
-        raise InvalidJob(f"idempotency key must be a non-empty string of at most {KEY_MAX} characters, got {idempotency_key!r:.80}")
+    except RecursionError:
+        raise InvalidJob("payload is not JSON-serialisable: nested too deeply") from None
+    limits.check_json_size(payload_json, "payload", limits.PAYLOAD_MAX_BYTES)
+    if title is not None:
+        limits.check_name(title, "title", limits.TITLE_MAX_CHARS, allow_empty=True)
+    if idempotency_key is not None:
+        limits.check_name(idempotency_key, "idempotency key", limits.KEY_MAX_CHARS)
+    if queue is not None:
+        limits.check_queue(queue)
     if not isinstance(priority, int) or isinstance(priority, bool) or not -2**31 <= priority < 2**31:
         raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
     cls = app.resolve(type)
@@ -308,5 +314,5 @@ def cleanup(retention: dict | None = None, *, dry_run: bool = False,
         now = app.clock.now()
         run_in_transaction(app.engine, lambda c: store.prune_slots(c, now))
         # Heartbeats of workers that were killed (a clean stop removes its own).
-        run_in_transaction(app.engine, lambda c: store.prune_workers(c, now - timedelta(days=1)))
+        run_in_transaction(app.engine, lambda c: store.prune_workers(c, 24 * 3600))
     return totals

@@ -19,10 +19,11 @@ from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
 from .errors import HandlerNotFound
-from .slots import Slot, current_slot, is_cron, slots_between
+from .slots import Slot, current_slot, is_cron, slot_start, slots_between
 
 log = logging.getLogger("cronjobs.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] names already reported by this process
+_clock_back_warned: set[str] = set()  # non-empty while this process's clock is behind
 
 
 @dataclass
@@ -33,7 +34,7 @@ class TickReport:
         now: the tick's instant (naive UTC).
         started: `(task, slot key, job id)` for each run started by this tick.
         skipped: task -> reason (`disabled`, `unavailable`, `already-run`, `lost-race`,
-            `not-yet`).
+            `not-yet`, `clock-behind`: the slot is older than the task's last one).
     """
 
     now: datetime
@@ -106,6 +107,7 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
+    behind = False
     for info in task_infos(app):
         if not info.frequency:
             continue
@@ -120,6 +122,10 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
         if last == slot.key:
             report.skipped[info.task] = "already-run"
             continue
+        if _clock_went_back(info, slot, now, app.settings.timezone):
+            report.skipped[info.task] = "clock-behind"
+            behind = True
+            continue
         if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
             report.skipped[info.task] = "not-yet"  # a new cron task waits for its next fire time
             continue
@@ -130,10 +136,30 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
         if last is not None:
             missed = slots_between(info.frequency, last, slot, app.settings.timezone)
             if missed:
-                log.info("task %s: %d missed slot(s) after %s coalesced into %s", info.task,
-                         missed, last, slot.key)
+                more = "+" if missed >= 1000 and is_cron(info.frequency) else ""
+                log.info("task %s: %d%s missed slot(s) after %s coalesced into %s", info.task,
+                         missed, more, last, slot.key)
         report.started.append((info.task, slot.key, job_id))
+    if not behind:
+        _clock_back_warned.clear()
     return report
+
+
+def _clock_went_back(info: TaskInfo, slot: Slot, now: datetime, tz: str) -> bool:
+    """True when `slot` is older than the task's last started slot: this host's clock
+    went back (or is behind the scheduler that ran it). Such a slot is never started;
+    WARNING once per process until the clock is ahead again."""
+    last = info.runtime["last_slot"]
+    last_at = slot_start(info.frequency, last, tz) if last else None
+    if last_at is None or slot.at >= last_at:
+        return False
+    if not _clock_back_warned:
+        _clock_back_warned.add(info.task)
+        log.warning("the clock went back: this tick is for %s UTC, but task %s already ran "
+                    "slot %s (started at %s UTC); no task starts a slot older than its last "
+                    "one, so runs resume when the clock passes it again", now.isoformat(" "),
+                    info.task, last, info.runtime["last_run_at"])
+    return True
 
 
 def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:

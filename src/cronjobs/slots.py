@@ -75,19 +75,37 @@ def current_slot(frequency: str, now: datetime, tz: str = "UTC") -> Slot:
     return Slot(fire.strftime("%Y%m%d%H%M"), _utc(fire), _utc(following))
 
 
+def slot_start(frequency: str, key: str, tz: str = "UTC") -> datetime | None:
+    """When the slot `key` of `frequency` began, naive UTC; None when `key` is not a key
+    of that frequency (the frequency was changed since). A cron key in a repeated DST
+    hour is read as its first (earlier) instant."""
+    fmt = _FORMATS.get(frequency, "%Y%m%d%H%M")
+    try:
+        start = datetime.strptime(key, fmt)
+    except ValueError:
+        return None
+    if frequency in _FORMATS:
+        return start
+    return _utc(start.replace(tzinfo=ZoneInfo(tz)))
+
+
 def slots_between(frequency: str, after_key: str, slot: Slot, tz: str = "UTC",
-                  limit: int = 10_000) -> int:
+                  limit: int = 1000) -> int:
     """How many slots lie strictly between the slot `after_key` and `slot` (for logging
-    skipped slots); counts at most `limit`."""
+    skipped slots). Named frequencies are counted by arithmetic (constant time, however
+    long the gap); cron expressions are walked, counting at most `limit` (a return of
+    `limit` means "at least that many")."""
     if frequency in _FORMATS:
         try:
             prev = datetime.strptime(after_key, _FORMATS[frequency])
         except ValueError:
             return 0
-        count, cursor = 0, _next_start(frequency, prev)
-        while cursor < slot.at and count < limit:
-            count, cursor = count + 1, _next_start(frequency, cursor)
-        return count
+        if frequency == "month":
+            gap = (slot.at.year - prev.year) * 12 + slot.at.month - prev.month
+        else:
+            step = {"minute": 60, "hour": 3600, "day": 86400}[frequency]
+            gap = int((slot.at - prev).total_seconds() // step)
+        return max(0, gap - 1)
     zone = ZoneInfo(tz)
     try:
         prev = datetime.strptime(after_key, "%Y%m%d%H%M").replace(tzinfo=zone)

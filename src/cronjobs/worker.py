@@ -87,7 +87,6 @@ class WorkerProcess:
                  prefetch: int | None = None) -> None:
         self.app, self.queues, self.threads, self.limits = app, queues, threads, limits
         self.executor = app.executor
-        self.started_at = app.clock.now()
         self._started = time.monotonic()
         self.recycle = threading.Event()
         self.recycle_reason: str | None = None
@@ -132,8 +131,8 @@ class WorkerProcess:
 
     def beat(self) -> None:
         """Write the heartbeat."""
-        heartbeat.beat(self.app, self.executor.worker_id, self.queues, self.started_at,
-                       self.status, self.executor.jobs_done, self.executor.running_ids())
+        heartbeat.beat(self.app, self.executor.worker_id, self.queues, self.status,
+                       self.executor.jobs_done, self.executor.running_ids())
 
     def _after_job(self) -> None:
         if self.limits.max_jobs is not None and self.executor.jobs_done >= self.limits.max_jobs:
@@ -175,6 +174,7 @@ class WorkerProcess:
         rest off (rows back to `pending`, attempt not used) and release everything."""
         self.status = "stopping"
         self.executor.accepting = False
+        self.executor.stopped.set()
         urgent = urgent or threading.Event()
         stopper = threading.Thread(target=self.worker.stop,
                                    kwargs={"timeout": int(timeout_seconds * 1000)}, daemon=True)

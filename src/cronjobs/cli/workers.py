@@ -56,26 +56,35 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def workers(as_json: bool) -> None:
-    """Live workers (heartbeat within 30 s), dead ones, and queues with no live worker.
+    """Live workers (heartbeat within 30 s), dead ones, queues with no live worker, and
+    queues whose pending rows no live worker consumes.
 
-    Exit status 1 when a queue has no live worker."""
+    Exit status 1 when a handler's queue has no live worker or pending rows sit in a
+    queue that no live worker consumes."""
     from ..heartbeat import view
 
     seen = view(_app())
     if as_json:
-        click.echo(_dump({"live": seen.live, "dead": seen.dead, "unserved": seen.unserved}))
+        click.echo(_dump({"live": seen.live, "dead": seen.dead, "unserved": seen.unserved,
+                          "orphaned": seen.orphaned}))
     else:
-        rows = [{"worker": r["id"], "state": "live" if r in seen.live else "DEAD",
+        rows = [{"worker": r["id"], "state": "live" if r["live"] else "DEAD",
                  "status": r["status"], "queues": r["queues"], "jobs_done": r["jobs_done"],
                  "running": r["current_jobs"] or "", "last_seen": r["last_seen_at"],
-                 "started": r["started_at"]} for r in seen.live + seen.dead]
+                 "age_s": round(r["age_seconds"]), "started": r["started_at"]}
+                for r in seen.live + seen.dead]
         if rows:
             _table(rows, list(rows[0]))
         else:
             click.echo("no workers have reported")
         for queue in seen.unserved:
-            click.echo(f"WARNING: queue {queue!r} has no live worker")
-    sys.exit(1 if seen.unserved else 0)
+            if queue not in seen.orphaned:
+                click.echo(f"WARNING: queue {queue!r} has no live worker")
+        for queue, info in seen.orphaned.items():
+            click.echo(f"WARNING: queue {queue!r} has {info['pending']} pending row(s) "
+                       f"({info['due']} due) and no live worker; start one with "
+                       f"`cronjobs worker --queues {queue}`")
+    sys.exit(0 if seen.ok else 1)
 
 
 @main.command()

@@ -7,7 +7,6 @@ frozen clock drives every backend the same way. Dialect differences are handled 
 
 from .jobs import (
     JOB_COLUMNS,
-    append_log,
     claim_by_id,
     claim_next,
     count_children,
@@ -20,7 +19,8 @@ from .jobs import (
     renew_leases,
     select_by_key,
 )
-from .maintenance import due_pending, prune, prune_slots, rescue_stale
+from .dialect import database_now, db_now
+from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
     claim_slot,
     ensure_runtime,
@@ -33,9 +33,10 @@ from .runtime import (
 from .workers import beat, forget, list_workers, prune_workers
 
 __all__ = [
-    "JOB_COLUMNS", "append_log", "claim_by_id", "claim_next", "count_children", "delete_job",
+    "JOB_COLUMNS", "claim_by_id", "claim_next", "count_children", "delete_job",
     "finish_job", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
-    "select_by_key", "due_pending", "prune", "prune_slots", "rescue_stale", "claim_slot", "ensure_runtime",
-    "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status",
-    "beat", "forget", "list_workers", "prune_workers",
+    "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
+    "rescue_stale", "claim_slot", "ensure_runtime", "get_runtime", "list_runtimes",
+    "record_run", "set_enabled", "update_task_status", "beat", "forget", "list_workers",
+    "prune_workers", "database_now", "db_now",
 ]

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, and_, func, literal, or_, select
+from sqlalchemy import Connection, and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from ..db import is_duplicate_key
 from ..errors import InvalidJob
 from ..models import cronjob_queue as q
-from .dialect import locking_read, name, skip_locked
+from .dialect import db_now, locking_read, name, skip_locked
 
 JOB_COLUMNS = tuple(c.name for c in q.columns)
 
@@ -157,49 +157,50 @@ def claim_by_id(conn: Connection, job_id: int, now: datetime, worker_id: str,
 
 def _take(conn: Connection, row: dict, now: datetime, worker_id: str,
           lease: float) -> dict | None:
+    # The lease is set from the database's clock (docs/architecture.md, "Time").
     changes = {"status": "running", "attempts": row["attempts"] + 1, "started_at": now,
-               "finished_at": None, "locked_until": now + timedelta(seconds=lease),
-               "worker_id": worker_id, "updated_at": now}
+               "finished_at": None, "worker_id": worker_id, "updated_at": now}
     result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == "pending")
-                          .values(**changes))
+                          .values(locked_until=db_now(conn, lease), **changes))
     if result.rowcount != 1:
         return None
-    row.update(changes)
+    row.update(changes, locked_until=now + timedelta(seconds=lease))  # as seen by this host
     return row
 
 
-def log_append(text: str):  # noqa: ANN201
-    """SQL expression: the process log with `text` appended (|| or CONCAT per dialect)."""
-    return func.coalesce(q.c.process_logs, literal("")) + literal(text)
-
-
-def finish_job(conn: Connection, job_id: int, attempt: int, values: dict,
-               log_text: str = "") -> bool:
+def finish_job(conn: Connection, job_id: int, attempt: int, values: dict) -> bool:
     """Write the outcome of run number `attempt` of row `job_id`.
 
     Only a row still `running` under that attempt is changed: a run whose lease was
     taken away by `recover_stale` cannot overwrite the newer run.
 
+    Args:
+        values: column values; texts already within their limits (`cronjobs.limits`),
+            `process_logs` the whole bounded log.
+
     Returns:
         True when the row was updated.
     """
-    values = dict(values)
-    if log_text:
-        values["process_logs"] = log_append(log_text)
     result = conn.execute(q.update().where(q.c.id == job_id, q.c.status == "running",
                                            q.c.attempts == attempt).values(**values))
     return result.rowcount == 1
 
 
 def delete_job(conn: Connection, job_id: int, attempt: int | None = None) -> bool:
-    """Delete row `job_id` (its children go with it by cascade). True when deleted.
+    """Delete row `job_id` if it has no children. True when deleted.
 
-    With `attempt`, only while that run still holds it (`running`, same attempt).
+    With `attempt`, only while that run still holds it (`running`, same attempt). The row
+    is locked first, so a child inserted meanwhile (its foreign-key check waits for our
+    lock) is seen, and the row is kept: a delete never cascades to live rows.
     """
-    stmt = q.delete().where(q.c.id == job_id)
+    stmt = select(q.c.id).where(q.c.id == job_id)
     if attempt is not None:
         stmt = stmt.where(q.c.status == "running", q.c.attempts == attempt)
-    return conn.execute(stmt).rowcount == 1
+    if name(conn) != "sqlite":
+        stmt = stmt.with_for_update()
+    if conn.execute(stmt).first() is None or count_children(conn, job_id):
+        return False
+    return conn.execute(q.delete().where(q.c.id == job_id)).rowcount == 1
 
 
 def count_children(conn: Connection, job_id: int) -> int:
@@ -208,22 +209,17 @@ def count_children(conn: Connection, job_id: int) -> int:
                         .where(q.c.parent_id == job_id)).scalar_one()
 
 
-def append_log(conn: Connection, job_id: int, text: str, now: datetime) -> None:
-    """Append `text` (already timestamped lines) to the row's process log."""
-    conn.execute(q.update().where(q.c.id == job_id)
-                 .values(process_logs=log_append(text), updated_at=now))
-
-
-def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, datetime]]) -> int:
-    """Extend the leases of running rows: `(id, attempt, locked_until)` triples.
+def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, float]]) -> int:
+    """Extend the leases of running rows: `(id, attempt, lease_seconds)` triples; each
+    lease then ends `lease_seconds` after the database's clock now.
 
     Returns:
         How many rows were still held by those runs and got the new lease.
     """
     renewed = 0
-    for job_id, attempt, until in leases:
+    for job_id, attempt, lease in leases:
         result = conn.execute(q.update().where(and_(q.c.id == job_id, q.c.status == "running",
                                                     q.c.attempts == attempt))
-                              .values(locked_until=until))
+                              .values(locked_until=db_now(conn, lease)))
         renewed += result.rowcount
     return renewed

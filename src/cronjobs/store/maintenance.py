@@ -4,27 +4,32 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, exists, select
+from sqlalchemy import Connection, case, exists, func, or_, select
 from sqlalchemy.orm import aliased
 
+from .. import limits
 from ..models import cronjob_queue as q, cronjob_slot
-from .dialect import skip_locked
-from .jobs import log_append
+from .dialect import db_now, skip_locked
 
 
 def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 500) -> list[dict]:
     """Take back `running` rows whose lease ran out more than `minutes` ago.
 
+    Lease ages are judged with the database's clock, the clock the leases were written
+    with, so the host running this cannot take a live row because its own clock is ahead.
     A row with attempts left goes back to `pending` (due now); one without goes to
     `failed`. Both get a process-log line. Rows with a live lease are never touched, so a
     long job on a live worker (which renews its lease) is safe.
 
+    Args:
+        now: the injected clock's time, for `updated_at`, `scheduled_at` and the log line.
+
     Returns:
         `[{id, queue, status}]` for each row changed (`status` is the new status).
     """
-    cutoff = now - timedelta(minutes=minutes)
-    stmt = (select(q.c.id, q.c.queue, q.c.attempts, q.c.max_attempts, q.c.worker_id)
-            .where(q.c.status == "running", q.c.locked_until < cutoff)
+    stmt = (select(q.c.id, q.c.queue, q.c.attempts, q.c.max_attempts, q.c.worker_id,
+                   q.c.process_logs)
+            .where(q.c.status == "running", q.c.locked_until < db_now(conn, -minutes * 60))
             .order_by(q.c.id).limit(limit))
     changed = []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
@@ -34,8 +39,9 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
         error = (f"lease expired on worker {row['worker_id']} (worker lost?)"
                  + (f"; no attempts left ({row['attempts']}/{row['max_attempts']})"
                     if exhausted else ""))
+        line = limits.log_line(f"[{stamp}] recover-stale: {error} -> {status}") + "\n"
         values = {"status": status, "error": error, "locked_until": None, "updated_at": now,
-                  "process_logs": log_append(f"[{stamp}] recover-stale: {error} -> {status}\n")}
+                  "process_logs": limits.bounded_log(row["process_logs"], line)}
         if exhausted:
             values["finished_at"] = now
         else:
@@ -63,13 +69,39 @@ def due_pending(conn: Connection, now: datetime, idle_seconds: float, limit: int
     return [dict(r) for r in conn.execute(stmt).mappings()]  # a plain read: never lock
 
 
+def pending_by_queue(conn: Connection, now: datetime) -> dict[str, dict]:
+    """Pending rows per queue: `{queue: {"pending": n, "due": n, "oldest_due_at": t}}`.
+
+    `due` counts rows whose `scheduled_at` has passed (or is empty) at `now`;
+    `oldest_due_at` is when the longest-waiting due row became due (naive UTC), or None.
+    """
+    due = or_(q.c.scheduled_at.is_(None), q.c.scheduled_at <= now)
+    became_due = func.coalesce(q.c.scheduled_at, q.c.created_at)
+    stmt = (select(q.c.queue, func.count().label("pending"),
+                   func.sum(case((due, 1), else_=0)).label("due"),
+                   func.min(case((due, became_due), else_=None)).label("oldest_due_at"))
+            .where(q.c.status == "pending").group_by(q.c.queue))
+    return {r["queue"]: {"pending": int(r["pending"]), "due": int(r["due"] or 0),
+                         "oldest_due_at": _as_datetime(r["oldest_due_at"])}
+            for r in conn.execute(stmt).mappings()}
+
+
+def _as_datetime(value):  # noqa: ANN001, ANN202
+    # SQLite returns MIN() over a CASE as text.
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
 def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days: float,
           cancelled_days: float, batch: int, dry_run: bool = False) -> dict[str, int]:
     """Delete one batch per status of rows finished longer ago than their retention.
 
-    `cancelled` rows are kept while they have children younger than the retention (a
-    childless cancelled row is deleted when it ends). Call repeatedly until it returns
-    zeros; each call holds locks for one bounded batch only.
+    Only rows without children are deleted, so the parent cascade never removes a row:
+    a parent goes in a later batch, once every child was itself finished and past its
+    retention and was deleted first (a finished parent outlives its whole subtree, and
+    no `pending` or `running` row is ever deleted). Candidates are locked (SKIP LOCKED)
+    and checked for children again before the delete: a child inserted meanwhile makes
+    its foreign-key check wait for our lock, so it is seen, and its parent is kept.
+    Call repeatedly until it returns zeros; each call holds locks for one batch only.
 
     Returns:
         `{"completed": n, "failed": n, "cancelled": n}` rows deleted (or that would be,
@@ -79,15 +111,17 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
     for status, days in (("completed", completed_days), ("failed", failed_days),
                          ("cancelled", cancelled_days)):
         cutoff = now - timedelta(days=days)
-        stmt = (select(q.c.id).where(q.c.status == status, q.c.finished_at < cutoff)
+        child = aliased(q)
+        stmt = (select(q.c.id).where(q.c.status == status, q.c.finished_at < cutoff,
+                                     ~exists().where(child.c.parent_id == q.c.id))
                 .order_by(q.c.id).limit(batch))
-        if status == "cancelled":
-            child = aliased(q)
-            stmt = stmt.where(~exists().where(child.c.parent_id == q.c.id,
-                                              child.c.status.in_(("pending", "running"))))
-        ids = [r[0] for r in conn.execute(stmt)]
+        ids = [r[0] for r in conn.execute(stmt if dry_run else skip_locked(conn, stmt))]
         if ids and not dry_run:
-            conn.execute(q.delete().where(q.c.id.in_(ids)))
+            parents = {r[0] for r in conn.execute(select(q.c.parent_id).distinct()
+                                                  .where(q.c.parent_id.in_(ids)))}
+            ids = [i for i in ids if i not in parents]
+            if ids:
+                conn.execute(q.delete().where(q.c.id.in_(ids)))
         counts[status] = len(ids)
     return counts
 

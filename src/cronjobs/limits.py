@@ -1,0 +1,135 @@
+"""Size limits of everything written to a row, checked in Python before any SQL.
+
+One limit per text, the same on SQLite, MariaDB and PostgreSQL (docs/architecture.md,
+"Limits"), so a row that fits on one backend fits on all of them and the database never
+refuses a statement for its size:
+
+| text | limit | over the limit |
+|---|---|---|
+| job type, task name | 160 characters | refused (`InvalidJob` / `HandlerError`) |
+| queue name | 64 characters, `[A-Za-z0-9_.-]` | refused |
+| idempotency key | 191 characters | refused |
+| title | 255 characters | refused |
+| worker id | 128 characters | host name shortened |
+| payload (JSON) | 1,000,000 bytes | refused (`InvalidJob`) |
+| result (JSON) | 1,000,000 bytes | the run fails, not retried |
+| error | 16,000 bytes | cut, with a marker |
+| one process-log line | 2,000 characters | cut, with a marker |
+| process log of a row | 64,000 bytes | oldest lines dropped, with a marker |
+
+Names must not contain NUL characters or lone surrogates (PostgreSQL and MariaDB refuse
+them); free texts (errors, logs) have them replaced instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidJob
+
+TYPE_MAX_CHARS = 160  # leaves room for the slot key `cronjobs:<task>:<slot>` (191)
+QUEUE_MAX_CHARS = 64
+KEY_MAX_CHARS = 191  # utf8mb4 index limit on older MySQL row formats
+TITLE_MAX_CHARS = 255
+WORKER_ID_MAX_CHARS = 128
+PAYLOAD_MAX_BYTES = 1_000_000
+RESULT_MAX_BYTES = 1_000_000
+ERROR_MAX_BYTES = 16_000  # the error column is TEXT: 65,535 bytes on MySQL
+LOG_LINE_MAX_CHARS = 2_000
+LOG_MAX_BYTES = 64_000
+LOG_DROPPED = "[older lines dropped]\n"
+MIN_MYSQL_PACKET_BYTES = 4 * 1024 * 1024  # a payload, a result and the rest in one statement
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+def check_name(value: object, what: str, max_chars: int, *, allow_empty: bool = False) -> str:
+    """Return `value` if it is a usable name: a `str` of at most `max_chars` characters
+    (non-empty unless `allow_empty`) without NUL or lone surrogates.
+
+    Raises:
+        InvalidJob: naming `what`, the problem and (a prefix of) the value.
+    """
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise InvalidJob(f"{what} must be a non-empty string, got {value!r:.80}")
+    if len(value) > max_chars:
+        raise InvalidJob(f"{what} is {len(value)} characters; the limit is {max_chars} "
+                         f"(got {value!r:.60}...)")
+    if "\x00" in value or not _encodable(value):
+        raise InvalidJob(f"{what} contains a NUL character or an invalid surrogate: {value!r:.80}")
+    return value
+
+
+def check_queue(value: object) -> str:
+    """Return `value` if it is a valid queue name (see the table above).
+
+    Raises:
+        InvalidJob: the name is too long or has other characters than `[A-Za-z0-9_.-]`.
+    """
+    check_name(value, "queue name", QUEUE_MAX_CHARS)
+    if not _QUEUE_NAME.match(value):
+        raise InvalidJob(f"queue name {value!r} may only contain letters, digits, '_', '.' "
+                         f"and '-' (and must start with a letter or digit)")
+    return value
+
+
+def check_json_size(text: str, what: str, max_bytes: int) -> str:
+    """Return the JSON `text` if its UTF-8 size is within `max_bytes`.
+
+    Raises:
+        InvalidJob: naming `what`, its size and the limit, in bytes.
+    """
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidJob(f"{what} is {size:,} bytes of JSON; the limit is {max_bytes:,} bytes")
+    return text
+
+
+def clean_text(text: str) -> str:
+    """`text` with NUL characters and lone surrogates replaced (storable everywhere)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\0")
+    return text if _encodable(text) else text.encode("utf-8", "replace").decode("utf-8")
+
+
+def cut(text: str, max_bytes: int) -> str:
+    """`text` cleaned and cut to at most `max_bytes` UTF-8 bytes, ending in a marker that
+    says how much was cut."""
+    text = clean_text(text)
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    marker = f" ... [cut: {len(data):,} bytes in all]"
+    return data[:max_bytes - len(marker)].decode("utf-8", "ignore") + marker
+
+
+def log_line(text: str) -> str:
+    """One process-log line: cleaned, on one line, at most `LOG_LINE_MAX_CHARS`."""
+    text = clean_text(text).replace("\r", " ").replace("\n", " | ")
+    if len(text) > LOG_LINE_MAX_CHARS:
+        text = text[:LOG_LINE_MAX_CHARS - 40] + f" ... [cut: {len(text):,} characters]"
+    return text
+
+
+def bounded_log(old: str | None, new_lines: str) -> str:
+    """The process log `old` + `new_lines`, keeping the newest whole lines within
+    `LOG_MAX_BYTES` (a row retried or put back many times keeps a bounded log)."""
+    text = (old or "") + new_lines
+    if len(text.encode("utf-8")) <= LOG_MAX_BYTES:
+        return text
+    kept: list[str] = []
+    size = len(LOG_DROPPED)
+    for line in reversed(text.splitlines(keepends=True)):
+        size += len(line.encode("utf-8"))
+        if size > LOG_MAX_BYTES:
+            break
+        kept.append(line)
+    return LOG_DROPPED + "".join(reversed(kept))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
