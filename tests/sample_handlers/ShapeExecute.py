@@ -25,8 +25,10 @@ class ShapeExecute(CronJobHandler):
             if payload.get("children"):
                 self.dispatch("test.shape.execute", {"shape": "true"})
             return {"success": True, "status": "cancelled", "result": {"reason": "no-targets"}}
+        if shape == "raise_big":  # a multi-megabyte message with NUL, a lone surrogate, Persian
+            raise ValueError("big " + "x" * payload["size"] + "\x00\udc80 سلام 🎉 end")
         if shape == "retry_later":
-            raise RetryLater(payload.get("delay", 30), "rate limited")
+            raise RetryLater(payload.get("delay", 30), payload.get("reason", "rate limited"))
         if shape == "none":
             return None
         if shape == "string":

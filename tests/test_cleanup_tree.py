@@ -1,0 +1,103 @@
+"""Issue 6 item 1: cleanup never deletes a live row through the parent cascade.
+
+A finished parent is kept until its whole subtree is finished and past retention; no row
+is deleted while it or any descendant is `pending` or `running`. On every backend.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from cronjobs import queue
+from cronjobs.clock import FrozenClock
+from cronjobs.models import cronjob_queue as q
+
+T0 = datetime(2026, 6, 1, 12, 0, 0)
+OLD = T0 - timedelta(days=8)  # past the 7-day retention of completed rows
+
+
+def set_row(app, job_id: int, **values) -> None:
+    with app.engine.begin() as conn:
+        conn.execute(q.update().where(q.c.id == job_id).values(**values))
+
+
+def ids_left(app) -> set[int]:
+    with app.engine.connect() as conn:
+        return {r[0] for r in conn.execute(sa.select(q.c.id))}
+
+
+def test_live_descendants_keep_their_finished_ancestors(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    dispatch = lambda parent=None: queue.dispatch("test.shape.execute", {}, parent_id=parent)  # noqa: E731
+    discover = dispatch()
+    pending_child = dispatch(discover)    # scheduled for next month
+    running_child = dispatch(discover)
+    done_child = dispatch(discover)       # finished, past retention, but a parent itself
+    grandchild = dispatch(done_child)     # pending
+    lonely_old = dispatch()               # an unrelated old completed row
+    set_row(app, discover, status="completed", finished_at=OLD)
+    set_row(app, pending_child, scheduled_at=T0 + timedelta(days=30))
+    set_row(app, running_child, status="running", attempts=1, started_at=T0)
+    set_row(app, done_child, status="completed", finished_at=OLD)
+    set_row(app, lonely_old, status="completed", finished_at=OLD)
+
+    assert queue.cleanup() == {"completed": 1, "failed": 0, "cancelled": 0}
+    assert ids_left(app) == {discover, pending_child, running_child, done_child, grandchild}
+
+    # The grandchild finishes: its parent (done_child) may go once the grandchild is past
+    # retention; the discover row stays while two children are live.
+    set_row(app, grandchild, status="failed", finished_at=T0 - timedelta(days=31))
+    assert queue.cleanup() == {"completed": 1, "failed": 1, "cancelled": 0}
+    assert ids_left(app) == {discover, pending_child, running_child}
+
+    # Both live children finish now: not past retention yet, so everything stays.
+    set_row(app, pending_child, status="completed", finished_at=T0)
+    set_row(app, running_child, status="cancelled", finished_at=T0)
+    assert queue.cleanup() == {"completed": 0, "failed": 0, "cancelled": 0}
+    assert ids_left(app) == {discover, pending_child, running_child}
+
+    # One child is past retention, the other is not: the parent still waits.
+    set_row(app, pending_child, finished_at=OLD)
+    assert queue.cleanup() == {"completed": 1, "failed": 0, "cancelled": 0}
+    assert ids_left(app) == {discover, running_child}
+
+    # The whole subtree is finished and past retention: the parent goes last.
+    set_row(app, running_child, finished_at=OLD)
+    assert queue.cleanup() == {"completed": 1, "failed": 0, "cancelled": 1}
+    assert ids_left(app) == set()
+
+
+def test_dry_run_counts_only_rows_that_would_go(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    parent = queue.dispatch("test.shape.execute", {})
+    child = queue.dispatch("test.shape.execute", {}, parent_id=parent)
+    set_row(app, parent, status="completed", finished_at=OLD)
+    assert queue.cleanup(dry_run=True)["completed"] == 0, "its child is pending"
+    set_row(app, child, status="completed", finished_at=OLD)
+    assert queue.cleanup(dry_run=True)["completed"] == 1, "the child first, the parent later"
+    assert ids_left(app) == {parent, child}
+
+
+def test_a_cancelled_run_with_children_is_kept(make_app):
+    """A discover run that dispatched children and then returned `cancelled` keeps its row
+    (a childless cancelled row is deleted at once; one with children never cascades)."""
+    import registry
+    from cronjobs import CronJobHandler
+
+    class FanOutThenCancelExecute(CronJobHandler):
+        TYPE = "test.fanoutcancel.execute"
+
+        def handle(self, payload, job):
+            self.dispatch("test.shape.execute", {"shape": "true"})
+            return {"success": True, "status": "cancelled", "result": {"reason": "in-sync"}}
+
+    app = make_app(clock=FrozenClock(T0))
+    registry.register(FanOutThenCancelExecute.TYPE, FanOutThenCancelExecute)
+    parent = queue.dispatch(FanOutThenCancelExecute.TYPE, {})
+    assert app.executor.run_id(parent).status == "cancelled"
+    with app.engine.connect() as conn:
+        children = conn.execute(sa.select(q.c.id, q.c.status).where(q.c.parent_id == parent)).all()
+    assert len(children) == 1 and children[0][1] == "pending"
+    assert queue.get(parent)["status"] == "cancelled"
