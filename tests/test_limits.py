@@ -140,3 +140,38 @@ def test_sqlite_errors_and_non_database_errors(tmp_path):
         holder.rollback()
         holder.close()
     assert classify(busy.value) == "transient"
+
+
+def test_a_server_with_a_small_packet_limit_is_refused_at_connect(tmp_path):
+    """A MariaDB whose max_allowed_packet is below what the limits need would drop the
+    connection ("gone away") on a big row, which looks like an outage: refuse it at the
+    first connection with a one-line ConfigError instead."""
+    import subprocess
+
+    from cronjobs.db import make_engine
+    from cronjobs.errors import ConfigError
+    from test_faults import OwnMariaDB
+
+    class SmallPacketMariaDB(OwnMariaDB):
+        port = 3308
+
+        def start(self) -> None:
+            self.proc = subprocess.Popen(
+                ["mariadbd", "--no-defaults", f"--datadir={self.folder}/data",
+                 f"--port={self.port}", "--bind-address=127.0.0.1", f"--socket={self.folder}/sock",
+                 "--user=root", f"--log-error={self.folder}/err.log",
+                 "--innodb-buffer-pool-size=16M", "--max-allowed-packet=1M"])
+            from test_faults import _wait
+
+            _wait(self.ping, 60, "mariadb to start")
+
+    server = SmallPacketMariaDB(tmp_path / "mariadb")
+    server.start()
+    try:
+        engine = make_engine(server.url("mysql"))
+        with pytest.raises(ConfigError, match=r"max_allowed_packet is 1,048,576 bytes; cronjobs "
+                                              r"needs at least 4,194,304"):
+            engine.connect()
+        engine.dispose()
+    finally:
+        server.stop()

@@ -269,7 +269,7 @@ def retry_while_unavailable(fn: Callable[[], T], what: str, *, give_up_seconds: 
         stop=tenacity.stop_any(*stops) if stops else tenacity.stop_never,
         sleep=stop.wait if stop is not None else time.sleep,
         before_sleep=lambda state: log.warning(
-            "database unavailable while %s (%s); retrying in %.0f s", what,
+            "database unavailable while %s (%s); retrying in %.1f s", what,
             driver_message(state.outcome.exception()), state.upcoming_sleep),
         reraise=True)
     try:

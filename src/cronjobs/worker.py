@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 import dramatiq
+import tenacity
 
 from . import heartbeat
 from .app import App
@@ -213,6 +214,19 @@ def run_worker(app: App, queues: list[str], threads: int = 8, *, limits: Limits 
     return 0
 
 
+_RESTART_WAIT = tenacity.wait_exponential(multiplier=1, max=30)
+
+
+def _restart_pause(failures: int) -> float:
+    """Seconds before a failed child is started again: 0 after a clean exit (recycling),
+    then 1, 2, 4 ... up to 30 s (the same back-off library as the database retries)."""
+    if failures == 0:
+        return 0.0
+    state = tenacity.RetryCallState(None, None, (), {})
+    state.attempt_number = failures
+    return _RESTART_WAIT(state)
+
+
 def run_children(argv: list[str], processes: int, stop: threading.Event | None = None) -> int:
     """Run `processes` child workers (`cronjobs worker ... --processes 1`) and keep them up.
 
@@ -223,18 +237,19 @@ def run_children(argv: list[str], processes: int, stop: threading.Event | None =
     stop = stop or signals.stop
     cmd = [sys.executable, "-m", "cronjobs", *argv, "--processes", "1"]
     children: list[subprocess.Popen | None] = [None] * processes
-    pauses = [0.0] * processes
+    failures = [0] * processes
     restart_at = [0.0] * processes
     while not stop.is_set():
         for i in range(processes):
             child = children[i]
             if child is not None and child.poll() is not None:
                 code = child.returncode
-                pauses[i] = 0.0 if code == 0 else min(30.0, max(1.0, pauses[i] * 2))
+                failures[i] = 0 if code == 0 else failures[i] + 1
+                pause = _restart_pause(failures[i])
                 (log.info if code == 0 else log.warning)(
                     "worker child %d exited with %d; starting a new one in %.0f s", child.pid,
-                    code, pauses[i])
-                restart_at[i] = time.monotonic() + pauses[i]
+                    code, pause)
+                restart_at[i] = time.monotonic() + pause
                 children[i] = None
             if children[i] is None and time.monotonic() >= restart_at[i]:
                 children[i] = subprocess.Popen(cmd, start_new_session=False)

@@ -22,16 +22,23 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         from sqlalchemy.exc import DBAPIError
 
+        from ..db import our_error
+        from ..errors import DatabaseRefused, StoreError
+
         try:
-            return super().invoke(ctx)
-        except CronjobsError as exc:
-            _fail(str(exc), EXIT_BAD_INPUT)
-        except DBAPIError as exc:
-            text = str(exc.orig).splitlines()[0] if exc.orig else str(exc)
-            if "no such table" in text or "doesn't exist" in text or "does not exist" in text:
+            try:
+                return super().invoke(ctx)
+            except DBAPIError as exc:
+                raise our_error(exc) from exc
+        except StoreError as exc:
+            text = str(exc)
+            if isinstance(exc, DatabaseRefused) and any(
+                    s in text for s in ("no such table", "doesn't exist", "does not exist")):
                 _fail(f"the database has no cronjobs tables ({text}); run `cronjobs migrate`",
                       EXIT_BAD_INPUT)
-            _fail(f"database error: {text}", 1)
+            _fail(text, 1)
+        except CronjobsError as exc:
+            _fail(str(exc), EXIT_BAD_INPUT)
 
     def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
         """Run the CLI; a usage error is printed as one line (no usage block)."""

@@ -1,0 +1,62 @@
+"""Issue 6 item 8: one retry library (tenacity) for every back-off, with transient,
+unavailable and refused errors told apart in one place (`cronjobs.db.classify`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from cronjobs.db import make_engine, retry_while_unavailable, run_in_transaction
+from cronjobs.errors import DatabaseRefused, DatabaseUnavailable
+from cronjobs.worker import _restart_pause
+
+UNREACHABLE = "mysql+pymysql://root@127.0.0.1:1/nowhere"
+
+
+def test_an_unreachable_database_is_waited_for_with_a_growing_pause(caplog):
+    engine = make_engine(UNREACHABLE)
+    tries = []
+
+    def claim() -> None:
+        tries.append(time.monotonic())
+        run_in_transaction(engine, lambda conn: conn.execute(sa.text("SELECT 1")))
+
+    with caplog.at_level("WARNING", logger="cronjobs.db"):
+        with pytest.raises(DatabaseUnavailable, match="database unavailable: .*2003") as caught:
+            retry_while_unavailable(claim, "claiming", give_up_seconds=1.5, first_seconds=0.1,
+                                    cap_seconds=0.3)
+    pauses = [r.getMessage().rpartition("retrying in ")[2] for r in caplog.records]
+    assert pauses[:4] == ["0.1 s", "0.2 s", "0.3 s", "0.3 s"], pauses  # doubling, capped
+    assert len(tries) == len(pauses) + 1 >= 5
+    assert "[SQL" not in str(caught.value)
+
+
+def test_a_stopping_worker_ends_the_wait_at_once():
+    engine = make_engine(UNREACHABLE)
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailable):
+        retry_while_unavailable(lambda: run_in_transaction(engine, lambda c: None), "claiming",
+                                give_up_seconds=None, stop=stop)
+    assert time.monotonic() - started < 2, "not the 3 s pause"
+
+
+def test_a_refused_statement_is_tried_once(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    tries = []
+
+    def bad() -> None:
+        tries.append(1)
+        run_in_transaction(engine, lambda conn: conn.execute(sa.text("SELECT * FROM missing")))
+
+    with pytest.raises(DatabaseRefused, match="no such table: missing"):
+        retry_while_unavailable(bad, "reading", first_seconds=0.01)
+    assert tries == [1]
+
+
+def test_worker_children_restart_with_the_same_library():
+    assert [_restart_pause(n) for n in range(8)] == [0, 1, 2, 4, 8, 16, 30, 30]
