@@ -34,7 +34,8 @@ class TickReport:
         now: the tick's instant (naive UTC).
         started: `(task, slot key, job id)` for each run started by this tick.
         skipped: task -> reason (`disabled`, `unavailable`, `already-run`, `lost-race`,
-            `not-yet`, `clock-behind`: the slot is older than the task's last one).
+            `not-yet`, `older-slot`: the slot is older than the task's last one — the clock
+            went back, or a late tick).
     """
 
     now: datetime
@@ -107,7 +108,6 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
-    behind = False
     for info in task_infos(app):
         if not info.frequency:
             continue
@@ -122,9 +122,8 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
         if last == slot.key:
             report.skipped[info.task] = "already-run"
             continue
-        if _clock_went_back(info, slot, now, app.settings.timezone):
-            report.skipped[info.task] = "clock-behind"
-            behind = True
+        if _older_than_last(app, info, slot, app.settings.timezone):
+            report.skipped[info.task] = "older-slot"
             continue
         if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
             report.skipped[info.task] = "not-yet"  # a new cron task waits for its next fire time
@@ -140,25 +139,32 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
                 log.info("task %s: %d%s missed slot(s) after %s coalesced into %s", info.task,
                          missed, more, last, slot.key)
         report.started.append((info.task, slot.key, job_id))
-    if not behind:
-        _clock_back_warned.clear()
+    if _clock_back_warned and not any(r == "older-slot" for r in report.skipped.values()):
+        _clock_back_warned.clear()  # the clock is ahead again: a new jump back is said again
     return report
 
 
-def _clock_went_back(info: TaskInfo, slot: Slot, now: datetime, tz: str) -> bool:
-    """True when `slot` is older than the task's last started slot: this host's clock
-    went back (or is behind the scheduler that ran it). Such a slot is never started;
-    WARNING once per process until the clock is ahead again."""
+def _older_than_last(app: App, info: TaskInfo, slot: Slot, tz: str) -> bool:
+    """True when `slot` is older than the task's last started slot; such a slot is never
+    started (a newer one ran). When this host's clock is behind the last run too (an NTP
+    step back, or another scheduler host ahead), say so once, at WARNING, until the clock
+    is ahead again; otherwise (a late tick) only at DEBUG."""
     last = info.runtime["last_slot"]
     last_at = slot_start(info.frequency, last, tz) if last else None
     if last_at is None or slot.at >= last_at:
         return False
-    if not _clock_back_warned:
+    last_run = info.runtime["last_run_at"]
+    if last_run is not None and app.clock.now() < last_run:
+        if not _clock_back_warned:
+            log.warning("the clock went back: it is %s UTC here, but task %s already ran slot "
+                        "%s at %s UTC (this host's clock, or another scheduler's, is off); no "
+                        "task starts a slot older than its last one, so runs resume when the "
+                        "clock passes it again", app.clock.now().isoformat(" ", "seconds"),
+                        info.task, last, last_run.isoformat(" ", "seconds"))
         _clock_back_warned.add(info.task)
-        log.warning("the clock went back: this tick is for %s UTC, but task %s already ran "
-                    "slot %s (started at %s UTC); no task starts a slot older than its last "
-                    "one, so runs resume when the clock passes it again", now.isoformat(" "),
-                    info.task, last, info.runtime["last_run_at"])
+    else:
+        log.debug("task %s: slot %s is older than its last slot %s (a late tick); skipped",
+                  info.task, slot.key, last)
     return True
 
 
