@@ -217,9 +217,8 @@ def _postgres(program: str, url: URL, schema: str | None, path: Path) -> None:
 
 def _dump(args: list[str], env: dict | None, path: Path) -> None:
     """Run a dump program and gzip its standard output into `path`."""
-    with tempfile.TemporaryFile() as errors, gzip.open(path, "wb") as out:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=errors, env=env)
-        assert proc.stdout is not None
+    with tempfile.TemporaryFile() as errors, gzip.open(path, "wb") as out, \
+            subprocess.Popen(args, stdout=subprocess.PIPE, stderr=errors, env=env) as proc:
         while chunk := proc.stdout.read(CHUNK_BYTES):
             out.write(chunk)
         code = proc.wait()
