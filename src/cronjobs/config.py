@@ -28,13 +28,20 @@ class TaskSettings(BaseModel):
     Attributes:
         enabled: initial kill-switch state for a task seen for the first time
             (the dashboard/CLI switch in `cronjob_runtime.enabled` wins afterwards).
-        frequency: `minute`, `hour`, `day`, `month` or a 5-field cron expression,
-            overriding the handler's `FREQUENCY`.
+        frequency: `minute`, `hour`, `day`, `month`, a cron macro or a 5-field cron
+            expression, overriding the handler's `FREQUENCY`.
     """
 
     model_config = ConfigDict(extra="forbid")
-    enabled: StrictBool | None = None
-    frequency: str | None = None
+    enabled: StrictBool | None = Field(
+        None,
+        description="Initial kill-switch state of a task seen for the first time; the "
+                    "switch of `cronjobs tasks enable/disable` (and the dashboard) wins "
+                    "afterwards. Destructive tasks ship disabled unless this is true.")
+    frequency: str | None = Field(
+        None,
+        description="Overrides the handler's FREQUENCY: `minute`, `hour`, `day`, `month`, a "
+                    "cron macro (`@daily` ...) or a 5-field cron expression.")
 
     @field_validator("frequency")
     @classmethod
@@ -57,9 +64,12 @@ class UptimeCheck(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    url: str
-    expect_status: int | None = Field(default=None, ge=100, le=599)
-    expect_text: str | None = None
+    url: str = Field(description="The URL to GET.")
+    expect_status: int | None = Field(
+        default=None, ge=100, le=599,
+        description="HTTP status it must answer with; unset means any 2xx (a 3xx is checked "
+                    "without following the redirect).")
+    expect_text: str | None = Field(None, description="Text the body must contain.")
 
 
 class Settings(BaseModel):
