@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-faults services clean
+.PHONY: run test test-faults services clean docs docs-reference
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,5 +30,13 @@ test-faults: $(STAMP) services
 services:
 	bash scripts/services.sh
 
+## docs: build the documentation site into site/ (MkDocs, offline; make test builds it too)
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+## docs-reference: regenerate docs/reference/configuration.md and cli.md from the code
+docs-reference: $(STAMP)
+	$(BIN)/python scripts/gen_reference.py
+
 clean:
-	rm -rf $(VENV) cronjobs.db cronjobs.db-wal cronjobs.db-shm
+	rm -rf $(VENV) site cronjobs.db cronjobs.db-wal cronjobs.db-shm

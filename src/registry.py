@@ -3,7 +3,7 @@
 Sources, in order: the built-in `handlers` package (`src/handlers/`, one class per file,
 file named after the class), every entry point in the group `cronjobs.handlers` (a
 handler class, a module of them, or a callable taking `register`), and extra folders
-from `CRONJOBS_HANDLER_PATHS`. A class without `TYPE`, or that is not a `CronJobHandler`,
+from `CRONJOBS_HANDLER_PATHS` (every `*.py` file but `_*.py` and pytest's test files). A class without `TYPE`, or that is not a `CronJobHandler`,
 is skipped with a debug line; two classes with the same `TYPE` are an error naming both.
 """
 
@@ -221,7 +221,8 @@ def _scan_folder(folder: Path) -> None:
         raise HandlerError(f"handler folder {str(folder)!r} (CRONJOBS_HANDLER_PATHS) does not exist")
     tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:8]
     for path in sorted(folder.glob("*.py")):
-        if path.name.startswith("_"):
+        if path.name.startswith("_") or _is_test_file(path.name):
+            log.debug("skipping %s: private or test file", path)
             continue
         name = f"cronjobs_ext_{tag}_{path.stem}"
         spec = importlib.util.spec_from_file_location(name, path)
@@ -233,6 +234,12 @@ def _scan_folder(folder: Path) -> None:
             sys.modules.pop(name, None)
             raise HandlerError(f"cannot load handler file {path}: {_one_line(exc)}") from None
         _register_module(module, str(path))
+
+
+def _is_test_file(name: str) -> bool:
+    """pytest's file names (`test_*.py`, `*_test.py`, `conftest.py`): tests may sit next to
+    the handlers they test (`cronjobs new-handler` puts them there) without being loaded."""
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
 def _register_module(module: ModuleType, source: str) -> None:

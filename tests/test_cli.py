@@ -276,21 +276,23 @@ def test_run_exit_status_1_when_the_job_fails(cli, engine) -> None:  # noqa: ANN
 @BOTH
 def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:  # noqa: ANN001
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
-    assert skipped == {}
+    assert skipped == {"db-backup": "disabled"}  # destructive: ships disabled
     assert {t: s for t, (s, _) in started.items()} == {
         "cronjobs-cleanup": "20260105", "cronjobs-recoverstale": "202601051200",
-        "http-uptime": "202601051200", "test-count": "202601051200"}
+        "http-uptime": "202601051200", "test-count": "202601051200",
+        "tls-certexpiry": "20260105"}
     for task, (slot, job_id) in started.items():
         job = row(engine, job_id)
         assert (job["status"], job["payload"]) == ("pending", {"slot": slot})
     assert row(engine, started["http-uptime"][1])["type"] == "http.uptime.discover"
     counts = table_counts(engine)
-    assert counts["cronjob_queue"] == 4
+    assert counts["cronjob_queue"] == 5
 
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
     assert started == {}
-    assert skipped == {t: "already-run" for t in ("cronjobs-cleanup", "cronjobs-recoverstale",
-                                                   "http-uptime", "test-count")}
+    assert skipped == {"db-backup": "disabled",
+                       **{t: "already-run" for t in ("cronjobs-cleanup", "cronjobs-recoverstale",
+                                                     "http-uptime", "test-count", "tls-certexpiry")}}
     assert table_counts(engine) == counts
 
     started, _ = tick_lines(ok(cli("tick", "--now", "2026-01-05T12:01:30Z")))
@@ -310,7 +312,7 @@ def test_tasks_list_disable_enable_and_run(cli, engine) -> None:  # noqa: ANN001
 
     assert ok(cli("tasks", "disable", "http-uptime")) == "http-uptime: disabled\n"
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
-    assert skipped == {"http-uptime": "disabled"}
+    assert skipped == {"http-uptime": "disabled", "db-backup": "disabled"}
     assert "http-uptime" not in started and "test-count" in started
 
     assert ok(cli("tasks", "enable", "http-uptime")) == "http-uptime: enabled\n"

@@ -22,6 +22,9 @@ BUILTIN = {
     "cronjobs.recoverstale.execute": "builtin: RecoverStale.py",
     "http.uptime.discover": "builtin: HttpUptimeDiscover.py",
     "http.uptime.execute": "builtin: HttpUptimeExecute.py",
+    "tls.certexpiry.discover": "builtin: TlsCertExpiryDiscover.py",
+    "tls.certexpiry.execute": "builtin: TlsCertExpiryExecute.py",
+    "db.backup.execute": "builtin: DbBackupExecute.py",
 }
 
 
@@ -49,7 +52,7 @@ def write(folder: Path, name: str, body: str) -> Path:
 
 # -- sources ------------------------------------------------------------------------------
 
-def test_builtin_scan_finds_the_four_builtin_types(fresh):
+def test_builtin_scan_finds_the_builtin_types(fresh):
     found = {t: registry.handler_source(t) for t in registry.registered_handlers()
              if (registry.handler_source(t) or "").startswith("builtin")}
     assert found == BUILTIN

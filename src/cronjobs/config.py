@@ -28,13 +28,20 @@ class TaskSettings(BaseModel):
     Attributes:
         enabled: initial kill-switch state for a task seen for the first time
             (the dashboard/CLI switch in `cronjob_runtime.enabled` wins afterwards).
-        frequency: `minute`, `hour`, `day`, `month` or a 5-field cron expression,
-            overriding the handler's `FREQUENCY`.
+        frequency: `minute`, `hour`, `day`, `month`, a cron macro or a 5-field cron
+            expression, overriding the handler's `FREQUENCY`.
     """
 
     model_config = ConfigDict(extra="forbid")
-    enabled: StrictBool | None = None
-    frequency: str | None = None
+    enabled: StrictBool | None = Field(
+        None,
+        description="Initial kill-switch state of a task seen for the first time; the "
+                    "switch of `cronjobs tasks enable/disable` (and the dashboard) wins "
+                    "afterwards. Destructive tasks ship disabled unless this is true.")
+    frequency: str | None = Field(
+        None,
+        description="Overrides the handler's FREQUENCY: `minute`, `hour`, `day`, `month`, a "
+                    "cron macro (`@daily` ...) or a 5-field cron expression.")
 
     @field_validator("frequency")
     @classmethod
@@ -47,6 +54,24 @@ class TaskSettings(BaseModel):
         return value
 
 
+class UptimeCheck(BaseModel):
+    """One URL of the `http-uptime` task with its own expectations (`[[uptime_checks]]`).
+
+    Attributes:
+        url: the URL to GET.
+        expect_status: the HTTP status it must answer with (default: any 2xx).
+        expect_text: text the body must contain (default: none).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    url: str = Field(description="The URL to GET.")
+    expect_status: int | None = Field(
+        default=None, ge=100, le=599,
+        description="HTTP status it must answer with; unset means any 2xx (a 3xx is checked "
+                    "without following the redirect).")
+    expect_text: str | None = Field(None, description="Text the body must contain.")
+
+
 class Settings(BaseModel):
     """All cronjobs settings. Build with `Settings.load()`; construct directly in tests.
 
@@ -55,37 +80,140 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    database_url: str = "sqlite:///cronjobs.db"
-    broker_url: str = MEMORY_BROKER
-    broker_namespace: str = "cronjobs"
-    handler_paths: tuple[str, ...] = ()
-    timezone: str = "UTC"
-    dashboard_token: str | None = None
-    dashboard_host: str = "127.0.0.1"
-    dashboard_port: int = Field(default=8080, ge=0, le=65535)
-    default_queue: str = "default"
-    retry_backoff_cap_minutes: float = Field(default=60, gt=0)
-    lease_grace_seconds: float = Field(default=30, ge=0)
-    lease_renew_seconds: float = Field(default=10, gt=0)
-    sweep_interval_seconds: float = Field(default=15, gt=0)
-    sweep_after_seconds: float = Field(default=30, ge=0)
-    recover_stale_minutes: float = Field(default=5, ge=0)
-    retention_completed_days: float = Field(default=7, ge=0)
-    retention_failed_days: float = Field(default=30, ge=0)
-    retention_cancelled_days: float = Field(default=7, ge=0)
-    cleanup_batch_size: int = Field(default=1000, gt=0)
-    # -- worker: rows of types this worker does not know (rolling deploys) --
+    # -- where the data and the messages live ------------------------------------------
+    database_url: str = Field(
+        "sqlite:///cronjobs.db",
+        description="SQLAlchemy URL of the database that holds the queue: "
+                    "`sqlite:///cronjobs.db`, `mysql+pymysql://user:pw@host/db?charset=utf8mb4`, "
+                    "`postgresql+psycopg://user:pw@host/db`.")
+    broker_url: str = Field(
+        MEMORY_BROKER,
+        description="Where messages (row ids) travel: `memory://` (in-process, the embedded "
+                    "mode), `redis://host:6379/0`, `amqp://user:pw@host:5672/vhost`.")
+    broker_namespace: str = Field(
+        "cronjobs",
+        description="Prefix of every Redis key, so several systems can share one Redis.")
+    handler_paths: tuple[str, ...] = Field(
+        (),
+        description="Extra handler folders (every `*.py` file not starting with `_` or "
+                    "`test_` is loaded); separated by `:` in the variable, a list in TOML. "
+                    "`cronjobs new-handler` writes into the first.")
+    timezone: str = Field(
+        "UTC",
+        description="IANA time zone of cron expressions and macros (`@daily` ...); "
+                    "`minute`/`hour`/`day`/`month` slots are always UTC.")
+    default_queue: str = Field(
+        "default", description="Broker queue of handlers that set no `QUEUE`.")
+    # -- web front ------------------------------------------------------------------
+    dashboard_token: str | None = Field(
+        None,
+        description="Token required as `Authorization: Bearer` on every page but `/health`; "
+                    "unset means no authentication (bind to 127.0.0.1 then).")
+    dashboard_host: str = Field(
+        "127.0.0.1", description="Address `cronjobs serve` listens on.")
+    dashboard_port: int = Field(
+        default=8080, ge=0, le=65535,
+        description="Port `cronjobs serve` listens on (0 picks a free one).")
+    # -- queue and worker -------------------------------------------------------------
+    retry_backoff_cap_minutes: float = Field(
+        default=60, gt=0,
+        description="Cap of the retry backoff: attempt n+1 waits 2^n minutes, at most this "
+                    "(minutes).")
+    lease_grace_seconds: float = Field(
+        default=30, ge=0,
+        description="A running row's lease is its handler's MAX_RUNTIME plus this (seconds).")
+    lease_renew_seconds: float = Field(
+        default=10, gt=0,
+        description="How often a worker renews the leases of the rows it runs (seconds).")
+    sweep_interval_seconds: float = Field(
+        default=15, gt=0,
+        description="How often each worker looks for due pending rows whose message was "
+                    "lost (seconds).")
+    sweep_after_seconds: float = Field(
+        default=30, ge=0,
+        description="A due pending row is sent to the broker again after waiting this long "
+                    "(seconds).")
+    recover_stale_minutes: float = Field(
+        default=5, ge=0,
+        description="A running row whose lease expired this long ago goes back to pending, "
+                    "or to failed when no attempt is left (minutes).")
+    retention_completed_days: float = Field(
+        default=7, ge=0,
+        description="`cleanup` deletes completed rows this long after they finished; their "
+                    "idempotency keys stay taken until then (days).")
+    retention_failed_days: float = Field(
+        default=30, ge=0,
+        description="`cleanup` deletes failed rows this long after they finished (days).")
+    retention_cancelled_days: float = Field(
+        default=7, ge=0,
+        description="`cleanup` deletes cancelled rows (those kept because they have "
+                    "children) this long after they finished (days).")
+    cleanup_batch_size: int = Field(
+        default=1000, gt=0,
+        description="Rows deleted per statement by `cleanup`, so a large table is never "
+                    "locked for long (rows).")
     unknown_type_grace_seconds: float = Field(
         default=900, ge=0,
         description="A worker that has no handler for a row's type puts the row back (no "
                     "attempt used, delay doubling from 5 s to 5 min) for a worker that knows "
-                    "it, and fails it with 'no handler' after this many seconds (seconds).")
-    uptime_urls: tuple[str, ...] = ()
-    uptime_expect: str | None = None
-    uptime_timeout_seconds: float = Field(default=10, gt=0)
-    log_level: str = "INFO"
-    log_dir: str | None = None
-    tasks: dict[str, TaskSettings] = Field(default_factory=dict)
+                    "it, and fails it with 'no handler' after this long (seconds).")
+    log_level: str = Field(
+        "INFO", description="Log level of every process: DEBUG, INFO, WARNING, ERROR.")
+    log_dir: str | None = Field(
+        None,
+        description="When set, workers also log to `DIR/workers-YYYY-MM-DD.log` (UTC date).")
+    # -- built-in handlers: http-uptime, tls-certexpiry, db-backup (issue 9) ---------------
+    uptime_urls: tuple[str, ...] = Field(
+        (),
+        description="URLs the `http-uptime` task checks every minute; comma-separated in the "
+                    "variable, a list in TOML. `cronjobs serve` checks its own `/health` when "
+                    "neither this nor `uptime_checks` is set.")
+    uptime_expect: str | None = Field(
+        None, description="Text every page of `uptime_urls` must contain.")
+    uptime_expect_status: int | None = Field(
+        None, ge=100, le=599,
+        description="HTTP status every URL of `uptime_urls` must answer with; unset means any "
+                    "2xx. A 3xx is checked without following the redirect.")
+    uptime_checks: tuple[UptimeCheck, ...] = Field(
+        (),
+        description="Checks with their own expectations, checked besides `uptime_urls`: "
+                    "`[[uptime_checks]]` tables with `url`, `expect_status`, `expect_text` in "
+                    "TOML; a JSON list of such objects in the variable.")
+    uptime_timeout_seconds: float = Field(
+        default=10, gt=0, description="Time limit of one uptime request (seconds).")
+    tls_hosts: tuple[str, ...] = Field(
+        (),
+        description="Hosts whose TLS certificate the `tls-certexpiry` task checks daily, as "
+                    "`host` or `host:port` (port 443 by default); comma-separated in the "
+                    "variable, a list in TOML.")
+    tls_threshold_days: float = Field(
+        default=14, ge=0,
+        description="A certificate that expires in fewer days than this fails its check "
+                    "(days).")
+    tls_timeout_seconds: float = Field(
+        default=10, gt=0,
+        description="Time limit to connect and finish the TLS handshake (seconds).")
+    tls_ca_file: str | None = Field(
+        None,
+        description="PEM file of extra certificate authorities to trust (an internal CA), "
+                    "besides the system's.")
+    tls_verify: bool = Field(
+        True,
+        description="When true, a certificate that does not verify (unknown issuer, wrong "
+                    "name, expired) fails its check; when false only the expiry counts.")
+    backup_dir: str = Field(
+        "backups",
+        description="Folder the `db-backup` task writes backups to (created when missing; "
+                    "relative to the worker's working folder).")
+    backup_keep: int = Field(
+        default=7, ge=1,
+        description="`db-backup` keeps this many newest backups of the database and deletes "
+                    "older ones (files).")
+    # -- operator settings per task -----------------------------------------------------
+    tasks: dict[str, TaskSettings] = Field(
+        default_factory=dict,
+        description="Per-task settings, `[tasks.<task>]` tables in TOML with `enabled` and "
+                    "`frequency` (no variable).")
 
     @field_validator("handler_paths", mode="before")
     @classmethod
@@ -94,11 +222,23 @@ class Settings(BaseModel):
             return tuple(p for p in value.split(os.pathsep) if p)
         return value
 
-    @field_validator("uptime_urls", mode="before")
+    @field_validator("uptime_urls", "tls_hosts", mode="before")
     @classmethod
-    def _split_urls(cls, value: Any) -> Any:
+    def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(u.strip() for u in value.split(",") if u.strip())
+        return value
+
+    @field_validator("uptime_checks", mode="before")
+    @classmethod
+    def _parse_checks(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: a JSON list of tables
+            import json
+
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON list of {{\"url\": ...}} objects ({exc.msg})") from None
         return value
 
     @field_validator("broker_url")

@@ -19,7 +19,7 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
           signals: Signals | None = None, on_ready=None) -> int:  # noqa: ANN001
     """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop.
 
-    When no uptime URLs are configured, the built-in uptime task checks this server's
+    When no uptime URLs or checks are configured, the built-in uptime task checks this server's
     own `/health`, so a fresh install does real work with no internet.
 
     Args:
@@ -31,7 +31,7 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
     signals = signals or Signals().install()
     server = make_server(host, port, None, threaded=True)
     url = f"http://{host}:{server.server_port}"
-    if not app.settings.uptime_urls:
+    if not app.settings.uptime_urls and not app.settings.uptime_checks:
         app.settings = app.settings.model_copy(update={"uptime_urls": (url + "/health",)})
     server.app = create_app(app)
     web_thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)

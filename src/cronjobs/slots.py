@@ -6,6 +6,10 @@ evaluated in the configured time zone and its slot key is the fire time as local
 time `YYYYMMDDHHMM`. DST rule (documented in docs/architecture.md, "Time"): a fire time inside the
 hour that DST skips runs once, at the next valid time (cronsim's rule); a wall time that
 DST repeats runs once, because both instants share one slot key.
+
+Cron's macros (`@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly` and the aliases
+`@midnight`, `@annually`) mean their 5-field forms (`MACROS`): same fire times, same slot
+keys, evaluated in the configured time zone like any cron expression.
 """
 
 from __future__ import annotations
@@ -17,6 +21,16 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim, CronSimError
 
 from .handler import FREQUENCIES
+
+MACROS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
 
 _FORMATS = {"minute": "%Y%m%d%H%M", "hour": "%Y%m%d%H", "day": "%Y%m%d", "month": "%Y%m"}
 
@@ -36,13 +50,28 @@ class Slot:
     next_at: datetime
 
 
+def expand(frequency: str) -> str:
+    """The 5-field form of a cron macro (`@daily` -> `0 0 * * *`); anything else unchanged."""
+    return MACROS.get(frequency, frequency) if isinstance(frequency, str) else frequency
+
+
+def describe(frequency: str | None) -> str:
+    """A frequency as shown to people: a macro with its expansion (`@daily (0 0 * * *)`),
+    anything else as it is; `""` for None."""
+    if not frequency:
+        return ""
+    return f"{frequency} ({MACROS[frequency]})" if frequency in MACROS else frequency
+
+
 def check_frequency(frequency: str) -> None:
-    """Raise ValueError unless `frequency` is a named frequency or a 5-field cron line."""
-    if frequency in FREQUENCIES:
+    """Raise ValueError unless `frequency` is a named frequency, a cron macro (`MACROS`)
+    or a 5-field cron line."""
+    if frequency in FREQUENCIES or frequency in MACROS:
         return
     if not isinstance(frequency, str) or len(frequency.split()) != 5:
-        raise ValueError(f"FREQUENCY {frequency!r} must be minute, hour, day, month or a "
-                         f"5-field cron expression like '*/5 * * * *'")
+        raise ValueError(f"FREQUENCY {frequency!r} must be minute, hour, day, month, a cron "
+                         f"macro ({', '.join(MACROS)}) or a 5-field cron expression like "
+                         f"'*/5 * * * *'")
     try:
         CronSim(frequency, datetime(2000, 1, 1))
     except CronSimError as exc:
@@ -59,6 +88,7 @@ def current_slot(frequency: str, now: datetime, tz: str = "UTC") -> Slot:
 
     For cron this is the latest fire time at or before `now`'s minute.
     """
+    frequency = expand(frequency)
     if frequency in _FORMATS:
         start = _floor(frequency, now)
         return Slot(start.strftime(_FORMATS[frequency]), start, _next_start(frequency, start))
@@ -79,6 +109,7 @@ def slot_start(frequency: str, key: str, tz: str = "UTC") -> datetime | None:
     """When the slot `key` of `frequency` began, naive UTC; None when `key` is not a key
     of that frequency (the frequency was changed since). A cron key in a repeated DST
     hour is read as its first (earlier) instant."""
+    frequency = expand(frequency)
     fmt = _FORMATS.get(frequency, "%Y%m%d%H%M")
     try:
         start = datetime.strptime(key, fmt)
@@ -95,6 +126,7 @@ def slots_between(frequency: str, after_key: str, slot: Slot, tz: str = "UTC",
     skipped slots). Named frequencies are counted by arithmetic (constant time, however
     long the gap); cron expressions are walked, counting at most `limit` (a return of
     `limit` means "at least that many")."""
+    frequency = expand(frequency)
     if frequency in _FORMATS:
         try:
             prev = datetime.strptime(after_key, _FORMATS[frequency])

@@ -1,17 +1,59 @@
-"""Helpers for testing handlers and systems built on cronjobs (frozen clock, drain).
+"""Helpers for testing handlers and systems built on cronjobs (test app, frozen clock, drain).
 
-    from cronjobs.testing import FrozenClock, drain
+    from cronjobs.testing import FrozenClock, drain, make_test_app
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
 
 from .app import App
 from .clock import FrozenClock
 from .executor import JobReport
 
-__all__ = ["DrainReport", "FrozenClock", "drain"]
+__all__ = ["DrainReport", "FrozenClock", "drain", "make_test_app"]
+
+
+def make_test_app(folder: str | Path, *, handler_paths: Iterable[str | Path] = (),
+                  now: datetime | None = None, database_url: str | None = None,
+                  **settings: Any) -> App:
+    """A ready App for a test: migrated database, frozen clock, your handlers registered.
+
+    The registry is scanned again (built-in handlers, entry points and `handler_paths`),
+    and the App is installed as the current one, so `cronjobs.queue` functions work with
+    or without `app=`. Messages go to the in-process broker; nothing runs until you call
+    `queue.process(id)` or `drain(app)`.
+
+    Args:
+        folder: a folder of the test's own (pytest's `tmp_path`); the SQLite database
+            `cronjobs-test.db` is made in it.
+        handler_paths: folders of handler files to register.
+        now: the frozen clock's start, naive UTC (default 2026-01-01 00:00); move it with
+            `app.clock.advance(seconds)` or `app.clock.set(datetime)`.
+        database_url: use this database instead of SQLite (it is migrated too).
+        **settings: other `Settings` fields (`tls_hosts=("example.com",)`, ...).
+
+    Returns:
+        The App (`app.clock` is the `FrozenClock`).
+    """
+    import registry
+
+    from .app import use
+    from .config import Settings
+    from .migrate import upgrade
+
+    url = database_url or f"sqlite:///{Path(folder) / 'cronjobs-test.db'}"
+    config = Settings(database_url=url, handler_paths=tuple(str(p) for p in handler_paths),
+                      **settings)
+    registry.reset()
+    registry.load(config)
+    app = App(config, clock=FrozenClock(now or datetime(2026, 1, 1)), handlers=registry)
+    upgrade(app.engine)
+    use(app)
+    return app
 
 
 @dataclass

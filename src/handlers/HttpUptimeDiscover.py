@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from markupsafe import Markup
+
 from cronjobs import CronJobHandler, Job
+from cronjobs.i18n import gettext as _
+from cronjobs.summary import summary_table
 
 
 class HttpUptimeDiscover(CronJobHandler):
-    """Reads `CRONJOBS_UPTIME_URLS` and dispatches one `http.uptime.execute` per URL.
+    """Dispatches one `http.uptime.execute` per configured URL.
 
-    The idempotency key carries the URL and the slot, so a repeated discover of the same
-    slot adds nothing. Result: `{"dispatched": n, "urls": [...]}`, or
-    `cancelled` with reason `no-targets` when no URL is configured.
+    Targets: every URL of `CRONJOBS_UPTIME_URLS` (expecting `uptime_expect_status`, or any
+    2xx, and `uptime_expect` text when set), then every `[[uptime_checks]]` entry with its
+    own `expect_status` / `expect_text`. The idempotency key carries the URL and the slot,
+    so a repeated discover of the same slot adds nothing. Result: `{"dispatched": n,
+    "urls": [...], "jobs": [...]}`, or `cancelled` with reason `no-targets` when no URL
+    is configured.
     """
 
     TYPE = "http.uptime.discover"
@@ -18,16 +25,34 @@ class HttpUptimeDiscover(CronJobHandler):
     MAX_ATTEMPTS = 3
     MAX_RUNTIME = 30
 
+    def targets(self) -> list[dict]:
+        """The execute payloads: `{"url", "expect", "expect_status", "timeout"}` each."""
+        settings = self.settings
+        timeout = settings.uptime_timeout_seconds
+        targets = [{"url": url, "expect": settings.uptime_expect,
+                    "expect_status": settings.uptime_expect_status, "timeout": timeout}
+                   for url in settings.uptime_urls]
+        targets += [{"url": check.url, "expect": check.expect_text,
+                     "expect_status": check.expect_status, "timeout": timeout}
+                    for check in settings.uptime_checks]
+        return targets
+
     def handle(self, payload: dict, job: Job) -> dict:
         """Dispatch the execute jobs for this slot (or this manual run)."""
-        urls = list(self.settings.uptime_urls)
-        if not urls:
+        targets = self.targets()
+        if not targets:
             return {"success": True, "status": "cancelled", "result": {"reason": "no-targets"}}
         slot = payload.get("slot") or f"manual-{job.id}"
-        ids = [self.dispatch("http.uptime.execute",
-                             {"url": url, "expect": self.settings.uptime_expect,
-                              "timeout": self.settings.uptime_timeout_seconds},
-                             idempotency_key=f"http.uptime:{url}:{slot}"[:191],
-                             title=f"uptime {url}"[:255])
-               for url in urls]
+        ids = [self.dispatch("http.uptime.execute", target,
+                             idempotency_key=f"http.uptime:{n}:{target['url']}:{slot}"[:191],
+                             title=f"uptime {target['url']}"[:255])
+               for n, target in enumerate(targets)]
+        urls = [t["url"] for t in targets]
         return {"success": True, "result": {"dispatched": len(ids), "urls": urls, "jobs": ids}}
+
+    @staticmethod
+    def render_summary(result: dict) -> Markup:
+        """The URLs and the number of checks dispatched (escaped, localized labels)."""
+        return summary_table([(_("URLs"), result.get("urls")),
+                              (_("Jobs dispatched"), result.get("dispatched")),
+                              (_("Reason"), result.get("reason"))])

@@ -1,4 +1,4 @@
-"""Uptime check, execute stage: fetch one URL and record status, latency and content."""
+"""Uptime check, execute stage: fetch one URL and judge its status code and content."""
 
 from __future__ import annotations
 
@@ -6,28 +6,30 @@ import time
 import urllib.error
 import urllib.request
 
-from jinja2 import Environment
 from markupsafe import Markup
 
 from cronjobs import CronJobHandler, Job
-
-_SUMMARY = Environment(autoescape=True).from_string(
-    "<table class=\"summary\"><tr><th>URL</th><td>{{ r.url }}</td></tr>"
-    "<tr><th>Status</th><td>{{ r.status_code if r.status_code is not none else '-' }}</td></tr>"
-    "<tr><th>Latency</th><td>{{ r.latency_ms }} ms</td></tr>"
-    "{% if r.expect %}<tr><th>Expected text</th><td>{{ r.expect }}: "
-    "{{ 'found' if r.found else 'missing' }}</td></tr>{% endif %}"
-    "{% if r.error %}<tr><th>Error</th><td>{{ r.error }}</td></tr>{% endif %}</table>")
+from cronjobs.i18n import gettext as _
+from cronjobs.summary import summary_table
 
 MAX_BODY_BYTES = 1_000_000
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Report a 3xx as it is (used when a 3xx is the expected status)."""
+
+    def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        return None
 
 
 class HttpUptimeExecute(CronJobHandler):
     """GETs `payload["url"]` with a timeout (seconds, `payload["timeout"]`, default 10).
 
-    Succeeds on a 2xx answer that contains `payload["expect"]` (when given). Result:
-    `{"url", "status_code", "latency_ms", "expect", "found", "error"}`; a failed check is
-    not retried (MAX_ATTEMPTS 1): the next slot checks again.
+    Succeeds when the status is `payload["expect_status"]` (default: any 2xx; an expected
+    3xx is checked without following the redirect) and the body's first megabyte contains
+    `payload["expect"]` (when given). Result: `{"url", "status_code", "expect_status",
+    "latency_ms", "expect", "found", "error"}`; a failed check is not retried
+    (MAX_ATTEMPTS 1): the next slot checks again.
     """
 
     TYPE = "http.uptime.execute"
@@ -37,28 +39,57 @@ class HttpUptimeExecute(CronJobHandler):
     def handle(self, payload: dict, job: Job) -> dict:
         """Fetch the URL and report what was seen."""
         url, expect = payload["url"], payload.get("expect")
-        result = {"url": url, "status_code": None, "latency_ms": None, "expect": expect,
-                  "found": None, "error": None}
+        expect_status = payload.get("expect_status")
+        result = {"url": url, "status_code": None, "expect_status": expect_status,
+                  "latency_ms": None, "expect": expect, "found": None, "error": None}
         started = time.monotonic()
-        body = b""
         try:
-            with urllib.request.urlopen(url, timeout=float(payload.get("timeout", 10))) as resp:
-                result["status_code"] = resp.status
-                body = resp.read(MAX_BODY_BYTES)
-        except urllib.error.HTTPError as exc:
-            result["status_code"] = exc.code
-            result["error"] = f"HTTP {exc.code} {exc.reason}"
+            result["status_code"], body = _fetch(url, float(payload.get("timeout", 10)),
+                                                 follow=not 300 <= (expect_status or 0) < 400)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             result["error"] = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+            body = b""
         result["latency_ms"] = round((time.monotonic() - started) * 1000, 1)
-        if expect:
-            result["found"] = expect.encode() in body
-        ok = (result["error"] is None and 200 <= (result["status_code"] or 0) < 300
-              and result["found"] is not False)
-        self.error = result["error"] or (None if ok else "expected text not found")
-        return {"success": ok, "result": result, **({} if ok else {"error": self.error})}
+        status = result["status_code"]
+        problems = []
+        if status is not None:
+            if expect_status is not None and status != expect_status:
+                problems.append(f"expected status {expect_status}, got {status}")
+            elif expect_status is None and not 200 <= status < 300:
+                problems.append(f"HTTP {status}")
+            if expect:
+                result["found"] = expect.encode() in body
+                if not result["found"]:
+                    problems.append(f"expected text {expect!r} not found")
+        result["error"] = result["error"] or "; ".join(problems) or None
+        if result["error"]:
+            self.error = result["error"]
+            return {"success": False, "result": result, "error": self.error}
+        return {"success": True, "result": result}
 
     @staticmethod
     def render_summary(result: dict) -> Markup:
-        """A small table: URL, status, latency, expected text, error (all escaped)."""
-        return Markup(_SUMMARY.render(r=result))
+        """URL, status, latency, expectations and error as a small table (escaped)."""
+        expect = result.get("expect")
+        found = None if result.get("found") is None else _("found") if result["found"] \
+            else _("missing")
+        return summary_table([
+            (_("URL"), result.get("url")),
+            (_("Status code"), result.get("status_code") if result.get("status_code")
+             is not None else "-"),
+            (_("Expected status"), result.get("expect_status") or _("any 2xx")),
+            (_("Latency (ms)"), result.get("latency_ms")),
+            (_("Expected text"), f"{expect}: {found}" if expect else None),
+            (_("Error"), result.get("error")),
+        ])
+
+
+def _fetch(url: str, timeout: float, follow: bool) -> tuple[int, bytes]:
+    """GET `url`; returns (status, first MAX_BODY_BYTES of the body), 4xx/5xx included."""
+    opener = urllib.request.build_opener(*(() if follow else (_NoRedirect,)))
+    try:
+        with opener.open(url, timeout=timeout) as resp:
+            return resp.status, resp.read(MAX_BODY_BYTES)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read(MAX_BODY_BYTES)

@@ -20,8 +20,12 @@ def migrate() -> None:
 @main.command("list-handlers")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_handlers(as_json: bool) -> None:
-    """Every registered handler: type, task, class, source, frequency, limits, available."""
+    """Every registered handler: type, task, class, source, frequency, limits, available.
+
+    A cron macro is shown with its expansion (`@daily (0 0 * * *)`); a handler whose
+    available() is False shows "module not installed" (its task is not scheduled)."""
     from ..handler import task_name
+    from ..slots import describe, expand
 
     app = _app(database=False)
     registry = _registry(app)
@@ -30,11 +34,21 @@ def list_handlers(as_json: bool) -> None:
         rows.append({"type": job_type, "task": task_name(job_type),
                      "class": registry.class_name(cls),
                      "source": registry.handler_source(job_type) or "",
-                     "frequency": cls.FREQUENCY or "", "max_attempts": cls.MAX_ATTEMPTS,
+                     "frequency": cls.FREQUENCY or "",
+                     "expanded_frequency": expand(cls.FREQUENCY) if cls.FREQUENCY else "",
+                     "max_attempts": cls.MAX_ATTEMPTS,
                      "max_runtime": cls.MAX_RUNTIME, "queue": cls.QUEUE or app.settings.default_queue,
                      "available": bool(cls.available())})
     if as_json:
         click.echo(_dump(rows))
         return
+    for row in rows:
+        row["frequency"] = describe(row["frequency"])
+        row["available"] = available_text(row["available"])
     _table(rows, ["type", "task", "class", "source", "frequency", "max_attempts", "max_runtime",
                   "available"])
+
+
+def available_text(available: bool) -> str:
+    """`True`, or `module not installed` for a handler whose `available()` is False."""
+    return "True" if available else "module not installed"

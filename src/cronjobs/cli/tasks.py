@@ -17,7 +17,8 @@ def tick(now: str | None) -> None:
     for task, slot, job_id in report.started:
         click.echo(f"started {task} slot {slot} as job {job_id}")
     for task, reason in sorted(report.skipped.items()):
-        click.echo(f"skipped {task}: {reason}")
+        note = " (module not installed)" if reason == "unavailable" else ""
+        click.echo(f"skipped {task}: {reason}{note}")
 
 
 @main.command()
@@ -32,12 +33,17 @@ def scheduler() -> None:
 @main.group(cls=Group, invoke_without_command=True)
 @click.pass_context
 def tasks(ctx: click.Context) -> None:
-    """List tasks (default), or enable / disable / run one."""
+    """List tasks (default), or enable / disable / run one.
+
+    A task whose handler is not available() shows "module not installed" and is not
+    scheduled; a destructive task ships disabled."""
     if ctx.invoked_subcommand is None:
         from ..scheduler import task_infos
+        from ..slots import describe
+        from .handlers import available_text
 
-        rows = [{"task": i.task, "type": i.type, "frequency": i.frequency or "",
-                 "enabled": i.enabled, "available": i.available,
+        rows = [{"task": i.task, "type": i.type, "frequency": describe(i.frequency),
+                 "enabled": i.enabled, "available": available_text(i.available),
                  "last_run_at": i.runtime["last_run_at"] or "",
                  "next_run_at": i.runtime["next_run_at"] or "",
                  "last_job": i.runtime["last_job_id"] or "",

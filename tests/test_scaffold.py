@@ -1,0 +1,86 @@
+"""Issue 9: `cronjobs new-handler NAME [--discover]` writes a handler (or a discover/execute
+pair) and a test into the first handler folder, refuses to overwrite, and the generated
+test passes as generated."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_cli
+from cronjobs.scaffold import ScaffoldError, class_base, files
+
+
+def env_with(tmp_path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONJOBS_")}
+    env.update(CRONJOBS_DATABASE_URL=f"sqlite:///{tmp_path / 'cj.db'}", **extra)
+    return env
+
+
+def pytest_in(folder, test_file) -> subprocess.CompletedProcess:
+    """Run the generated test as a user would, outside this repository's pytest config."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-W", "error", str(test_file)], cwd=folder, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("discover", [False, True])
+def test_new_handler_writes_files_that_register_and_pass_their_test(tmp_path, discover):
+    env = env_with(tmp_path, CRONJOBS_HANDLER_PATHS=os.pathsep.join(["handlers", "more"]))
+    (tmp_path / "more").mkdir()
+    args = ["new-handler", "acme.quota_sync"] + (["--discover"] if discover else [])
+    out = run_cli(args, env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    written = sorted(p.name for p in (tmp_path / "handlers").iterdir())
+    want = ["AcmeQuotaSyncExecute.py", "test_acme_quota_sync.py"]
+    assert written == sorted(want + (["AcmeQuotaSyncDiscover.py"] if discover else []))
+    assert list((tmp_path / "more").iterdir()) == []  # only the first folder
+    for name in written:
+        assert f"wrote handlers/{name}" in out.stdout
+
+    listing = run_cli(["list-handlers"], env, cwd=tmp_path).stdout
+    lines = {l.split()[0]: l for l in listing.splitlines()[1:]}
+    assert "acme.quota_sync.execute" in lines
+    assert "handlers/AcmeQuotaSyncExecute.py" in lines["acme.quota_sync.execute"]
+    if discover:  # scheduled with a macro, shown expanded
+        assert "@hourly (0 * * * *)" in lines["acme.quota_sync.discover"]
+    assert not any("test_acme" in l for l in lines.values())  # the test file is not loaded
+
+    ran = pytest_in(tmp_path, tmp_path / "handlers" / "test_acme_quota_sync.py")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"{3 if discover else 2} passed" in ran.stdout
+
+
+def test_refuses_to_overwrite_and_writes_nothing(tmp_path):
+    env = env_with(tmp_path, CRONJOBS_HANDLER_PATHS="handlers")
+    (tmp_path / "handlers").mkdir()
+    mine = tmp_path / "handlers" / "test_acme_quota_sync.py"
+    mine.write_text("# my own test\n")
+    out = run_cli(["new-handler", "acme.quota_sync", "--discover"], env, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr == f"error: refusing to overwrite handlers/test_acme_quota_sync.py\n"
+    assert [p.name for p in (tmp_path / "handlers").iterdir()] == ["test_acme_quota_sync.py"]
+    assert mine.read_text() == "# my own test\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["new-handler", "Acme.Quota"], "NAME must be lowercase words separated by dots"),
+    (["new-handler", "acme..quota"], "NAME must be lowercase words separated by dots"),
+    (["new-handler", "acme.quota.execute"], "NAME is the type without its stage: use 'acme.quota'"),
+    (["new-handler", "acme.quota"], "no handler folder: set CRONJOBS_HANDLER_PATHS"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    out = run_cli(args, env_with(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("error: " + message), out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_folder_option_and_names():
+    assert class_base("acme.quota_sync") == "AcmeQuotaSync"
+    assert class_base("tour") == "Tour"
+    assert sorted(files("tour")) == ["TourExecute.py", "test_tour.py"]
+    with pytest.raises(ScaffoldError):
+        files("tour.discover")
