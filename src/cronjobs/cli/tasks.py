@@ -32,16 +32,15 @@ def scheduler() -> None:
 @main.group(cls=Group, invoke_without_command=True)
 @click.pass_context
 def tasks(ctx: click.Context) -> None:
-    """List tasks (default), or enable / disable / run one."""
-    if ctx.invoked_subcommand is None:
-        from ..scheduler import task_infos
+    """List tasks (default), or enable / disable / run one.
 
-        rows = [{"task": i.task, "type": i.type, "frequency": i.frequency or "",
-                 "enabled": i.enabled, "available": i.available,
-                 "last_run_at": i.runtime["last_run_at"] or "",
-                 "next_run_at": i.runtime["next_run_at"] or "",
-                 "last_job": i.runtime["last_job_id"] or "",
-                 "last_status": i.runtime["last_status"] or ""} for i in task_infos(_app())]
+    LAST_RUN_AT, LAST_JOB, LAST_STATUS are the last scheduled run; LAST_MANUAL_AT,
+    MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
+    by the settings."""
+    if ctx.invoked_subcommand is None:
+        from ..taskrows import cli_row, task_rows
+
+        rows = [cli_row(r) for r in task_rows(_app())]
         _table(rows, list(rows[0]) if rows else ["task"])
 
 
@@ -67,8 +66,13 @@ def tasks_disable(task: str) -> None:
 
 @tasks.command("run")
 @click.argument("task")
-def tasks_run(task: str) -> None:
-    """Dispatch TASK now (a manual run; the schedule does not move). Prints the row id."""
-    from ..scheduler import run_task
+@click.option("--again", is_flag=True,
+              help="Start another run even while a manual run of TASK is still pending.")
+def tasks_run(task: str, again: bool) -> None:
+    """Dispatch TASK now at priority 1 (a manual run; the schedule does not move).
 
-    click.echo(run_task(task, app=_app()))
+    Prints the row id. Refused (exit 2, naming its id) while a manual run of TASK is
+    still pending, unless --again; refused for a disabled or unavailable task."""
+    from ..manual import run_now
+
+    click.echo(run_now(task, again=again, app=_app()).id)

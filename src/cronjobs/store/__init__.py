@@ -26,16 +26,19 @@ from .runtime import (
     ensure_runtime,
     get_runtime,
     list_runtimes,
+    lock_runtime,
     record_run,
     set_enabled,
     update_task_status,
 )
 from .workers import beat, forget, list_workers, prune_workers
+from . import actions, alerts, views  # dashboard reads, operator actions, alert state
 
 __all__ = [
     "JOB_COLUMNS", "append_log", "claim_by_id", "claim_next", "count_children", "delete_job",
     "finish_job", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
     "select_by_key", "due_pending", "prune", "prune_slots", "rescue_stale", "claim_slot", "ensure_runtime",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status",
-    "beat", "forget", "list_workers", "prune_workers",
+    "beat", "forget", "list_workers", "prune_workers", "lock_runtime",
+    "actions", "alerts", "views",
 ]
