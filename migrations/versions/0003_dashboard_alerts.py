@@ -1,4 +1,4 @@
-"""Dashboard and health: alert state, separate manual-run columns, list indexes.
+"""Dashboard and health: alert state, separate manual-run columns, worker memory, list indexes.
 
 Revision ID: 0003
 Revises: 0002
@@ -31,6 +31,7 @@ def upgrade() -> None:
     op.add_column("cronjob_runtime", sa.Column("last_success_at", UtcDateTime, nullable=True))
     op.add_column("cronjob_runtime", sa.Column("last_manual_at", UtcDateTime, nullable=True))
     op.add_column("cronjob_runtime", sa.Column("last_manual_job_id", sa.BigInteger, nullable=True))
+    op.add_column("cronjob_worker", sa.Column("memory_mb", sa.Float, nullable=True))
     op.create_index("ix_cronjob_queue_status_id", "cronjob_queue", ["status", "id"])
     op.create_index("ix_cronjob_queue_type_status", "cronjob_queue", ["type", "status", "id"])
 
@@ -38,6 +39,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_cronjob_queue_type_status", table_name="cronjob_queue")
     op.drop_index("ix_cronjob_queue_status_id", table_name="cronjob_queue")
+    with op.batch_alter_table("cronjob_worker") as batch:
+        batch.drop_column("memory_mb")
     with op.batch_alter_table("cronjob_runtime") as batch:
         batch.drop_column("last_manual_job_id")
         batch.drop_column("last_manual_at")

@@ -16,12 +16,13 @@ LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 
 
 def beat(app: App, worker_id: str, queues: list[str], started_at: datetime, status: str,
-         jobs_done: int, current: list[int]) -> None:
-    """Write this worker's heartbeat (times naive UTC)."""
+         jobs_done: int, current: list[int], memory_mb: float | None = None) -> None:
+    """Write this worker's heartbeat (times naive UTC; `memory_mb`: resident MB of the
+    worker and its job processes)."""
     values = {"id": worker_id, "host": socket.gethostname(), "pid": os.getpid(),
               "queues": ",".join(queues)[:1000], "status": status, "started_at": started_at,
               "last_seen_at": app.clock.now(), "jobs_done": jobs_done,
-              "current_jobs": ",".join(map(str, current))[:1000]}
+              "current_jobs": ",".join(map(str, current))[:1000], "memory_mb": memory_mb}
     run_in_transaction(app.engine, lambda c: store.beat(c, values))
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -123,6 +124,7 @@ cronjob_worker = Table(
     Column("last_seen_at", UtcDateTime, nullable=False),
     Column("jobs_done", Integer, nullable=False, server_default="0"),
     Column("current_jobs", String(1000), nullable=True),
+    Column("memory_mb", Float, nullable=True),  # migration 0003: shown on the Workers page
     Index("ix_cronjob_worker_seen", "last_seen_at"),
     **MYSQL_TABLE_ARGS,
 )

@@ -39,3 +39,9 @@ def touch_problem(conn: Connection, problem: str, status: str, message: str, now
 def close_problem(conn: Connection, problem: str) -> None:
     """Forget a problem that cleared."""
     conn.execute(a.delete().where(a.c.problem == problem))
+
+
+def unsend(conn: Connection, problems: list[str]) -> None:
+    """Take back the "alert sent" mark of `problems` (every channel failed: try next run)."""
+    if problems:
+        conn.execute(a.update().where(a.c.problem.in_(problems)).values(last_sent_at=None))

@@ -82,10 +82,12 @@ def set_enabled(conn: Connection, task: str, enabled: bool, now: datetime) -> bo
 SUCCESS_STATUSES = ("completed", "cancelled", "deleted")  # the run ended as its handler meant
 
 
-def update_task_status(conn: Connection, job_id: int, status: str, now: datetime) -> None:
+def update_task_status(conn: Connection, job_id: int, status: str, now: datetime, *,
+                       success: bool | None = None) -> None:
     """Copy a finished job's status to the task whose last scheduled job it is; a run that
-    ended well also sets `last_success_at` (the overdue check of `health`)."""
+    ended well (`success`, default: status in SUCCESS_STATUSES) also sets `last_success_at`
+    (the overdue check of `health`)."""
     values = {"last_status": status, "updated_at": now}
-    if status in SUCCESS_STATUSES:
+    if status in SUCCESS_STATUSES if success is None else success:
         values["last_success_at"] = now
     conn.execute(rt.update().where(rt.c.last_job_id == job_id).values(**values))
