@@ -60,12 +60,13 @@ def failed(job_type: str | None, retry: bool) -> None:
 @click.option("--host", default=None, help="Listen address (default CRONJOBS_DASHBOARD_HOST).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
-@click.option("--threads", type=click.IntRange(1, 64), default=8, show_default=True,
-              help="Requests served at the same time.")
-def dashboard(host: str | None, port: int | None, threads: int) -> None:
-    """Serve the dashboard only (no worker, no scheduler) until SIGTERM/SIGINT."""
+def dashboard(host: str | None, port: int | None) -> None:
+    """Serve the dashboard only (no worker, no scheduler) until SIGTERM/SIGINT.
+
+    Needs CRONJOBS_DASHBOARD_TOKEN unless it listens on loopback (then it prints a
+    generated token)."""
     from ..web.server import run_dashboard
 
     app = _app()
     sys.exit(run_dashboard(app, host or app.settings.dashboard_host,
-                           app.settings.dashboard_port if port is None else port, threads))
+                           app.settings.dashboard_port if port is None else port))

@@ -204,6 +204,13 @@ def failed_ids(conn: Connection, *, job_type: str | None = None, error: str | No
     return [r[0] for r in conn.execute(stmt)]
 
 
+def group_of(conn: Connection, job_id: int) -> tuple[str, str] | None:
+    """`(type, error key)` of failed row `job_id` (its Failed-page group), or None."""
+    row = conn.execute(select(q.c.type, error_key().label("k"))
+                       .where(q.c.id == job_id, q.c.status == "failed")).first()
+    return (row.type, row.k) if row else None
+
+
 def pending_queues(conn: Connection) -> list[str]:
     """Queues that hold at least one `pending` row (an index-only scan of the claim index)."""
     stmt = select(q.c.queue).where(q.c.status == "pending").group_by(q.c.queue)
