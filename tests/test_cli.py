@@ -278,18 +278,20 @@ def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:  # noqa: ANN0
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
     assert skipped == {}
     assert {t: s for t, (s, _) in started.items()} == {
-        "cronjobs-cleanup": "20260105", "cronjobs-recoverstale": "202601051200",
+        "cronjobs-cleanup": "20260105", "cronjobs-health": "202601051200",
+        "cronjobs-recoverstale": "202601051200",
         "http-uptime": "202601051200", "test-count": "202601051200"}
     for task, (slot, job_id) in started.items():
         job = row(engine, job_id)
         assert (job["status"], job["payload"]) == ("pending", {"slot": slot})
     assert row(engine, started["http-uptime"][1])["type"] == "http.uptime.discover"
     counts = table_counts(engine)
-    assert counts["cronjob_queue"] == 4
+    assert counts["cronjob_queue"] == 5
 
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
     assert started == {}
-    assert skipped == {t: "already-run" for t in ("cronjobs-cleanup", "cronjobs-recoverstale",
+    assert skipped == {t: "already-run" for t in ("cronjobs-cleanup", "cronjobs-health",
+                                                   "cronjobs-recoverstale",
                                                    "http-uptime", "test-count")}
     assert table_counts(engine) == counts
 

@@ -19,7 +19,7 @@ from cronjobs.testing import drain
 from conftest import effect_rows
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
-BUILTIN_TASKS = {"cronjobs-cleanup", "cronjobs-recoverstale", "http-uptime"}
+BUILTIN_TASKS = {"cronjobs-cleanup", "cronjobs-health", "cronjobs-recoverstale", "http-uptime"}
 
 
 class UnavailableDiscover(CronJobHandler):
