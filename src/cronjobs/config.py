@@ -91,7 +91,7 @@ class Settings(BaseModel):
 
     # -- health (issue 7) -------------------------------------------------------------------
     health_timeout_seconds: float = Field(
-        default=4, gt=0, le=60,
+        default=3, gt=0, le=60,
         description="A health report answers within this many seconds; a check still "
                     "running then (hung database or broker) is reported as fail (seconds).")
     health_stuck_seconds: float = Field(

@@ -12,7 +12,7 @@ from .base import _app, _dump, _table, main
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 @click.option("--timeout", type=click.FloatRange(0.1, 60), default=None, metavar="S",
-              help="Answer within S seconds (default CRONJOBS_HEALTH_TIMEOUT_SECONDS, 4).")
+              help="Answer within S seconds (default CRONJOBS_HEALTH_TIMEOUT_SECONDS, 3).")
 def health(as_json: bool, timeout: float | None) -> None:
     """Check database, broker, queues, workers, scheduler, overdue tasks, disk and memory.
 
