@@ -67,7 +67,7 @@ cronjob_queue = Table(
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_locked", "status", "locked_until"),
-    Index("ix_cronjob_queue_status_finished", "status", "finished_at"),
+    Index("ix_cronjob_queue_status_finished", "status", "finished_at", "type"),  # 0003: + type
     Index("ix_cronjob_queue_parent", "parent_id"),
     Index("ix_cronjob_queue_type", "type"),
     # Dashboard lists (migration 0003): newest-first pages per status, per type and status.
