@@ -6,12 +6,14 @@ one discover row per 10 rows with its 9 execute children; two queues; created ov
 last 11.5 days. Then each page is fetched through the Flask test client with the token.
 
 Usage: .venv/bin/python bench/dashboard_pages.py [ROWS] [REPEATS]
+(BENCH_KEEP_DB=name keeps the filled database and reuses it on the next run.)
 Needs MariaDB on 127.0.0.1:3306 (root), as `make services` starts it. Prints one line per
 page; the database is dropped afterwards.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -93,10 +95,13 @@ def main() -> None:
     from cronjobs.migrate import upgrade
     from cronjobs.web import create_app
 
-    name = "cjbench_" + uuid.uuid4().hex[:8]
+    keep = os.environ.get("BENCH_KEEP_DB")  # reuse (or create and keep) this database
+    name = keep or "cjbench_" + uuid.uuid4().hex[:8]
     admin = sa.create_engine(MARIADB + "/test", poolclass=sa.pool.NullPool)
     with admin.begin() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+        exists = conn.exec_driver_sql(f"SHOW DATABASES LIKE '{name}'").first() is not None
+        if not exists:
+            conn.exec_driver_sql(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
     try:
         settings = Settings(database_url=f"{MARIADB}/{name}?charset=utf8mb4",
                             dashboard_token="bench-token")
@@ -104,7 +109,8 @@ def main() -> None:
         register_bench_types(registry)
         app = App(settings, handlers=registry)
         upgrade(app.engine)
-        print(f"filled {n:,} rows with one INSERT ... SELECT in {fill(app.engine, n):.1f} s")
+        if not exists:
+            print(f"filled {n:,} rows with one INSERT ... SELECT in {fill(app.engine, n):.1f} s")
         client = create_app(app).test_client()
         headers = {"Authorization": "Bearer bench-token"}
         worst = 0.0
@@ -122,8 +128,9 @@ def main() -> None:
         print(f"slowest page p95: {worst:.1f} ms (target: under 300 ms)")
         app.close()
     finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        if not keep:
+            with admin.begin() as conn:
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
         admin.dispose()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, func, literal, select
+from sqlalchemy import Connection, case, func, literal, select
 
 from ..models import cronjob_queue as q, cronjob_runtime as rt, cronjob_slot
 
@@ -93,6 +93,8 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
         stmt = _list_select().where(*conds)
         if job_type is not None:
             stmt = stmt.where(q.c.type == job_type)
+        if parent_id is None and not title:
+            stmt = _force_index(stmt, job_type is not None, bool(status))
         stmt = stmt.order_by(q.c.id.asc() if ascending else q.c.id.desc()).limit(limit + 1)
         rows.extend(dict(r) for r in conn.execute(stmt).mappings())
     rows.sort(key=lambda r: r["id"], reverse=not ascending)
@@ -111,6 +113,27 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
     if window_low is not None and not more and window_low > 0:
         page.searched_to = window_low
     return page
+
+
+def _force_index(stmt, by_type: bool, by_status: bool):  # noqa: ANN001, ANN202
+    """MariaDB: name the index that serves `WHERE ... ORDER BY id DESC LIMIT n`.
+
+    With a million rows its optimizer may otherwise intersect (status, id) and
+    (type, status, id) and sort every matching row (measured: 1.2 s instead of 3 ms).
+    InnoDB appends the primary key to each secondary index, so `ix_cronjob_queue_type`
+    is (type, id). PostgreSQL and SQLite choose well on their own.
+    """
+    if by_type and by_status:
+        index = "ix_cronjob_queue_type_status"
+    elif by_type:
+        index = "ix_cronjob_queue_type"
+    elif by_status:
+        index = "ix_cronjob_queue_status_id"
+    else:
+        return stmt
+    for dialect in ("mysql", "mariadb"):
+        stmt = stmt.with_hint(q, f"FORCE INDEX ({index})", dialect_name=dialect)
+    return stmt
 
 
 def max_id(conn: Connection) -> int | None:
@@ -136,23 +159,31 @@ def count_by_status(conn: Connection, types: list[str] | None = None,
 
     counts = {}
     for status in STATUSES:
-        conds = [q.c.status == status]
-        if types:
-            conds.append(q.c.type.in_(types))
-        counts[status] = capped_count(conn, *conds, cap=cap)
+        n, capped = 0, False
+        for job_type in (types or [None]):  # one (type, status) index range each
+            conds = [q.c.status == status] + ([q.c.type == job_type] if job_type else [])
+            part, more = capped_count(conn, *conds, cap=cap - n)
+            n, capped = n + part, capped or more
+            if capped:
+                break
+        counts[status] = (n, capped)
     return counts
 
 
 def throughput(conn: Connection, now: datetime, cap: int = 100_000) -> dict[str, tuple[int, bool]]:
     """Completed `.execute` rows finished in the last hour and day: `{"hour": (n, capped), "day": ...}`.
 
-    Only execute rows count as work done (SPEC §3); discover rows are discovery.
+    Only execute rows count as work done (SPEC §3); discover rows are discovery. One
+    range read of the (status, finished_at, type) index serves both figures.
     """
-    out = {}
-    for name, span in (("hour", timedelta(hours=1)), ("day", timedelta(days=1))):
-        out[name] = capped_count(conn, q.c.status == "completed", q.c.finished_at >= now - span,
-                                 q.c.type.like("%.execute"), cap=cap)
-    return out
+    hour_ago = now - timedelta(hours=1)
+    inner = (select(q.c.finished_at).where(
+        q.c.status == "completed", q.c.finished_at >= now - timedelta(days=1),
+        q.c.type.like("%.execute")).limit(cap + 1).subquery())
+    day, hour = conn.execute(select(
+        func.count(), func.coalesce(func.sum(case((inner.c.finished_at >= hour_ago, 1), else_=0)), 0)
+    )).one()
+    return {"hour": (min(int(hour), cap), int(hour) > cap), "day": (min(day, cap), day > cap)}
 
 
 def children_counts(conn: Connection, parent_ids: list[int]) -> dict[int, dict[str, int]]:
@@ -217,7 +248,10 @@ def pending_queues(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(stmt)]
 
 
-def due_by_queue(conn: Connection, now: datetime, cap: int = COUNT_CAP) -> dict[str, dict]:
+DUE_CAP = 1_000
+
+
+def due_by_queue(conn: Connection, now: datetime, cap: int = DUE_CAP) -> dict[str, dict]:
     """Due `pending` rows per queue: count (capped) and the oldest due time.
 
     Shared by `health`, `/metrics` and the Workers page (queues with due rows and no
@@ -277,7 +311,7 @@ def finished_since(conn: Connection, since: datetime, after_id: int, limit: int 
 
 
 def rows_by_queue_status(conn: Connection, statuses: tuple[str, ...] = ("pending", "running", "failed"),
-                         cap: int = 100_000) -> dict[tuple[str, str], int]:
+                         cap: int = COUNT_CAP) -> dict[tuple[str, str], int]:
     """Row counts per (queue, status) for the live states (each capped at `cap`)."""
     out = {}
     for queue in _queues(conn):
