@@ -19,7 +19,7 @@ def failed():  # noqa: ANN201
     with app.engine.connect() as conn:
         groups = store.views.failed_groups(conn, job_type)
     return render_template("failed.html", groups=groups, type=job_type,
-                           done=request.args.get("retried"))
+                           done=request.args.get("retried", type=int))
 
 
 @bp.post("/failed/retry")
