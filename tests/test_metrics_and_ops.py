@@ -55,6 +55,8 @@ def test_metrics_parse_and_counters_move_after_jobs_run(make_app):
             last_seen_at=now, jobs_done=2))
     drain(app)
     assert (row(app, ok)["status"], row(app, bad)["status"]) == ("completed", "failed")
+    add_row(app, type="test.slow.execute", status="failed", attempts=1, started_at=app.clock.now(),
+            finished_at=app.clock.now(), error="timeout after 5 s (MAX_RUNTIME); job process killed")
     after = scrape(client)
     t = ("type", "test.shape.execute")
     assert after[("cronjobs_jobs_finished_total", (("status", "completed"), t))] == 1
@@ -62,7 +64,8 @@ def test_metrics_parse_and_counters_move_after_jobs_run(make_app):
     assert after[("cronjobs_job_retries_total", (t,))] == 1
     assert after[("cronjobs_job_duration_seconds_count", (t,))] == 2
     assert after[("cronjobs_live_workers", ())] == 1
-    assert after[("cronjobs_rows", (("queue", "default"), ("status", "failed")))] == 1
+    assert after[("cronjobs_rows", (("queue", "default"), ("status", "failed")))] == 2
+    assert after[("cronjobs_job_timeouts_total", (("type", "test.slow.execute"),))] == 1
     assert scrape(client)[("cronjobs_jobs_finished_total", (("status", "completed"), t))] == 1
 
 
