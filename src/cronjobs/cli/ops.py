@@ -36,7 +36,7 @@ def health(as_json: bool, timeout: float | None) -> None:
 @click.option("--retry", is_flag=True, help="Put every failed row shown back to pending "
                                             "(attempts reset).")
 def failed(job_type: str | None, retry: bool) -> None:
-    """Failed rows grouped by type and error (newest 10,000 grouped); --retry retries them."""
+    """Failed rows grouped by type and error (the newest 5,000 grouped); --retry retries them."""
     from ..operator import retry_failed
 
     app = _app()

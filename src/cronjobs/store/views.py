@@ -198,12 +198,15 @@ def children_counts(conn: Connection, parent_ids: list[int]) -> dict[int, dict[s
     return out
 
 
+GROUP_SCAN = 5_000
+
+
 def failed_groups(conn: Connection, job_type: str | None = None,
-                  scan: int = COUNT_CAP) -> list[dict]:
+                  scan: int = GROUP_SCAN) -> list[dict]:
     """Failed rows grouped by type and error (first 200 characters), biggest group first.
 
-    Only the newest `scan` failed rows are grouped, so the page stays cheap with a
-    million failed rows; the retry of a group still reaches every row of it.
+    Only the newest `scan` (5,000) failed rows are grouped, so the page stays cheap with a
+    million rows; the retry of a group still reaches every row of it.
 
     Returns:
         `[{type, error, count, newest_id, newest_at}]`.

@@ -13,7 +13,7 @@ bp = Blueprint("failed", __name__)
 
 @bp.get("/failed")
 def failed():  # noqa: ANN201
-    """The groups, biggest first (the newest 10,000 failed rows are grouped)."""
+    """The groups, biggest first (the newest 5,000 failed rows are grouped)."""
     app = cronjobs_app()
     job_type = (request.args.get("type") or "").strip() or None
     with app.engine.connect() as conn:
