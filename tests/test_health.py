@@ -148,6 +148,7 @@ def test_redis_stopped_or_hung_is_a_broker_fail_within_5_seconds(db_url, make_ap
     client = web_client(app)
     try:
         code, report, elapsed = cli_health()
+        print(f"\ncronjobs health --json with Redis hung: exit {code} in {elapsed:.1f} s")
         assert code == 2 and report["status"] == "fail" and elapsed < 5, (code, elapsed)
         assert next(c for c in report["checks"] if c["name"] == "broker")["status"] == "fail"
         started = time.monotonic()
@@ -159,6 +160,7 @@ def test_redis_stopped_or_hung_is_a_broker_fail_within_5_seconds(db_url, make_ap
     own_redis.terminate()  # stopped
     own_redis.wait(20)
     code, report, elapsed = cli_health()
+    print(f"cronjobs health --json with Redis stopped: exit {code} in {elapsed:.1f} s")
     broker = next(c for c in report["checks"] if c["name"] == "broker")
     assert (code, report["status"], broker["status"]) == (2, "fail", "fail") and elapsed < 5
     assert "does not answer" in broker["problems"][0]["message"]
