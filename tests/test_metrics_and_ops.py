@@ -140,3 +140,34 @@ def test_message_catalogs_are_compiled_and_complete():
     with (folder / "tr" / "LC_MESSAGES" / "messages.po").open("rb") as f:
         known = {m.id for m in read_po(f)}
     assert used - known == set()
+
+
+@SQLITE
+def test_dashboard_command_serves_the_pages_and_stops_on_sigterm(db_url, tmp_path):
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    env = cli_env(db_url, CRONJOBS_DASHBOARD_TOKEN=TOKEN)
+    proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "dashboard", "--port", "0"],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        hint = proc.stdout.readline()
+        url = re.search(r"dashboard at (http://127\.0\.0\.1:\d+)/", first)[1]
+        assert "log in at" in hint and TOKEN not in hint  # a configured token is not printed
+        with urllib.request.urlopen(urllib.request.Request(url + "/", headers=BEARER), timeout=10) as resp:
+            assert resp.status == 200 and b"<h1>Tasks</h1>" in resp.read()
+        try:
+            urllib.request.urlopen(url + "/queue", timeout=10)
+            raise AssertionError("answered without the token")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        proc.stdout.close()
+    assert code == 0

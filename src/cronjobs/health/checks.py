@@ -6,8 +6,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import text
-
 from .. import store
 from ..app import App
 from ..heartbeat import LIVE_SECONDS
@@ -19,7 +17,7 @@ def database(app: App, check: Check) -> None:
     """Connect and run `SELECT 1`; data: `response_ms`."""
     started = time.monotonic()
     with app.engine.connect() as conn:
-        conn.execute(text("SELECT 1"))
+        store.views.ping(conn)
     ms = (time.monotonic() - started) * 1000
     check.data = {"response_ms": round(ms, 1), "backend": app.engine.dialect.name}
     check.message = f"{app.engine.dialect.name} answered in {ms:.0f} ms"
@@ -83,11 +81,8 @@ def queues(app: App, check: Check) -> None:
     now = app.clock.now()
     with app.engine.connect() as conn:
         due = store.views.due_by_queue(conn, now)
-        failed, failed_capped = store.views.capped_count(
-            conn, store.views.q.c.status == "failed")
-        recent, _ = store.views.capped_count(
-            conn, store.views.q.c.status == "failed",
-            store.views.q.c.finished_at >= now - timedelta(hours=1))
+        counts = store.views.failed_counts(conn, now - timedelta(hours=1))
+    (failed, failed_capped), (recent, _) = counts["total"], counts["since"]
     check.data = {"due": {name: {"due": d["due"], "capped": d["capped"],
                                  "oldest_due_age_seconds": _age(now, d["oldest_due_at"])}
                           for name, d in sorted(due.items())},

@@ -152,6 +152,17 @@ def capped_count(conn: Connection, *conds, cap: int = COUNT_CAP) -> tuple[int, b
     return min(n, cap), n > cap
 
 
+def ping(conn: Connection) -> None:
+    """`SELECT 1`: the database answers."""
+    conn.execute(select(literal(1))).scalar()
+
+
+def failed_counts(conn: Connection, since: datetime, cap: int = COUNT_CAP) -> dict:
+    """Failed rows: `{"total": (n, capped), "since": (n, capped)}` (finished at or after `since`)."""
+    return {"total": capped_count(conn, q.c.status == "failed", cap=cap),
+            "since": capped_count(conn, q.c.status == "failed", q.c.finished_at >= since, cap=cap)}
+
+
 def count_by_status(conn: Connection, types: list[str] | None = None,
                     cap: int = COUNT_CAP) -> dict[str, tuple[int, bool]]:
     """Capped row counts per status (of `types` only when given): `{status: (n, capped)}`."""
