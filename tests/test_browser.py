@@ -174,7 +174,7 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
                           payload='{"shape": "true"}')
             page.goto(base + "/failed")
             shot("failed")
-            page.locator(f"tr[data-type='test.shape.execute'] button.retry-one").click()
+            page.locator("tr[data-type='test.shape.execute'] button.retry-one").click()
             page.wait_for_load_state()
             assert "retried by dashboard" in get(engine, lone)["process_logs"]
             page.goto(base + "/failed")

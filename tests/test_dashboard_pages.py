@@ -5,13 +5,12 @@ retry/cancel, failed groups, languages."""
 from __future__ import annotations
 
 import html
-import json
 
 import pytest
 import sqlalchemy as sa
 
 from cronjobs import store
-from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_worker
+from cronjobs.models import cronjob_runtime, cronjob_worker
 from cronjobs.scheduler import set_enabled, task_infos
 from cronjobs.taskrows import task_rows
 from dashboard_helpers import BEARER, TOKEN, add_row, add_rows, count, login, row, web_client

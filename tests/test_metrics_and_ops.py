@@ -5,7 +5,6 @@ without a token, and the message catalogs."""
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest

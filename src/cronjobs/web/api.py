@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask import Blueprint, Response, abort, current_app, g, jsonify
+from flask import Blueprint, Response, abort, current_app, jsonify
 
 from .. import store
 from ..health import run_health
@@ -74,5 +74,4 @@ def metrics():  # noqa: ANN201
     collector = current_app.extensions.get("cronjobs_metrics")
     if collector is None:
         collector = current_app.extensions["cronjobs_metrics"] = Metrics(cronjobs_app())
-    g.setdefault("via_bearer", False)
     return Response(collector.render(), mimetype=CONTENT_TYPE_LATEST)
