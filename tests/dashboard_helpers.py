@@ -75,3 +75,13 @@ def count(app: App, **where) -> int:  # noqa: ANN003
 
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
+
+
+def recent_t0() -> datetime:
+    """A frozen start near the real time, at second 5 of a minute on a 5-minute boundary
+    (slots of `*/5` tasks start there). Tests that write heartbeats use it: heartbeat ages
+    may be judged by the database's clock, which a frozen clock far away would contradict."""
+    from cronjobs.clock import utcnow
+
+    now = utcnow()
+    return now.replace(minute=now.minute - now.minute % 5, second=5, microsecond=0)

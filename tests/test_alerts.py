@@ -19,7 +19,7 @@ from cronjobs.health import alerts, run_health
 from cronjobs.models import cronjob_alert, cronjob_queue, cronjob_worker
 from cronjobs.scheduler import tick
 from cronjobs.testing import FrozenClock, drain
-from dashboard_helpers import T0, add_row
+from dashboard_helpers import add_row, recent_t0
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -91,7 +91,7 @@ def health_run(app, clock, minutes: int) -> dict:  # noqa: ANN001
     and a drain after each; returns the result of that slot's health run."""
     done = getattr(app, "_minutes_ticked", -1)
     for minute in range(done + 1, minutes + 1):
-        clock.set(T0.replace(second=0) + timedelta(minutes=minute, seconds=1))
+        clock.set(app.t0.replace(second=0) + timedelta(minutes=minute, seconds=1))
         with app.engine.begin() as conn:
             conn.execute(cronjob_worker.delete())
             conn.execute(cronjob_worker.insert().values(
@@ -110,8 +110,10 @@ def health_run(app, clock, minutes: int) -> dict:  # noqa: ANN001
 
 def test_one_alert_for_a_problem_lasting_three_runs_and_one_recovery(make_app, channels):
     inbox, mailbox, smtp_port = channels
+    T0 = recent_t0()
     clock = FrozenClock(T0)
     app = make_app(clock=clock, **alert_settings(inbox, smtp_port))
+    app.t0 = T0
     assert health_run(app, clock, 0)["status"] == "ok"
     assert inbox.posts == [] and mailbox.messages == []
 
@@ -148,6 +150,7 @@ def test_one_alert_for_a_problem_lasting_three_runs_and_one_recovery(make_app, c
 
 def test_a_problem_still_open_after_an_hour_is_alerted_again(make_app, channels):
     inbox, _, smtp_port = channels
+    T0 = recent_t0()
     clock = FrozenClock(T0)
     app = make_app(clock=clock, **alert_settings(inbox, smtp_port))
     sent = []
@@ -160,6 +163,7 @@ def test_a_problem_still_open_after_an_hour_is_alerted_again(make_app, channels)
 
 def test_when_every_channel_fails_the_next_run_tries_again(make_app, channels):
     inbox, _, _ = channels
+    T0 = recent_t0()
     clock = FrozenClock(T0)
     app = make_app(clock=clock, alert_webhook_url=f"http://127.0.0.1:{free_port()}/down",
                    alert_timeout_seconds=2)

@@ -22,7 +22,7 @@ from cronjobs.health import run_health
 from cronjobs.models import cronjob_worker
 from cronjobs.scheduler import tick
 from cronjobs.testing import FrozenClock, drain
-from dashboard_helpers import BEARER, T0, TOKEN, add_row, web_client
+from dashboard_helpers import BEARER, TOKEN, add_row, recent_t0, web_client
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 REDIS_PORT = 6391  # our own server: the shared Redis is never stopped
@@ -42,6 +42,7 @@ def check(report, name: str):  # noqa: ANN001, ANN201
 
 @SQLITE
 def test_a_healthy_system_is_ok_and_each_problem_names_itself(make_app):
+    T0 = recent_t0()
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     tick(T0, app=app)
@@ -68,6 +69,7 @@ def test_a_healthy_system_is_ok_and_each_problem_names_itself(make_app):
 
 @SQLITE
 def test_a_live_worker_that_stopped_taking_rows_is_a_problem(make_app):
+    T0 = recent_t0()
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     tick(T0, app=app)
@@ -82,6 +84,7 @@ def test_a_live_worker_that_stopped_taking_rows_is_a_problem(make_app):
 
 @SQLITE
 def test_overdue_tasks_warn_at_twice_and_fail_at_five_times_their_frequency(make_app):
+    T0 = recent_t0()
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     tick(T0, app=app)

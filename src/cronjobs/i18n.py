@@ -1,22 +1,47 @@
-"""Message lookup that works inside a dashboard request (Flask-Babel) and outside one.
+"""Labels for handlers' Results tabs in the dashboard's language.
 
-Handlers use `gettext` for the labels of their Results tab: in the dashboard it returns
-the label from the message catalog of the request's language; anywhere else (tests, the
-CLI) it returns the text unchanged. A text missing from the catalog is shown as it is.
+`from cronjobs.i18n import gettext as _` and `_("Status")` in `render_summary`. The
+language comes from the function given to `set_locale_selector(fn)` (the dashboard
+installs one that returns the request's locale); with none, or outside a request, labels
+stay English. A label with no translation is shown as it is (the raw key).
+
+(The same public names as the label catalogs of the handlers branch: at merge its module
+replaces this one and the dashboard keeps calling `set_locale_selector`.)
 """
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+from typing import Callable
 
-def gettext(text: str, **variables) -> str:  # noqa: ANN003
-    """Translate `text` (with `%(name)s` variables) in the current request's language."""
-    try:
-        from flask import has_request_context
+from babel.support import NullTranslations, Translations
 
-        if has_request_context():
-            from flask_babel import gettext as babel_gettext
+DEFAULT_LOCALE = "en"
+_CATALOGS = Path(__file__).parent / "web" / "translations"
+_selector: Callable[[], object] | None = None
+_loaded: dict[str, NullTranslations] = {}
+_lock = threading.Lock()
 
-            return babel_gettext(text, **variables)
-    except ImportError:  # pragma: no cover - Flask-Babel is a dependency
-        pass
-    return text % variables if variables else text
+
+def set_locale_selector(selector: Callable[[], object] | None) -> None:
+    """Install `selector()` (returns a locale such as `"tr"`, or None) as the source of the
+    current locale; None removes it."""
+    global _selector
+    _selector = selector
+
+
+def get_locale() -> str:
+    """The current locale (`"en"` when no selector answers)."""
+    picked = _selector() if _selector is not None else None
+    return str(picked) if picked else DEFAULT_LOCALE
+
+
+def gettext(message: str) -> str:
+    """`message` in the current locale (as it is when there is no translation)."""
+    locale = get_locale().split("_")[0]
+    with _lock:
+        if locale not in _loaded:
+            _loaded[locale] = Translations.load(str(_CATALOGS), [locale], "messages")
+        translations = _loaded[locale]
+    return translations.gettext(message)

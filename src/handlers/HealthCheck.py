@@ -49,4 +49,4 @@ class HealthCheck(CronJobHandler):
         """Status, each check's status, the problems and how many alerts went out (escaped)."""
         from cronjobs.i18n import gettext
 
-        return Markup(_SUMMARY.render(r=result, _=gettext))
+        return Markup(_SUMMARY.render(r=result, _=gettext))  # labels: Status, Alerts sent

@@ -12,12 +12,12 @@ from markupsafe import Markup
 from cronjobs import CronJobHandler, Job
 
 _SUMMARY = Environment(autoescape=True).from_string(
-    "<table class=\"summary\"><tr><th>{{ _('URL') }}</th><td>{{ r.url }}</td></tr>"
-    "<tr><th>{{ _('Status') }}</th><td>{{ r.status_code if r.status_code is not none else '-' }}</td></tr>"
-    "<tr><th>{{ _('Latency') }}</th><td>{{ r.latency_ms }} ms</td></tr>"
-    "{% if r.expect %}<tr><th>{{ _('Expected text') }}</th><td>{{ r.expect }}: "
-    "{{ _('found') if r.found else _('missing') }}</td></tr>{% endif %}"
-    "{% if r.error %}<tr><th>{{ _('Error') }}</th><td>{{ r.error }}</td></tr>{% endif %}</table>")
+    "<table class=\"summary\"><tr><th>URL</th><td>{{ r.url }}</td></tr>"
+    "<tr><th>Status</th><td>{{ r.status_code if r.status_code is not none else '-' }}</td></tr>"
+    "<tr><th>Latency</th><td>{{ r.latency_ms }} ms</td></tr>"
+    "{% if r.expect %}<tr><th>Expected text</th><td>{{ r.expect }}: "
+    "{{ 'found' if r.found else 'missing' }}</td></tr>{% endif %}"
+    "{% if r.error %}<tr><th>Error</th><td>{{ r.error }}</td></tr>{% endif %}</table>")
 
 MAX_BODY_BYTES = 1_000_000
 
@@ -60,8 +60,5 @@ class HttpUptimeExecute(CronJobHandler):
 
     @staticmethod
     def render_summary(result: dict) -> Markup:
-        """A small table: URL, status, latency, expected text, error (all escaped); labels
-        from the dashboard's message catalogs."""
-        from cronjobs.i18n import gettext
-
-        return Markup(_SUMMARY.render(r=result, _=gettext))
+        """A small table: URL, status, latency, expected text, error (all escaped)."""
+        return Markup(_SUMMARY.render(r=result))

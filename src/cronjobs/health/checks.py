@@ -6,9 +6,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from .. import store
+from .. import heartbeat, store
 from ..app import App
-from ..heartbeat import LIVE_SECONDS
 from ..slots import current_slot
 from .report import Check
 
@@ -97,17 +96,16 @@ def queues(app: App, check: Check) -> None:
 def workers(app: App, check: Check) -> None:
     """Live workers per queue; queues with due rows and no live worker; stuck workers."""
     now = app.clock.now()
-    cutoff = now - timedelta(seconds=LIVE_SECONDS)
+    seen = heartbeat.view(app)  # live: heartbeat under 30 s old (the same view as `cronjobs workers`)
     with app.engine.connect() as conn:
-        rows = store.list_workers(conn)
         due = store.views.due_by_queue(conn, now)
-    live = [r for r in rows if r["last_seen_at"] >= cutoff]
+    live = seen.live
     per_queue: dict[str, list[str]] = {}
     for row in live:
         for name in filter(None, row["queues"].split(",")):
             per_queue.setdefault(name, []).append(row["id"])
     names = sorted(set(app.queues()) | set(due))
-    check.data = {"live": len(live), "dead": len(rows) - len(live),
+    check.data = {"live": len(live), "dead": len(seen.dead),
                   "per_queue": {n: len(per_queue.get(n, [])) for n in names}}
     check.message = f"{len(live)} live worker(s)"
     stuck_after = app.settings.health_stuck_seconds

@@ -16,6 +16,7 @@ from flask import Flask, request, session
 from flask_babel import Babel
 from flask_wtf.csrf import CSRFProtect
 
+from .. import i18n
 from ..app import App
 from ..errors import ConfigError
 
@@ -32,6 +33,14 @@ def select_locale() -> str:
     if session.get("lang") in LANGUAGES:
         return session["lang"]
     return request.accept_languages.best_match(LANGUAGES) or "en"
+
+
+def _request_locale() -> str | None:
+    """The locale of the current dashboard request, or None outside a request."""
+    from flask import has_request_context
+    from flask_babel import get_locale
+
+    return str(get_locale()) if has_request_context() else None
 
 
 def create_app(app: App) -> Flask:
@@ -69,6 +78,7 @@ def create_app(app: App) -> Flask:
     web.extensions["cronjobs_app"] = app
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
+    i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
     from . import api, auth, failed, jobs, tasks, view, workers
 
     view.install(web)

@@ -12,13 +12,11 @@ that ended failed with a MAX_RUNTIME timeout.
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .. import store
+from .. import heartbeat, store
 from ..app import App
-from ..heartbeat import LIVE_SECONDS
 
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600)
 
@@ -65,7 +63,6 @@ class Metrics:
         with self.app.engine.connect() as conn:
             counts = store.views.rows_by_queue_status(conn)
             due = store.views.due_by_queue(conn, now)
-            workers = store.list_workers(conn)
             while True:
                 rows = store.views.finished_since(conn, self._since, self._after_id)
                 for row in rows:
@@ -83,8 +80,7 @@ class Metrics:
             self.due.labels(queue).set(d["due"])
             age = (now - d["oldest_due_at"]).total_seconds() if d["oldest_due_at"] else 0
             self.oldest.labels(queue).set(max(0.0, age))
-        cutoff = now - timedelta(seconds=LIVE_SECONDS)
-        self.workers.set(sum(1 for w in workers if w["last_seen_at"] >= cutoff))
+        self.workers.set(len(heartbeat.view(self.app).live))
 
     def _count(self, row: dict) -> None:
         job_type = row["type"]
