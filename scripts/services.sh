@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the servers the tests use are up; start (and if missing, install) them.
-# Also installs Debian's supervisor (the recycling test runs a real supervisord).
+# Also installs Debian's supervisor (the recycling test runs a real supervisord) and
+# Chromium (the dashboard's browser test).
 # Fails loudly when one still does not answer. Commands from ../shared/services.md.
 set -u
 need_apt=0
@@ -23,6 +24,11 @@ for bin in mariadbd:mariadb-server pg_ctlcluster:postgresql redis-server:redis-s
 done
 if [ "$need_apt" = 1 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server postgresql redis-server rabbitmq-server supervisor
+fi
+# The browser test drives Debian's Chromium (never `playwright install`, which downloads one).
+if [ ! -x /usr/bin/chromium ]; then
+  echo "services: /usr/bin/chromium missing; installing chromium"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 fi
 
 fail=0

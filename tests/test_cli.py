@@ -278,7 +278,8 @@ def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:  # noqa: ANN0
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
     assert skipped == {"db-backup": "disabled"}  # destructive: ships disabled
     assert {t: s for t, (s, _) in started.items()} == {
-        "cronjobs-cleanup": "20260105", "cronjobs-recoverstale": "202601051200",
+        "cronjobs-cleanup": "20260105", "cronjobs-health": "202601051200",
+        "cronjobs-recoverstale": "202601051200",
         "http-uptime": "202601051200", "test-count": "202601051200",
         "tls-certexpiry": "20260105"}
     for task, (slot, job_id) in started.items():
@@ -286,13 +287,14 @@ def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:  # noqa: ANN0
         assert (job["status"], job["payload"]) == ("pending", {"slot": slot})
     assert row(engine, started["http-uptime"][1])["type"] == "http.uptime.discover"
     counts = table_counts(engine)
-    assert counts["cronjob_queue"] == 5
+    assert counts["cronjob_queue"] == 6
 
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
     assert started == {}
     assert skipped == {"db-backup": "disabled",
-                       **{t: "already-run" for t in ("cronjobs-cleanup", "cronjobs-recoverstale",
-                                                     "http-uptime", "test-count", "tls-certexpiry")}}
+                       **{t: "already-run" for t in ("cronjobs-cleanup", "cronjobs-health",
+                                                     "cronjobs-recoverstale", "http-uptime",
+                                                     "test-count", "tls-certexpiry")}}
     assert table_counts(engine) == counts
 
     started, _ = tick_lines(ok(cli("tick", "--now", "2026-01-05T12:01:30Z")))

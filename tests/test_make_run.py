@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow
 
 URL_LINE = re.compile(r"cronjobs is running: dashboard at (http://127\.0\.0\.1:\d+)/")
+TOKEN_LINE = re.compile(r"log in at http://127\.0\.0\.1:\d+/login with the token (\S+)")
 
 
 def _children(pid: int) -> list[int]:
@@ -52,8 +54,9 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _fetch(url: str) -> tuple[int, str, str]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+def _fetch(url: str, token: str | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=10) as resp:
         return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
 
 
@@ -95,18 +98,32 @@ def test_make_run_serves_dashboard_does_uptime_work_and_stops_cleanly(tmp_path: 
             if m := URL_LINE.search(line):
                 base = m[1]
         assert base, "no dashboard URL line within 120 s:\n" + log()
+        # 1b. the next line says how to log in: a token generated for this run
+        token = None
+        while token is None and time.monotonic() < deadline:
+            line = lines.get(timeout=10)
+            assert line is not None, log()
+            output.append(line)
+            if m := TOKEN_LINE.search(line):
+                token = m[1]
+        assert token and len(token) >= 20, log()
+        try:
+            _fetch(base + "/api/jobs")
+            raise AssertionError("the API answered without the token")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
         assert any("database at revision" in line for line in output), log()  # migrate ran
 
         # 2. /health
         status, ctype, body = _fetch(base + "/health")
         assert status == 200 and "json" in ctype
-        assert json.loads(body)["status"] == "ok"
+        assert json.loads(body) in ({"status": "ok"}, {"status": "warn"})  # only the status
 
         # 3. the uptime task fires at the first tick: its execute row completes with a 200
         done = None
         deadline = time.monotonic() + 150
         while done is None and time.monotonic() < deadline:
-            _, _, body = _fetch(base + "/api/jobs?type=http.uptime.execute")
+            _, _, body = _fetch(base + "/api/jobs?type=http.uptime.execute", token)
             for job in json.loads(body):
                 assert job["type"] == "http.uptime.execute"
                 assert job["status"] in ("pending", "running", "completed"), job
@@ -116,19 +133,21 @@ def test_make_run_serves_dashboard_does_uptime_work_and_stops_cleanly(tmp_path: 
                 assert make.poll() is None, "make run exited early:\n" + log()
                 time.sleep(0.5)
         assert done, "no completed http.uptime.execute row within 150 s:\n" + log()
+        _, _, body = _fetch(f"{base}/api/jobs/{done['id']}", token)  # the whole row
+        done = json.loads(body)
         result = json.loads(done["result_payload"])
         assert result["status_code"] == 200, result
         assert isinstance(result["latency_ms"], (int, float)) and result["latency_ms"] >= 0
         assert result["url"] == base + "/health" and result["error"] is None
         assert done["parent_id"], done  # dispatched by the http.uptime.discover row
-        _, _, body = _fetch(f"{base}/api/jobs/{done['parent_id']}")
+        _, _, body = _fetch(f"{base}/api/jobs/{done['parent_id']}", token)
         parent = json.loads(body)
         assert (parent["type"], parent["status"]) == ("http.uptime.discover", "completed")
 
-        # 4. the overview page lists the task
-        status, ctype, page = _fetch(base + "/")
+        # 4. the Tasks page lists the task
+        status, ctype, page = _fetch(base + "/", token)
         assert status == 200 and ctype.startswith("text/html")
-        assert "<table" in page and "<td>http-uptime</td>" in page
+        assert "<table" in page and 'data-task="http-uptime"' in page
 
         # 4b. a job dispatched by another process (the CLI) is delivered within seconds:
         # the in-process broker cannot reach it, the embedded sweep (every 2 s) does
@@ -140,7 +159,7 @@ def test_make_run_serves_dashboard_does_uptime_work_and_stops_cleanly(tmp_path: 
         job_id = int(cli.stdout)
         sent = time.monotonic()
         while time.monotonic() - sent < 10:
-            _, _, body = _fetch(f"{base}/api/jobs/{job_id}")
+            _, _, body = _fetch(f"{base}/api/jobs/{job_id}", token)
             if json.loads(body)["status"] == "completed":
                 break
             time.sleep(0.2)

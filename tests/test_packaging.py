@@ -1,5 +1,5 @@
 """The wheel carries the engine, the built-in handlers, `registry` and the migrations, so
-`cronjobs migrate` works from a plain `pip install`."""
+`cronjobs migrate` works from a plain `pip install`; and the dashboard's package data."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ def test_wheel_contents_and_migrate_from_it(tmp_path):
     for needed in ("registry.py", "handlers/HttpUptimeExecute.py", "cronjobs/queue.py",
                    "cronjobs/_migrations/env.py", "cronjobs/_migrations/versions/0001_initial.py",
                    "handlers/TlsCertExpiryExecute.py",
-                   "cronjobs/translations/tr/LC_MESSAGES/handlers.po"):
+                   "cronjobs/translations/tr/LC_MESSAGES/handlers.po",
+                   # the dashboard's templates, static files and compiled message catalogs
+                   "cronjobs/web/templates/job.html", "cronjobs/web/static/style.css",
+                   "cronjobs/web/translations/tr/LC_MESSAGES/messages.mo"):
         assert needed in names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
@@ -30,4 +33,4 @@ def test_wheel_contents_and_migrate_from_it(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True,
                          text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0002"
+    assert out.stdout.strip() == "0003"

@@ -19,6 +19,7 @@ from cronjobs.handler import task_name
 SAMPLE_HANDLERS = str(Path(__file__).parent / "sample_handlers")
 BUILTIN = {
     "cronjobs.cleanup.execute": "builtin: Cleanup.py",
+    "cronjobs.health.execute": "builtin: HealthCheck.py",
     "cronjobs.recoverstale.execute": "builtin: RecoverStale.py",
     "http.uptime.discover": "builtin: HttpUptimeDiscover.py",
     "http.uptime.execute": "builtin: HttpUptimeExecute.py",

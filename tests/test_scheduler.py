@@ -19,7 +19,8 @@ from cronjobs.testing import drain
 from conftest import effect_rows
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
-BUILTIN_TASKS = {"cronjobs-cleanup", "cronjobs-recoverstale", "http-uptime", "tls-certexpiry"}
+BUILTIN_TASKS = {"cronjobs-cleanup", "cronjobs-health", "cronjobs-recoverstale", "http-uptime",
+                 "tls-certexpiry"}
 DESTRUCTIVE_BUILTINS = {"db-backup"}  # ship disabled: every tick skips them
 
 
@@ -240,14 +241,15 @@ def test_manual_run_does_not_move_the_schedule(make_app):
     assert manual["type"] == "test.count.discover"
     assert manual["payload"] == '{"manual": true}'
     state = runtime(app)
-    assert state["last_job_id"] == manual_id
+    assert (state["last_manual_job_id"], state["last_job_id"]) == (manual_id, None)
     assert state["last_slot"] is None and state["last_run_at"] is None
+    assert manual["priority"] == 1
 
     report = tick(T0 + timedelta(seconds=10))  # the same minute still runs as planned
     assert count_started(report) == ["202601051200"]
 
     clock.set(T0 + timedelta(seconds=20))
-    run_task("test-count")
+    run_task("test-count", again=True)  # the first manual run is still pending
     assert runtime(app)["last_slot"] == "202601051200"
     assert count_started(tick(T0 + timedelta(seconds=30))) == []
     assert count_started(tick(T0 + timedelta(minutes=1))) == ["202601051201"]

@@ -111,7 +111,7 @@ def test_three_schedulers_ten_minutes_handler_runs_ten_times(db_url, make_app):
     per_task = Counter(task for minute in first + again for r in minute
                        for task, _, _ in r["started"])
     assert per_task == {"test-count": 10, "cronjobs-recoverstale": 10, "http-uptime": 10,
-                        "cronjobs-cleanup": 1, "tls-certexpiry": 1}
+                        "cronjobs-cleanup": 1, "cronjobs-health": 2, "tls-certexpiry": 1}
 
 
 @pytest.mark.slow

@@ -215,6 +215,55 @@ class Settings(BaseModel):
         description="Per-task settings, `[tasks.<task>]` tables in TOML with `enabled` and "
                     "`frequency` (no variable).")
 
+    # -- dashboard (issue 7) ----------------------------------------------------------------
+    dashboard_session_hours: float = Field(
+        default=12, gt=0, description="How long a dashboard login lasts (hours).")
+    dashboard_secure_cookie: bool = Field(
+        default=False, description="Mark the session cookie Secure (set it behind HTTPS).")
+    metrics_public: bool = Field(
+        default=False, description="Serve /metrics without the dashboard token.")
+
+    # -- health (issue 7) -------------------------------------------------------------------
+    health_timeout_seconds: float = Field(
+        default=3, gt=0, le=60,
+        description="A health report answers within this many seconds; a check still "
+                    "running then (hung database or broker) is reported as fail (seconds).")
+    health_stuck_seconds: float = Field(
+        default=300, gt=0,
+        description="Due rows older than this in a queue that has live workers: the "
+                    "workers have stopped taking rows (seconds).")
+    health_failed_warn_per_hour: int = Field(
+        default=10, ge=1, description="Warn when this many rows failed in the last hour (rows).")
+    health_disk_warn_percent: float = Field(default=90, gt=0, le=100,
+                                            description="Disk use that warns (percent).")
+    health_disk_fail_percent: float = Field(default=97, gt=0, le=100,
+                                            description="Disk use that fails (percent).")
+    health_memory_warn_percent: float = Field(default=90, gt=0, le=100,
+                                              description="Memory use that warns (percent).")
+    health_memory_fail_percent: float = Field(default=97, gt=0, le=100,
+                                              description="Memory use that fails (percent).")
+
+    # -- alerts (issue 7): the built-in health task sends to every channel configured here --
+    alert_repeat_minutes: float = Field(
+        default=60, gt=0, description="Alert again about a problem still open after this long (minutes).")
+    alert_timeout_seconds: float = Field(
+        default=10, gt=0, description="Timeout of one notification (seconds).")
+    alert_webhook_url: str | None = Field(
+        default=None, description="POST a JSON alert to this URL (http:// or https://).")
+    alert_telegram_bot_token: str | None = Field(
+        default=None, description="Telegram bot token (with alert_telegram_chat_id).")
+    alert_telegram_chat_id: str | None = Field(default=None, description="Telegram chat id.")
+    alert_telegram_api_url: str = Field(
+        default="https://api.telegram.org", description="Telegram Bot API base URL.")
+    alert_smtp_host: str | None = Field(default=None, description="SMTP server host.")
+    alert_smtp_port: int = Field(default=25, ge=1, le=65535, description="SMTP server port.")
+    alert_smtp_starttls: bool = Field(default=False, description="Use STARTTLS.")
+    alert_smtp_username: str | None = Field(default=None, description="SMTP login.")
+    alert_smtp_password: str | None = Field(default=None, description="SMTP password.")
+    alert_smtp_from: str = Field(default="cronjobs@localhost", description="From address.")
+    alert_smtp_to: tuple[str, ...] = Field(
+        default=(), description="Recipients, comma-separated in the environment.")
+
     @field_validator("handler_paths", mode="before")
     @classmethod
     def _split_paths(cls, value: Any) -> Any:
@@ -222,7 +271,7 @@ class Settings(BaseModel):
             return tuple(p for p in value.split(os.pathsep) if p)
         return value
 
-    @field_validator("uptime_urls", "tls_hosts", mode="before")
+    @field_validator("uptime_urls", "tls_hosts", "alert_smtp_to", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):

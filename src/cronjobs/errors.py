@@ -54,3 +54,19 @@ class DatabaseRefused(StoreError):
 
 class JobTimeout(CronjobsError):
     """A job ran past its MAX_RUNTIME."""
+
+
+class TaskRefused(CronjobsError):
+    """A manual run was refused: the task is disabled or its handler is unavailable."""
+
+
+class ManualRunPending(JobStateError):
+    """A manual run of the task is still pending; another needs `again=True` (`--again`).
+
+    Attributes:
+        job_id: the id of the pending manual run.
+    """
+
+    def __init__(self, message: str, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id

@@ -19,11 +19,12 @@ LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 
 
 def beat(app: App, worker_id: str, queues: list[str], status: str, jobs_done: int,
-         current: list[int]) -> None:
-    """Write this worker's heartbeat (the database stamps the time)."""
+         current: list[int], memory_mb: float | None = None) -> None:
+    """Write this worker's heartbeat (the database stamps the time; `memory_mb`: memory of
+    the worker and its job processes, MB)."""
     values = {"id": worker_id, "host": socket.gethostname()[:255], "pid": os.getpid(),
               "queues": ",".join(queues)[:1000], "status": status, "jobs_done": jobs_done,
-              "current_jobs": ",".join(map(str, current))[:1000]}
+              "current_jobs": ",".join(map(str, current))[:1000], "memory_mb": memory_mb}
     run_in_transaction(app.engine, lambda c: store.beat(c, values))
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -68,9 +69,12 @@ cronjob_queue = Table(
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_locked", "status", "locked_until"),
-    Index("ix_cronjob_queue_status_finished", "status", "finished_at"),
+    Index("ix_cronjob_queue_status_finished", "status", "finished_at", "type"),  # 0003: + type
     Index("ix_cronjob_queue_parent", "parent_id"),
     Index("ix_cronjob_queue_type", "type"),
+    # Dashboard lists (migration 0003): newest-first pages per status, per type and status.
+    Index("ix_cronjob_queue_status_id", "status", "id"),
+    Index("ix_cronjob_queue_type_status", "type", "status", "id"),
     sqlite_autoincrement=True,  # never reuse the id of a deleted row
     **MYSQL_TABLE_ARGS,
 )
@@ -88,6 +92,11 @@ cronjob_runtime = Table(
     Column("last_job_id", BigInteger, nullable=True),
     Column("last_status", String(16), nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
+    # Migration 0003: the last run that ended well (overdue check), and the last manual
+    # run kept apart from the scheduled one (last_run_at/last_job_id/last_status).
+    Column("last_success_at", UtcDateTime, nullable=True),
+    Column("last_manual_at", UtcDateTime, nullable=True),
+    Column("last_manual_job_id", BigInteger, nullable=True),
     **MYSQL_TABLE_ARGS,
 )
 
@@ -117,6 +126,21 @@ cronjob_worker = Table(
     Column("last_seen_at", UtcDateTime, nullable=False),
     Column("jobs_done", Integer, nullable=False, server_default="0"),
     Column("current_jobs", String(1000), nullable=True),
+    Column("memory_mb", Float, nullable=True),  # migration 0003: shown on the Workers page
     Index("ix_cronjob_worker_seen", "last_seen_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+# One row per open health problem (SPEC §9 alerts): when it was first seen, and when an
+# alert about it was last sent (at most once an hour); deleted when the problem clears.
+cronjob_alert = Table(
+    "cronjob_alert",
+    metadata,
+    Column("problem", String(191), primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("first_seen_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+    Column("last_sent_at", UtcDateTime, nullable=True),
     **MYSQL_TABLE_ARGS,
 )

@@ -192,27 +192,22 @@ def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
     return job_id
 
 
-def run_task(task: str, *, app: App | None = None) -> int:
+def run_task(task: str, *, app: App | None = None, request_token: str | None = None,
+             again: bool = False) -> int:
     """Dispatch task `task`'s scheduled type now (a manual run); the schedule is not moved.
 
+    The same function as the dashboard's Run now: see `cronjobs.manual.run_now` for the
+    request token and `again`.
+
     Returns:
-        The new row id.
+        The row id.
 
     Raises:
-        HandlerNotFound: no registered handler belongs to `task`.
+        HandlerNotFound, TaskRefused, ManualRunPending, InvalidJob: see `run_now`.
     """
-    from .queue import dispatch
+    from .manual import run_now
 
-    app = app or current()
-    try:
-        job_type = app.handlers.resolve_task_type(task)
-    except KeyError:
-        raise HandlerNotFound(f"unknown task {task!r}") from None
-    task_infos(app)  # make sure the runtime row exists
-    job_id = dispatch(job_type, {"manual": True}, title=f"{task} (manual)", app=app)
-    run_in_transaction(app.engine, lambda c: store.record_run(
-        c, task, slot=None, job_id=job_id, now=app.clock.now(), next_run_at=None))
-    return job_id
+    return run_now(task, request_token=request_token, again=again, app=app).id
 
 
 def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from werkzeug.serving import make_server
-
 from .app import App
 from .scheduler import run_forever
-from .web import create_app
+from .web.server import login_hint, open_server
 from .worker import Signals, WorkerProcess
 
 log = logging.getLogger("cronjobs.serve")
@@ -19,27 +17,28 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
           signals: Signals | None = None, on_ready=None) -> int:  # noqa: ANN001
     """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop.
 
-    When no uptime URLs or checks are configured, the built-in uptime task checks this server's
-    own `/health`, so a fresh install does real work with no internet.
+    When no uptime URLs or checks are configured, the built-in uptime task checks this
+    server's own `/health`, so a fresh install does real work with no internet. On loopback
+    with no `dashboard_token`, a token is generated and printed.
 
     Args:
-        host, port: where the web front listens (port 0 picks a free port).
+        host, port: where the web front listens (port 0 picks a free port); a host
+            other than loopback needs a configured token (ConfigError otherwise).
         threads: worker threads (one job process each).
         shutdown_timeout: seconds running jobs may take to finish after SIGTERM.
         on_ready: called with the base URL once everything runs.
     """
     signals = signals or Signals().install()
-    server = make_server(host, port, None, threaded=True)
-    url = f"http://{host}:{server.server_port}"
+    server, url, generated = open_server(app, host, port)
     if not app.settings.uptime_urls and not app.settings.uptime_checks:
         app.settings = app.settings.model_copy(update={"uptime_urls": (url + "/health",)})
-    server.app = create_app(app)
     web_thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
     web_thread.start()
     worker = WorkerProcess(app, app.queues(), threads)
     worker.start()
     scheduler = run_forever(app, background=True)
-    print(f"cronjobs is running: dashboard at {url}/  (Ctrl-C to stop)", flush=True)
+    print(f"cronjobs is running: dashboard at {url}/  (Ctrl-C to stop)\n"
+          f"{login_hint(url, generated)}", flush=True)
     if on_ready is not None:
         on_ready(url)
     signals.stop.wait()

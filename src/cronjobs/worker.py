@@ -133,7 +133,8 @@ class WorkerProcess:
     def beat(self) -> None:
         """Write the heartbeat."""
         heartbeat.beat(self.app, self.executor.worker_id, self.queues, self.status,
-                       self.executor.jobs_done, self.executor.running_ids())
+                       self.executor.jobs_done, self.executor.running_ids(),
+                       memory_mb=round(self.memory_mb(), 1))
 
     def _after_job(self) -> None:
         if self.limits.max_jobs is not None and self.executor.jobs_done >= self.limits.max_jobs:

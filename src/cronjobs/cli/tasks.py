@@ -35,19 +35,13 @@ def scheduler() -> None:
 def tasks(ctx: click.Context) -> None:
     """List tasks (default), or enable / disable / run one.
 
-    A task whose handler is not available() shows "module not installed" and is not
-    scheduled; a destructive task ships disabled."""
+    LAST_RUN_AT, LAST_JOB, LAST_STATUS are the last scheduled run; LAST_MANUAL_AT,
+    MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
+    by the settings."""
     if ctx.invoked_subcommand is None:
-        from ..scheduler import task_infos
-        from ..slots import describe
-        from .handlers import available_text
+        from ..taskrows import cli_row, task_rows
 
-        rows = [{"task": i.task, "type": i.type, "frequency": describe(i.frequency),
-                 "enabled": i.enabled, "available": available_text(i.available),
-                 "last_run_at": i.runtime["last_run_at"] or "",
-                 "next_run_at": i.runtime["next_run_at"] or "",
-                 "last_job": i.runtime["last_job_id"] or "",
-                 "last_status": i.runtime["last_status"] or ""} for i in task_infos(_app())]
+        rows = [cli_row(r) for r in task_rows(_app())]
         _table(rows, list(rows[0]) if rows else ["task"])
 
 
@@ -73,8 +67,13 @@ def tasks_disable(task: str) -> None:
 
 @tasks.command("run")
 @click.argument("task")
-def tasks_run(task: str) -> None:
-    """Dispatch TASK now (a manual run; the schedule does not move). Prints the row id."""
-    from ..scheduler import run_task
+@click.option("--again", is_flag=True,
+              help="Start another run even while a manual run of TASK is still pending.")
+def tasks_run(task: str, again: bool) -> None:
+    """Dispatch TASK now at priority 1 (a manual run; the schedule does not move).
 
-    click.echo(run_task(task, app=_app()))
+    Prints the row id. Refused (exit 2, naming its id) while a manual run of TASK is
+    still pending, unless --again; refused for a disabled or unavailable task."""
+    from ..manual import run_now
+
+    click.echo(run_now(task, again=again, app=_app()).id)

@@ -26,11 +26,13 @@ from .runtime import (
     ensure_runtime,
     get_runtime,
     list_runtimes,
+    lock_runtime,
     record_run,
     set_enabled,
     update_task_status,
 )
 from .workers import beat, forget, list_workers, prune_workers
+from . import actions, alerts, views  # dashboard reads, operator actions, alert state
 
 __all__ = [
     "JOB_COLUMNS", "claim_by_id", "claim_next", "count_children", "delete_job",
@@ -38,5 +40,5 @@ __all__ = [
     "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
     "rescue_stale", "claim_slot", "ensure_runtime", "get_runtime", "list_runtimes",
     "record_run", "set_enabled", "update_task_status", "beat", "forget", "list_workers",
-    "prune_workers", "database_now", "db_now",
+    "prune_workers", "database_now", "db_now", "lock_runtime", "actions", "alerts", "views",
 ]

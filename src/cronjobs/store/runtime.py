@@ -44,14 +44,32 @@ def claim_slot(conn: Connection, task: str, slot: str, now: datetime) -> bool:
 
 def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, now: datetime,
                next_run_at: datetime | None) -> None:
-    """Note a started run of `task` (scheduled when `slot` is set, manual otherwise)."""
-    values = {"last_job_id": job_id, "last_status": "pending", "updated_at": now}
-    if slot is not None:
-        values.update(last_slot=slot, last_run_at=now, next_run_at=next_run_at)
-        conn.execute(cronjob_slot.update()
-                     .where(cronjob_slot.c.task == task, cronjob_slot.c.slot == slot)
-                     .values(job_id=job_id))
-    conn.execute(rt.update().where(rt.c.task == task).values(**values))
+    """Note a started run of `task`.
+
+    A scheduled run (`slot` set) moves `last_slot`, `last_run_at`, `next_run_at`,
+    `last_job_id` and `last_status`; a manual run (`slot` None) only `last_manual_at` and
+    `last_manual_job_id`, so it never shows as, or moves, the schedule.
+    """
+    if slot is None:
+        conn.execute(rt.update().where(rt.c.task == task).values(
+            last_manual_job_id=job_id, last_manual_at=now, updated_at=now))
+        return
+    conn.execute(cronjob_slot.update()
+                 .where(cronjob_slot.c.task == task, cronjob_slot.c.slot == slot)
+                 .values(job_id=job_id))
+    conn.execute(rt.update().where(rt.c.task == task).values(
+        last_job_id=job_id, last_status="pending", updated_at=now, last_slot=slot,
+        last_run_at=now, next_run_at=next_run_at))
+
+
+def lock_runtime(conn: Connection, task: str) -> dict | None:
+    """Read the runtime row of `task` with a row lock held until the transaction ends
+    (SQLite: the whole database is locked by BEGIN IMMEDIATE already)."""
+    stmt = select(rt).where(rt.c.task == task)
+    if conn.dialect.name != "sqlite":
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).mappings().first()
+    return dict(row) if row else None
 
 
 def set_enabled(conn: Connection, task: str, enabled: bool, now: datetime) -> bool:
@@ -61,7 +79,15 @@ def set_enabled(conn: Connection, task: str, enabled: bool, now: datetime) -> bo
     return result.rowcount == 1
 
 
-def update_task_status(conn: Connection, job_id: int, status: str, now: datetime) -> None:
-    """Copy a finished job's status to the task whose last job it is."""
-    conn.execute(rt.update().where(rt.c.last_job_id == job_id)
-                 .values(last_status=status, updated_at=now))
+SUCCESS_STATUSES = ("completed", "cancelled", "deleted")  # the run ended as its handler meant
+
+
+def update_task_status(conn: Connection, job_id: int, status: str, now: datetime, *,
+                       success: bool | None = None) -> None:
+    """Copy a finished job's status to the task whose last scheduled job it is; a run that
+    ended well (`success`, default: status in SUCCESS_STATUSES) also sets `last_success_at`
+    (the overdue check of `health`)."""
+    values = {"last_status": status, "updated_at": now}
+    if status in SUCCESS_STATUSES if success is None else success:
+        values["last_success_at"] = now
+    conn.execute(rt.update().where(rt.c.last_job_id == job_id).values(**values))

@@ -1,0 +1,72 @@
+"""Operations commands: health, failed, dashboard."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .base import _app, _dump, _table, main
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
+@click.option("--timeout", type=click.FloatRange(0.1, 60), default=None, metavar="S",
+              help="Answer within S seconds (default CRONJOBS_HEALTH_TIMEOUT_SECONDS, 3).")
+def health(as_json: bool, timeout: float | None) -> None:
+    """Check database, broker, queues, workers, scheduler, overdue tasks, disk and memory.
+
+    Exit status 0 ok, 1 warn, 2 fail."""
+    from ..health import run_health
+
+    report = run_health(_app(), timeout)
+    if as_json:
+        click.echo(_dump(report.as_dict()))
+    else:
+        _table([{"check": c.name, "status": c.status, "message": c.message} for c in report.checks],
+               ["check", "status", "message"])
+        for problem in report.problems:
+            click.echo(f"{problem.status.upper()}: {problem.message}")
+        click.echo(f"health: {report.status}")
+    sys.exit(report.exit_code)
+
+
+@main.command()
+@click.option("--type", "job_type", help="Only failed rows of this job type.")
+@click.option("--retry", is_flag=True, help="Put every failed row shown back to pending "
+                                            "(attempts reset).")
+def failed(job_type: str | None, retry: bool) -> None:
+    """Failed rows grouped by type and error (the newest 5,000 grouped); --retry retries them."""
+    from ..operator import retry_failed
+
+    app = _app()
+    if retry:
+        n = retry_failed(app, job_type=job_type, who="cli")
+        click.echo(f"retried {n} failed row(s)" + (f" of type {job_type}" if job_type else ""))
+        return
+    from .. import store
+
+    with app.engine.connect() as conn:
+        groups = store.views.failed_groups(conn, job_type)
+    if not groups:
+        click.echo("no failed rows" + (f" of type {job_type}" if job_type else ""))
+        return
+    _table([{"count": g["count"], "type": g["type"], "newest": g["newest_id"],
+             "error": (g["error"] or "").splitlines()[0][:100] if g["error"] else ""}
+            for g in groups], ["count", "type", "newest", "error"])
+
+
+@main.command()
+@click.option("--host", default=None, help="Listen address (default CRONJOBS_DASHBOARD_HOST).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
+def dashboard(host: str | None, port: int | None) -> None:
+    """Serve the dashboard only (no worker, no scheduler) until SIGTERM/SIGINT.
+
+    Needs CRONJOBS_DASHBOARD_TOKEN unless it listens on loopback (then it prints a
+    generated token)."""
+    from ..web.server import run_dashboard
+
+    app = _app()
+    sys.exit(run_dashboard(app, host or app.settings.dashboard_host,
+                           app.settings.dashboard_port if port is None else port))

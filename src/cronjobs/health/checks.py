@@ -1,0 +1,225 @@
+"""The health checks (SPEC §9). Each is `fn(app, check)`: it fills in the `Check` it is given."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from .. import heartbeat, store
+from ..app import App
+from ..slots import current_slot
+from .report import Check
+
+
+def database(app: App, check: Check) -> None:
+    """Connect and run `SELECT 1`; data: `response_ms`."""
+    started = time.monotonic()
+    with app.engine.connect() as conn:
+        store.views.ping(conn)
+    ms = (time.monotonic() - started) * 1000
+    check.data = {"response_ms": round(ms, 1), "backend": app.engine.dialect.name}
+    check.message = f"{app.engine.dialect.name} answered in {ms:.0f} ms"
+
+
+def broker(app: App, check: Check) -> None:
+    """Ping the broker (Redis PING / an AMQP connection); Redis: also `maxmemory-policy`."""
+    url = app.settings.broker_url
+    # A broker answers PING in milliseconds; 1 s (below the report's deadline) tells a hung
+    # one apart while leaving `cronjobs health` room to start and finish within 5 s.
+    timeout = max(0.2, min(1.0, app.settings.health_timeout_seconds - 0.5))
+    if app.settings.embedded_broker:
+        check.message = "in-process broker (memory://)"
+        check.data = {"kind": "memory"}
+        return
+    safe = _hide_password(url)
+    if url.startswith(("amqp://", "amqps://")):
+        import pika
+
+        params = pika.URLParameters(url)
+        params.socket_timeout = params.blocked_connection_timeout = timeout
+        params.connection_attempts, params.retry_delay = 1, 0
+        try:
+            pika.BlockingConnection(params).close()
+        except Exception as exc:
+            check.message = f"cannot reach {safe}: {type(exc).__name__}"
+            check.problem("broker", "fail", f"broker {safe} does not answer ({type(exc).__name__})")
+            return
+        check.message, check.data = f"{safe} answered", {"kind": "rabbitmq"}
+        return
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        started = time.monotonic()
+        client.ping()
+        ms = (time.monotonic() - started) * 1000
+        check.data = {"kind": "redis", "response_ms": round(ms, 1)}
+        check.message = f"{safe} answered in {ms:.0f} ms"
+        try:
+            policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
+        except redis.RedisError:  # CONFIG disabled (managed Redis): say so, do not fail
+            policy = None
+        check.data["maxmemory_policy"] = policy
+        if policy is None:
+            check.message += "; maxmemory-policy unreadable (CONFIG disabled)"
+        elif policy.startswith("allkeys-"):
+            check.problem("broker-policy", "warn",
+                          f"Redis maxmemory-policy is {policy}: it evicts queue messages "
+                          f"(use noeviction)")
+    except redis.RedisError as exc:
+        check.message = f"cannot reach {safe}: {type(exc).__name__}"
+        check.problem("broker", "fail", f"broker {safe} does not answer ({type(exc).__name__}: "
+                                        f"{str(exc)[:200]})")
+    finally:
+        client.close()
+
+
+def queues(app: App, check: Check) -> None:
+    """Due rows per queue and their oldest due age; failed rows (in the last hour)."""
+    now = app.clock.now()
+    with app.engine.connect() as conn:
+        due = store.views.due_by_queue(conn, now)
+        counts = store.views.failed_counts(conn, now - timedelta(hours=1))
+    (failed, failed_capped), (recent, _) = counts["total"], counts["since"]
+    check.data = {"due": {name: {"due": d["due"], "capped": d["capped"],
+                                 "oldest_due_age_seconds": _age(now, d["oldest_due_at"])}
+                          for name, d in sorted(due.items())},
+                  "failed": failed, "failed_capped": failed_capped, "failed_last_hour": recent}
+    total = sum(d["due"] for d in due.values())
+    check.message = (f"{total} due row(s) in {len(due)} queue(s); {failed}"
+                     f"{'+' if failed_capped else ''} failed, {recent} in the last hour")
+    if recent >= app.settings.health_failed_warn_per_hour:
+        check.problem("failed", "warn", f"{recent} rows failed in the last hour")
+
+
+def workers(app: App, check: Check) -> None:
+    """Live workers per queue; queues with due rows and no live worker; stuck workers."""
+    now = app.clock.now()
+    seen = heartbeat.view(app)  # live: heartbeat under 30 s old (the same view as `cronjobs workers`)
+    with app.engine.connect() as conn:
+        due = store.views.due_by_queue(conn, now)
+    live = seen.live
+    per_queue: dict[str, list[str]] = {}
+    for row in live:
+        for name in filter(None, row["queues"].split(",")):
+            per_queue.setdefault(name, []).append(row["id"])
+    names = sorted(set(app.queues()) | set(due))
+    check.data = {"live": len(live), "dead": len(seen.dead),
+                  "per_queue": {n: len(per_queue.get(n, [])) for n in names}}
+    check.message = f"{len(live)} live worker(s)"
+    stuck_after = app.settings.health_stuck_seconds
+    for name in names:
+        waiting = due.get(name)
+        age = _age(now, waiting["oldest_due_at"]) if waiting else None
+        if not per_queue.get(name):
+            if waiting:
+                check.problem(f"workers:{name}", "fail",
+                              f"queue {name!r} has {waiting['due']} due row(s) and no live worker")
+            elif name in app.queues():
+                check.problem(f"workers:{name}", "warn", f"queue {name!r} has no live worker")
+        elif age is not None and age > stuck_after:
+            check.problem(f"stuck:{name}", "fail",
+                          f"queue {name!r}: due rows waiting {age:.0f} s while "
+                          f"{len(per_queue[name])} worker(s) are live (not taking rows?)")
+
+
+def scheduler(app: App, check: Check) -> None:
+    """The scheduler's last tick that started work (`cronjob_runtime.last_run_at`)."""
+    now = app.clock.now()
+    periods = [_period(i.frequency, now, app.settings.timezone) for i in _scheduled(app)]
+    with app.engine.connect() as conn:
+        last = store.views.last_tick_at(conn)
+    if not periods:
+        check.message = "no scheduled task is enabled"
+        return
+    limit = max(180.0, 2 * min(periods))
+    age = _age(now, last)
+    check.data = {"last_tick_at": last.isoformat() + "Z" if last else None,
+                  "age_seconds": age, "limit_seconds": limit}
+    if last is None:
+        check.message = "the scheduler has never started a task"
+        check.problem("scheduler", "fail", "the scheduler has never started a task "
+                                           "(is `cronjobs scheduler` running?)")
+    elif age > limit:
+        check.message = f"last tick {age:.0f} s ago"
+        check.problem("scheduler", "fail", f"the scheduler's last tick was {age:.0f} s ago "
+                                           f"(limit {limit:.0f} s)")
+    else:
+        check.message = f"last tick {age:.0f} s ago"
+
+
+def overdue(app: App, check: Check) -> None:
+    """Tasks whose last successful scheduled run is older than 2x (warn) / 5x (fail) their period."""
+    now = app.clock.now()
+    late = {}
+    with app.engine.connect() as conn:
+        for info in _scheduled(app):
+            since = info.runtime.get("last_success_at") or store.views.first_slot_at(conn, info.task)
+            if since is None:
+                continue  # never started: the scheduler check speaks for it
+            period = _period(info.frequency, now, app.settings.timezone)
+            age = _age(now, since)
+            late[info.task] = round(age / period, 2)
+            ago = "last successful run" if info.runtime.get("last_success_at") else "first run started"
+            if age > 5 * period:
+                check.problem(f"overdue:{info.task}", "fail",
+                              f"task {info.task}: {ago} {age:.0f} s ago, over 5x its "
+                              f"frequency ({info.frequency})")
+            elif age > 2 * period:
+                check.problem(f"overdue:{info.task}", "warn",
+                              f"task {info.task}: {ago} {age:.0f} s ago, over 2x its "
+                              f"frequency ({info.frequency})")
+    check.data = {"periods_since_success": late}
+    check.message = f"{len(check.problems)} overdue task(s) of {len(late)}"
+
+
+def resources(app: App, check: Check) -> None:
+    """Disk use (of the SQLite file's folder, else the log folder or the working folder) and memory."""
+    import psutil
+
+    s = app.settings
+    url = app.engine.url
+    path = Path(url.database).resolve().parent if url.get_backend_name() == "sqlite" \
+        and url.database not in (None, "", ":memory:") else Path(s.log_dir or ".")
+    disk = psutil.disk_usage(str(path)).percent
+    memory = psutil.virtual_memory().percent
+    check.data = {"disk_percent": disk, "disk_path": str(path), "memory_percent": memory}
+    check.message = f"disk {disk:.0f} % used, memory {memory:.0f} % used"
+    for key, value, warn, fail in (("disk", disk, s.health_disk_warn_percent, s.health_disk_fail_percent),
+                                   ("memory", memory, s.health_memory_warn_percent,
+                                    s.health_memory_fail_percent)):
+        if value >= fail:
+            check.problem(key, "fail", f"{key} {value:.0f} % used (fail at {fail:g} %)")
+        elif value >= warn:
+            check.problem(key, "warn", f"{key} {value:.0f} % used (warn at {warn:g} %)")
+
+
+ALL = [("database", database), ("broker", broker), ("queues", queues), ("workers", workers),
+       ("scheduler", scheduler), ("overdue", overdue), ("resources", resources)]
+
+
+def _scheduled(app: App) -> list:
+    """Enabled, available tasks with a frequency."""
+    from ..scheduler import task_infos
+
+    return [i for i in task_infos(app) if i.frequency and i.enabled and i.available]
+
+
+def _period(frequency: str, now, tz: str) -> float:  # noqa: ANN001
+    """Seconds between two slots of `frequency` (the current one and the next)."""
+    slot = current_slot(frequency, now, tz)
+    return max(60.0, (slot.next_at - slot.at).total_seconds())
+
+
+def _age(now, then) -> float | None:  # noqa: ANN001
+    return None if then is None else max(0.0, (now - then).total_seconds())
+
+
+def _hide_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1]

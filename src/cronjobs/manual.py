@@ -1,0 +1,121 @@
+"""Manual runs of a task: the dashboard's Run now and `cronjobs tasks run TASK`, one code path.
+
+A manual run dispatches the task's scheduled type at priority 1 with the idempotency key
+`cronjobs:<task>:manual:<request token>`. The request token is what makes "one request,
+one row" hold:
+
+- The dashboard renders a fresh token into each Run now form. A double click (or a
+  browser re-sending the POST) carries the same token, so the database's unique key
+  returns the first row. Pressing the button again after the page was loaded again is a
+  new token: a deliberate second click is a second row (the dashboard passes
+  `again=True`, because a person who presses a button they can see means it).
+- The CLI has no page to carry a token between two commands, so each command is a new
+  request with a token of its own, and `again=False`: while a manual run of the task is
+  still `pending`, a second `cronjobs tasks run TASK` is refused naming that row's id
+  (a command repeated within milliseconds is nearly always a mistake); `--again` starts
+  another. The check and the insert happen under a lock on the task's runtime row, so
+  two commands at the same moment cannot both pass it.
+
+A manual run never claims or moves the scheduled slot: only `last_manual_at` and
+`last_manual_job_id` of the runtime row change, and the next slot runs as planned.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+
+from . import store
+from .app import App, current
+from .db import run_in_transaction
+from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused
+
+log = logging.getLogger("cronjobs.manual")
+
+MANUAL_PRIORITY = 1
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+
+
+@dataclass(frozen=True)
+class ManualRun:
+    """The answer of `run_now`.
+
+    Attributes:
+        id: the row of this request (new, or the one an earlier send of the same
+            request token made).
+        created: False when the request token had already made `id`.
+    """
+
+    id: int
+    created: bool
+
+
+def new_request_token() -> str:
+    """A fresh request token (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+def run_now(task: str, *, request_token: str | None = None, again: bool = False,
+            app: App | None = None) -> ManualRun:
+    """Start a manual run of `task` now (its scheduled type, priority 1).
+
+    Args:
+        task: a task name (`http-uptime`).
+        request_token: 8-64 characters `[A-Za-z0-9_-]` naming this request; the same
+            token always gives the same row. None: a new token (a new request).
+        again: also start a run while an earlier manual run of `task` is still pending.
+
+    Returns:
+        A `ManualRun`.
+
+    Raises:
+        HandlerNotFound: no registered handler belongs to `task`.
+        TaskRefused: the task is disabled, or its handler is not available.
+        ManualRunPending: `again` is False and a manual run of `task` is still pending
+            (its id is in the message and in `.job_id`).
+        InvalidJob: a malformed request token.
+    """
+    from .queue import _insert, build_row
+    from .scheduler import task_infos
+
+    app = app or current()
+    token = request_token or new_request_token()
+    if not isinstance(token, str) or not _TOKEN.match(token):
+        raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', got {token!r:.80}")
+    if task not in app.handlers.tasks():  # before task_infos(), which writes runtime rows
+        raise HandlerNotFound(f"unknown task {task!r}; see `cronjobs tasks`")
+    info = next(i for i in task_infos(app) if i.task == task)
+    if not info.available:
+        raise TaskRefused(f"task {task!r} is not available (module not installed): "
+                          f"{info.type}.available() is False")
+    if not info.enabled:
+        raise TaskRefused(f"task {task!r} is disabled; enable it first "
+                          f"(`cronjobs tasks enable {task}` or the dashboard's switch)")
+    key = f"cronjobs:{task}:manual:{token}"
+    values = build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
+                       title=f"{task} (manual)", idempotency_key=key)
+
+    def start(conn) -> tuple[int, bool]:  # noqa: ANN001
+        runtime = store.lock_runtime(conn, task)
+        existing = store.select_by_key(conn, key)
+        if existing is not None:
+            return existing["id"], False
+        last = runtime["last_manual_job_id"] if runtime else None
+        if not again and last is not None:
+            row = store.get_job(conn, last, ["status"])
+            if row is not None and row["status"] == "pending":
+                raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
+                                       f"{last} (use --again to start another)", last)
+        row, created = _insert(conn, values)
+        if created:
+            store.record_run(conn, task, slot=None, job_id=row["id"], now=app.clock.now(),
+                             next_run_at=None)
+        return row["id"], created
+
+    job_id, created = run_in_transaction(app.engine, start)
+    if created:
+        log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
+        app.send(job_id, values["queue"])
+    return ManualRun(job_id, created)

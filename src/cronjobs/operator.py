@@ -1,0 +1,85 @@
+"""Operator actions, shared by the dashboard's buttons and `cronjobs failed`: retry, cancel."""
+
+from __future__ import annotations
+
+import logging
+
+from . import store
+from .app import App
+from .db import run_in_transaction
+from .errors import JobNotFound, JobStateError
+
+log = logging.getLogger("cronjobs.operator")
+
+
+def retry(app: App, job_id: int, who: str = "operator") -> None:
+    """Put failed row `job_id` back to `pending` (attempts reset) and send it to the broker.
+
+    Raises:
+        JobNotFound: no such row.
+        JobStateError: the row is not `failed`.
+    """
+    now = app.clock.now()
+    changed = run_in_transaction(app.engine, lambda c: store.actions.retry_failed(c, [job_id], now, who))
+    if not changed:
+        _refuse(app, job_id, "failed", "retried")
+    _send(app, changed)
+
+
+def retry_failed(app: App, *, job_type: str | None = None, error: str | None = None,
+                 who: str = "operator", batch: int = 500) -> int:
+    """Retry every failed row (of `job_type`, with error key `error`: a Failed-page group).
+
+    Works in batches of `batch` rows (one short transaction each) up to the highest id
+    seen when it started, so rows that fail again meanwhile are not retried twice.
+
+    Args:
+        job_type: only rows of this type.
+        error: only rows whose error starts with this group key (`store.views.error_key`).
+
+    Returns:
+        How many rows went back to `pending`.
+    """
+    with app.engine.connect() as conn:
+        top = store.views.max_id(conn) or 0
+    after, total = 0, 0
+    while True:
+        with app.engine.connect() as conn:
+            ids = [i for i in store.views.failed_ids(conn, job_type=job_type, error=error,
+                                                      after_id=after, batch=batch) if i <= top]
+        if not ids:
+            return total
+        now = app.clock.now()
+        changed = run_in_transaction(app.engine, lambda c: store.actions.retry_failed(c, ids, now, who))
+        _send(app, changed)
+        total += len(changed)
+        after = ids[-1]
+
+
+def cancel(app: App, job_id: int, who: str = "operator") -> None:
+    """Cancel pending row `job_id`.
+
+    Raises:
+        JobNotFound: no such row.
+        JobStateError: the row is not `pending` (a running row is never cut off from here).
+    """
+    now = app.clock.now()
+    if not run_in_transaction(app.engine, lambda c: store.actions.cancel_pending(c, job_id, now, who)):
+        _refuse(app, job_id, "pending", "cancelled")
+    run_in_transaction(app.engine, lambda c: store.update_task_status(
+        c, job_id, "cancelled", now, success=False))
+    log.info("job %s cancelled by %s", job_id, who, extra={"trace_id": job_id})
+
+
+def _refuse(app: App, job_id: int, needed: str, verb: str) -> None:
+    with app.engine.connect() as conn:
+        row = store.get_job(conn, job_id, ["status"])
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    raise JobStateError(f"job {job_id} is {row['status']}; only {needed} rows can be {verb}")
+
+
+def _send(app: App, rows: list[dict]) -> None:
+    for row in rows:
+        log.info("job %s retried", row["id"], extra={"trace_id": row["id"]})
+        app.send(row["id"], row["queue"])

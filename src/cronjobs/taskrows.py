@@ -1,0 +1,118 @@
+"""One row builder for the task list: `cronjobs tasks` and the dashboard's Tasks page both use it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from . import store
+from .app import App
+from .slots import current_slot, describe
+
+NOT_INSTALLED = "module not installed"  # what a task whose handler is not available() shows
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A task as an operator sees it. Times are naive UTC.
+
+    Attributes:
+        task: the task name.
+        type: the type the scheduler (and Run now) starts; `types`: all its types.
+        frequency: the effective frequency (None: started by hand or by code only).
+        frequency_from: `handler`, `settings` (`[tasks.x]`) or `database` (an override in
+            `cronjob_runtime.frequency`); `handler_frequency` is the class's FREQUENCY.
+        source: `built-in`, `plugin` or `folder` (where the handler class came from).
+        enabled / available / destructive: kill switch, `available()`, DESTRUCTIVE.
+        last_run_at, last_job_id, last_status: the last *scheduled* run.
+        next_run_at: when the next slot begins.
+        last_manual_at, last_manual_job_id, last_manual_status: the last manual run.
+    """
+
+    task: str
+    type: str
+    types: tuple[str, ...]
+    frequency: str | None
+    frequency_from: str | None
+    handler_frequency: str | None
+    source: str
+    enabled: bool
+    available: bool
+    destructive: bool
+    last_run_at: datetime | None
+    last_job_id: int | None
+    last_status: str | None
+    next_run_at: datetime | None
+    last_manual_at: datetime | None
+    last_manual_job_id: int | None
+    last_manual_status: str | None
+
+    def as_dict(self) -> dict:
+        """The row as a dict (JSON-friendly apart from datetimes)."""
+        return asdict(self)
+
+
+def source_kind(source: str | None) -> str:
+    """`built-in`, `plugin` or `folder` from the registry's source text of a handler."""
+    if not source:
+        return "plugin"
+    if source.startswith("builtin"):
+        return "built-in"
+    if source.startswith(("entry point", "register()")):
+        return "plugin"
+    return "folder"
+
+
+def task_rows(app: App) -> list[TaskRow]:
+    """Every registered task, sorted by name (creates missing runtime rows, like the scheduler)."""
+    from .scheduler import task_infos
+
+    registry = app.handlers
+    now = app.clock.now()
+    infos = task_infos(app)
+    with app.engine.connect() as conn:
+        manual = store.views.job_statuses(conn, [i.runtime.get("last_manual_job_id") for i in infos])
+    rows = []
+    for info in infos:
+        rt = info.runtime
+        handler_frequency = info.handler.FREQUENCY
+        if rt.get("frequency"):
+            origin = "database"
+        elif app.settings.task(info.task).frequency:
+            origin = "settings"
+        else:
+            origin = "handler" if handler_frequency else None
+        next_run = rt.get("next_run_at")
+        if next_run is None and info.frequency and info.enabled:
+            next_run = current_slot(info.frequency, now, app.settings.timezone).next_at
+        rows.append(TaskRow(
+            task=info.task, type=info.type, types=tuple(registry.task_types(info.task)),
+            frequency=info.frequency, frequency_from=origin, handler_frequency=handler_frequency,
+            source=source_kind(registry.handler_source(info.type)), enabled=info.enabled,
+            available=info.available, destructive=bool(getattr(info.handler, "DESTRUCTIVE", False)),
+            last_run_at=rt.get("last_run_at"), last_job_id=rt.get("last_job_id"),
+            last_status=rt.get("last_status"), next_run_at=next_run if info.enabled else None,
+            last_manual_at=rt.get("last_manual_at"), last_manual_job_id=rt.get("last_manual_job_id"),
+            last_manual_status=manual.get(rt.get("last_manual_job_id"))))
+    return rows
+
+
+def cli_row(row: TaskRow) -> dict:
+    """The columns of `cronjobs tasks` (empty string for None)."""
+    def text(value) -> str:  # noqa: ANN001
+        if value is None:
+            return ""
+        if isinstance(value, datetime):
+            return value.strftime("%Y-%m-%d %H:%M:%S")
+        return str(value)
+
+    frequency = describe(row.frequency)
+    if row.frequency_from in ("settings", "database"):
+        frequency += "*"
+    return {"task": row.task, "type": row.type, "frequency": frequency, "enabled": str(row.enabled),
+            "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
+            "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
+            "last_status": text(row.last_status), "next_run_at": text(row.next_run_at),
+            "last_manual_at": text(row.last_manual_at),
+            "manual_job": text(row.last_manual_job_id),
+            "manual_status": text(row.last_manual_status)}

@@ -1,0 +1,88 @@
+"""The automation dashboard (SPEC §8): a Flask app with one blueprint per page group.
+
+Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`), Workers (`/workers`), Failed
+(`/failed`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`; `/health`, `/metrics`.
+Templates (Jinja2, autoescape on), static files and the message catalogs ship in this
+package. Auth and CSRF: `cronjobs.web.auth`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from pathlib import Path
+
+from flask import Flask, request, session
+from flask_babel import Babel
+from flask_wtf.csrf import CSRFProtect
+
+from .. import i18n
+from ..app import App
+from ..errors import ConfigError
+
+HERE = Path(__file__).parent
+LANGUAGES = ("en", "tr")
+
+
+def select_locale() -> str:
+    """`?lang=` (remembered in the session), else the session's, else Accept-Language."""
+    lang = request.args.get("lang")
+    if lang in LANGUAGES:
+        session["lang"] = lang
+        return lang
+    if session.get("lang") in LANGUAGES:
+        return session["lang"]
+    return request.accept_languages.best_match(LANGUAGES) or "en"
+
+
+def _request_locale() -> str | None:
+    """The locale of the current dashboard request, or None outside a request."""
+    from flask import has_request_context
+    from flask_babel import get_locale
+
+    return str(get_locale()) if has_request_context() else None
+
+
+def create_app(app: App) -> Flask:
+    """Build the dashboard for `app`.
+
+    Args:
+        app: the system to show; `app.settings.dashboard_token` must be set (the
+            commands generate one on loopback when none is configured).
+
+    Returns:
+        The Flask application (WSGI).
+
+    Raises:
+        ConfigError: no dashboard token.
+    """
+    token = app.settings.dashboard_token
+    if not token:
+        raise ConfigError("the dashboard needs a token: set CRONJOBS_DASHBOARD_TOKEN")
+    web = Flask("cronjobs.web", template_folder=str(HERE / "templates"),
+                static_folder=str(HERE / "static"))
+    web.config.update(
+        # Derived from the token: every dashboard process of one system shares sessions,
+        # and changing the token logs everyone out.
+        SECRET_KEY=hashlib.sha256(b"cronjobs-dashboard-session\0" + token.encode()).hexdigest(),
+        SESSION_COOKIE_NAME="cronjobs_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=app.settings.dashboard_secure_cookie,
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=app.settings.dashboard_session_hours),
+        WTF_CSRF_CHECK_DEFAULT=False,  # checked in auth.require_login for cookie sessions
+        WTF_CSRF_TIME_LIMIT=None,      # valid as long as the session
+        BABEL_TRANSLATION_DIRECTORIES=str(HERE / "translations"),
+        MAX_CONTENT_LENGTH=64 * 1024,
+    )
+    web.extensions["cronjobs_app"] = app
+    CSRFProtect(web)
+    Babel(web, locale_selector=select_locale)
+    i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
+    from . import api, auth, failed, jobs, tasks, view, workers
+
+    view.install(web)
+    for blueprint in (auth.bp, tasks.bp, jobs.bp, workers.bp, failed.bp, api.bp):
+        web.register_blueprint(blueprint)
+    auth.install(web)
+    return web

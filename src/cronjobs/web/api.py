@@ -1,0 +1,77 @@
+"""JSON routes, `/health` and `/metrics`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from flask import Blueprint, Response, abort, current_app, jsonify
+
+from .. import store
+from ..health import run_health
+from ..taskrows import task_rows
+from .auth import authenticated
+from .jobs import queue_filters
+from .view import cronjobs_app
+
+bp = Blueprint("api", __name__)
+
+
+def _clean(value):  # noqa: ANN001, ANN202
+    if isinstance(value, datetime):
+        return value.isoformat() + "Z"
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+@bp.get("/api/tasks")
+def tasks():  # noqa: ANN201
+    """Every task: the same rows as the Tasks page and `cronjobs tasks`."""
+    return jsonify([_clean(r.as_dict()) for r in task_rows(cronjobs_app())])
+
+
+@bp.get("/api/jobs")
+def jobs():  # noqa: ANN201
+    """A page of rows (the Queue page's filters and keyset: `before`, `after`, `limit`)."""
+    f = queue_filters()
+    with cronjobs_app().engine.connect() as conn:
+        page = store.views.list_rows(conn, status=f["status"], types=f["types"],
+                                     parent_id=f["parent"], title=f["title"],
+                                     before=f["before"], after=f["after"], limit=f["limit"])
+    response = jsonify(_clean(page.rows))
+    if page.older is not None:
+        response.headers["X-Next-Before"] = str(page.older)
+    return response
+
+
+@bp.get("/api/jobs/<int:job_id>")
+def job(job_id: int):  # noqa: ANN201
+    """One whole row (payload and result as stored JSON text)."""
+    with cronjobs_app().engine.connect() as conn:
+        row = store.get_job(conn, job_id)
+    if row is None:
+        abort(404, f"no job with id {job_id}")
+    return jsonify(_clean(row))
+
+
+@bp.get("/health")
+def health():  # noqa: ANN201
+    """`{"status": ...}` for anyone; the full report with the token. 503 on fail."""
+    report = run_health(cronjobs_app())
+    body = report.as_dict() if authenticated() else {"status": report.status}
+    return jsonify(body), 503 if report.status == "fail" else 200
+
+
+@bp.get("/metrics")
+def metrics():  # noqa: ANN201
+    """Prometheus text format (behind the token unless `metrics_public`)."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from .metrics import Metrics
+
+    collector = current_app.extensions.get("cronjobs_metrics")
+    if collector is None:
+        collector = current_app.extensions["cronjobs_metrics"] = Metrics(cronjobs_app())
+    return Response(collector.render(), mimetype=CONTENT_TYPE_LATEST)

@@ -1,0 +1,112 @@
+"""Who may use the dashboard: the configured token, as `Authorization: Bearer <token>` or
+through the login form (a session cookie: HttpOnly, SameSite=Lax).
+
+Every page, JSON route and action needs it; `/health` answers its status without it
+(the full report with it) and `/metrics` is public only when `metrics_public` is set.
+Actions are POST only (a GET gets 405). A POST from a cookie session must carry the
+session's CSRF token (Flask-WTF), or it gets 403 and changes nothing; a Bearer request
+needs none (a browser cannot add that header to a forged cross-site request). No CORS
+headers are ever sent, and tokens never travel in URLs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from flask import Blueprint, Flask, g, jsonify, redirect, render_template, request, session
+from flask_wtf.csrf import CSRFError
+
+from .view import cronjobs_app
+
+bp = Blueprint("auth", __name__)
+PUBLIC = {"auth.login", "static", "api.health"}
+
+
+def _fingerprint(token: str) -> str:
+    return hashlib.sha256(b"cronjobs-login\0" + token.encode()).hexdigest()[:32]
+
+
+def _bearer_ok(token: str) -> bool:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[7:].strip().encode(), token.encode())
+
+
+def authenticated() -> bool:
+    """True when this request carries the token (Bearer header or logged-in session)."""
+    token = cronjobs_app().settings.dashboard_token
+    if _bearer_ok(token):
+        g.via_bearer = True
+        return True
+    return hmac.compare_digest(str(session.get("auth", "")).encode(), _fingerprint(token).encode())
+
+
+def _wants_json() -> bool:
+    return request.path.startswith(("/api/", "/metrics")) or (
+        request.accept_mimetypes.best == "application/json")
+
+
+def require_login():  # noqa: ANN201
+    """before_request: answer 401 (JSON) or the login page unless authenticated; check CSRF."""
+    g.via_bearer = False
+    endpoint = request.endpoint or ""
+    app = cronjobs_app()
+    public = endpoint in PUBLIC or (endpoint == "api.metrics" and app.settings.metrics_public)
+    if not authenticated() and not public:
+        if _wants_json():
+            return jsonify(error="unauthorized: send Authorization: Bearer <token>"), 401, {
+                "WWW-Authenticate": 'Bearer realm="cronjobs"'}
+        return render_template("login.html", next=request.full_path.rstrip("?"),
+                               error=None), 401
+    if request.method == "POST" and not g.via_bearer:
+        from flask import current_app
+
+        current_app.extensions["csrf"].protect()
+    return None
+
+
+def _safe_next(target: str | None) -> str:
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():  # noqa: ANN201
+    """The login form; a right token starts a session and goes to `next`."""
+    from flask_babel import gettext as _
+
+    if request.method == "GET":
+        return render_template("login.html", next=_safe_next(request.args.get("next")), error=None)
+    token = cronjobs_app().settings.dashboard_token
+    given = request.form.get("token", "")
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        return render_template("login.html", next=_safe_next(request.form.get("next")),
+                               error=_("Wrong token.")), 401
+    lang = session.get("lang")
+    session.clear()
+    session.permanent = True
+    session["auth"] = _fingerprint(token)
+    if lang:
+        session["lang"] = lang
+    return redirect(_safe_next(request.form.get("next")), 303)
+
+
+@bp.post("/logout")
+def logout():  # noqa: ANN201
+    """End the session."""
+    session.clear()
+    return redirect("/login", 303)
+
+
+def _csrf_failed(exc: CSRFError):  # noqa: ANN202
+    return render_template("error.html", code=403,
+                           message=f"CSRF check failed: {exc.description}"), 403
+
+
+def install(web: Flask) -> None:
+    """Hook the checks into `web`."""
+    web.before_request(require_login)
+    web.register_error_handler(CSRFError, _csrf_failed)

@@ -1,0 +1,136 @@
+"""Queue page (filtered, keyset-paginated rows) and Job page (one row, Results tab, actions)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+from flask import Blueprint, abort, current_app, redirect, render_template, request
+
+from .. import operator, store
+from ..handler import stage_of
+from ..models import STATUSES
+from .view import cronjobs_app, render_summary
+
+bp = Blueprint("jobs", __name__)
+
+
+def _int_arg(name: str, low: int = 1, high: int = 2**63 - 1) -> int | None:
+    value = request.args.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        abort(400, f"{name} must be an integer, got {value!r}")
+    if not low <= number <= high:
+        abort(400, f"{name} must be between {low} and {high}, got {number}")
+    return number
+
+
+def queue_filters() -> dict:
+    """The Queue page's filters from the query string, validated (400 on bad input).
+
+    Returns:
+        `{status, type, task, types, parent, title, before, after, limit}`.
+    """
+    app = cronjobs_app()
+    status = request.args.get("status") or None
+    if status is not None and status not in STATUSES:
+        abort(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    job_type = (request.args.get("type") or "").strip() or None
+    task = (request.args.get("task") or "").strip() or None
+    types = [job_type] if job_type else None
+    if task:
+        task_types = app.handlers.task_types(task)
+        if not task_types:
+            abort(400, f"unknown task {task!r}")
+        types = [t for t in task_types if not job_type or t == job_type] or [job_type]
+    title = (request.args.get("title") or "").strip() or None
+    if title and len(title) > 255:
+        abort(400, "title filter is longer than 255 characters")
+    return {"status": status, "type": job_type, "task": task, "types": types,
+            "parent": _int_arg("parent"), "title": title, "before": _int_arg("before"),
+            "after": _int_arg("after", 0), "limit": _int_arg("limit", 1, 500) or 50}
+
+
+THROUGHPUT_SECONDS = 30  # the hour/day throughput is read at most this often per process
+_lock = threading.Lock()
+
+
+def throughput(conn, now: datetime) -> dict:  # noqa: ANN001
+    """Execute rows done in the last hour and day, read at most every 30 s per dashboard
+    (a rate over a day need not be live to the second; at a million rows it costs ~100 ms).
+
+    Returns:
+        `{"hour": (n, capped), "day": (n, capped), "at": when it was read}`.
+    """
+    with _lock:
+        cached = current_app.extensions.get("cronjobs_throughput")
+    if cached and abs((now - cached["at"]).total_seconds()) < THROUGHPUT_SECONDS:
+        return cached
+    fresh = {**store.views.throughput(conn, now), "at": now}
+    with _lock:
+        current_app.extensions["cronjobs_throughput"] = fresh
+    return fresh
+
+
+def queue_page(f: dict) -> dict:
+    """The rows, counts and throughput of the Queue page for filters `f`."""
+    app = cronjobs_app()
+    with app.engine.connect() as conn:
+        page = store.views.list_rows(conn, status=f["status"], types=f["types"],
+                                     parent_id=f["parent"], title=f["title"],
+                                     before=f["before"], after=f["after"], limit=f["limit"])
+        discover = [r["id"] for r in page.rows if stage_of(r["type"]) == "discover"]
+        children = store.views.children_counts(conn, discover)
+        counts = store.views.count_by_status(conn, f["types"])
+        speed = throughput(conn, app.clock.now())
+    return {"page": page, "children": children, "counts": counts, "speed": speed}
+
+
+@bp.get("/queue")
+def queue():  # noqa: ANN201
+    """Rows filtered by status, type, task, parent and title text, newest first."""
+    f = queue_filters()
+    app = cronjobs_app()
+    return render_template("queue.html", f=f, statuses=STATUSES, tasks=sorted(app.handlers.tasks()),
+                           **queue_page(f))
+
+
+@bp.get("/jobs/<int:job_id>")
+def job(job_id: int):  # noqa: ANN201
+    """One row: status, times, error, log, payload, result, children; `?tab=results`."""
+    app = cronjobs_app()
+    with app.engine.connect() as conn:
+        row = store.get_job(conn, job_id)
+        if row is None:
+            abort(404, f"no job with id {job_id}")
+        kids = store.views.list_rows(conn, parent_id=job_id, limit=50)
+        kid_counts = store.views.children_counts(conn, [job_id]).get(job_id, {})
+    tab = request.args.get("tab", "overview")
+    if tab not in ("overview", "results"):
+        abort(400, f"tab must be overview or results, got {tab!r}")
+    cls = app.resolve(row["type"])
+    summary = render_summary(cls, row["result_payload"]) if tab == "results" else None
+    now = app.clock.now()
+    refresh = row["status"] == "running" or (
+        row["status"] == "pending" and (row["scheduled_at"] is None
+                                        or row["scheduled_at"] <= now + timedelta(seconds=60)))
+    return render_template("job.html", row=row, tab=tab, summary=summary, children=kids,
+                           child_counts=kid_counts, refresh=refresh,
+                           handler_known=cls is not None)
+
+
+@bp.post("/jobs/<int:job_id>/retry")
+def retry(job_id: int):  # noqa: ANN201
+    """Failed row back to pending (attempts reset); back to its page."""
+    operator.retry(cronjobs_app(), job_id, who="dashboard")
+    return redirect(f"/jobs/{job_id}", 303)
+
+
+@bp.post("/jobs/<int:job_id>/cancel")
+def cancel(job_id: int):  # noqa: ANN201
+    """Pending row cancelled; back to its page."""
+    operator.cancel(cronjobs_app(), job_id, who="dashboard")
+    return redirect(f"/jobs/{job_id}", 303)

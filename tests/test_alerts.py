@@ -1,0 +1,179 @@
+"""Alerts (issue 7, point 7): the built-in health task alerts a local HTTP server (webhook
+and Telegram Bot API) and a local SMTP server (aiosmtpd) exactly once for a problem that
+lasts three health runs, and once when it clears; a reminder after an hour; a failed
+delivery is tried again at the next run."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import sqlalchemy as sa
+from aiosmtpd.controller import Controller
+
+from cronjobs.health import alerts, run_health
+from cronjobs.models import cronjob_alert, cronjob_queue, cronjob_worker
+from cronjobs.scheduler import tick
+from cronjobs.testing import FrozenClock, drain
+from dashboard_helpers import add_row, db_now, recent_t0
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
+class Inbox:
+    """A local HTTP server that records every POST (path, JSON body)."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, dict]] = []
+        inbox = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                inbox.posts.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args) -> None:  # noqa: ANN002
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Mailbox:
+    """aiosmtpd handler keeping every message."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], str]] = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: ANN001, ANN201, N802
+        self.messages.append((envelope.rcpt_tos, envelope.content.decode()))
+        return "250 OK"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def channels():
+    inbox, box = Inbox(), Mailbox()
+    smtp = Controller(box, hostname="127.0.0.1", port=free_port())
+    smtp.start()
+    yield inbox, box, smtp.port
+    smtp.stop()
+    inbox.close()
+
+
+def alert_settings(inbox: Inbox, smtp_port: int) -> dict:
+    return {"alert_webhook_url": inbox.url + "/hook", "alert_telegram_bot_token": "123:abc",
+            "alert_telegram_chat_id": "42", "alert_telegram_api_url": inbox.url,
+            "alert_smtp_host": "127.0.0.1", "alert_smtp_port": smtp_port,
+            "alert_smtp_to": ("ops@example.test",)}
+
+
+def health_run(app, clock, minutes: int) -> dict:  # noqa: ANN001
+    """Scheduler ticks every minute up to T0 + minutes (a */5 slot), with a fresh heartbeat
+    and a drain after each; returns the result of that slot's health run."""
+    done = getattr(app, "_minutes_ticked", -1)
+    for minute in range(done + 1, minutes + 1):
+        clock.set(app.t0.replace(second=0) + timedelta(minutes=minute, seconds=1))
+        seen = db_now(app)  # heartbeat ages follow the database's clock
+        with app.engine.begin() as conn:
+            conn.execute(cronjob_worker.delete())
+            conn.execute(cronjob_worker.insert().values(
+                id="w1", host="h", pid=1, queues="default,maintenance", status="running",
+                started_at=seen, last_seen_at=seen, jobs_done=0))
+        report = tick(clock.now(), app=app)
+        drain(app)
+    app._minutes_ticked = minutes
+    [health_job] = [j for t, _, j in report.started if t == "cronjobs-health"]
+    with app.engine.connect() as conn:
+        result = conn.execute(sa.select(cronjob_queue.c.result_payload, cronjob_queue.c.status)
+                              .where(cronjob_queue.c.id == health_job)).one()
+    assert result.status == "completed"
+    return json.loads(result.result_payload)
+
+
+def test_one_alert_for_a_problem_lasting_three_runs_and_one_recovery(make_app, channels):
+    inbox, mailbox, smtp_port = channels
+    T0 = recent_t0()
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock, **alert_settings(inbox, smtp_port))
+    app.t0 = T0
+    first = health_run(app, clock, 0)
+    assert first["status"] == "ok", first["problems"]
+    assert inbox.posts == [] and mailbox.messages == []
+
+    orphan = add_row(app, queue="orphaned")  # due work that no worker consumes
+    results = [health_run(app, clock, m) for m in (5, 10, 15)]
+    assert [r["status"] for r in results] == ["fail"] * 3
+    assert [r["alerted"] for r in results] == [1, 0, 0]
+    assert [p["key"] for p in results[0]["problems"]] == ["workers:orphaned"]
+
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_queue.delete().where(cronjob_queue.c.id == orphan))
+    recovered = health_run(app, clock, 20)
+    assert recovered["status"] == "ok" and recovered["alerted"] == 1
+    assert health_run(app, clock, 25)["alerted"] == 0
+
+    hooks = [body for path, body in inbox.posts if path == "/hook"]
+    telegram = [body for path, body in inbox.posts if path == "/bot123:abc/sendMessage"]
+    assert len(inbox.posts) == 4 and len(hooks) == 2 and len(telegram) == 2
+    assert hooks[0]["event"] == "problem" and hooks[0]["recovered"] == []
+    assert [p["key"] for p in hooks[0]["problems"]] == ["workers:orphaned"]
+    assert "queue 'orphaned' has 1 due row(s) and no live worker" in hooks[0]["text"]
+    assert hooks[1]["event"] == "recovered" and hooks[1]["problems"] == []
+    assert [p["key"] for p in hooks[1]["recovered"]] == ["workers:orphaned"]
+    assert telegram[0]["chat_id"] == "42" and "FAIL: queue 'orphaned'" in telegram[0]["text"]
+    assert "RECOVERED" in telegram[1]["text"]
+    assert len(mailbox.messages) == 2
+    (to1, mail1), (to2, mail2) = mailbox.messages
+    assert to1 == to2 == ["ops@example.test"]
+    assert "FAIL: 1 problem(s)" in mail1 and "orphaned" in mail1
+    assert "recovered: 1 problem(s)" in mail2
+    with app.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(cronjob_alert)).scalar() == 0
+
+
+def test_a_problem_still_open_after_an_hour_is_alerted_again(make_app, channels):
+    inbox, _, smtp_port = channels
+    T0 = recent_t0()
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock, **alert_settings(inbox, smtp_port))
+    sent = []
+    for minutes in (0, 30, 59, 61, 90, 122):
+        clock.set(T0 + timedelta(minutes=minutes))
+        sent.append(alerts.process(app, run_health(app)).problems != [])
+    # a new problem set at 0; reminders at 61 (>= 60 min later) and 122
+    assert sent == [True, False, False, True, False, True]
+
+
+def test_when_every_channel_fails_the_next_run_tries_again(make_app, channels):
+    inbox, _, _ = channels
+    T0 = recent_t0()
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock, alert_webhook_url=f"http://127.0.0.1:{free_port()}/down",
+                   alert_timeout_seconds=2)
+    first = alerts.process(app, run_health(app))
+    assert first.problems and first.delivered == [] and "webhook" in first.failed
+    clock.set(T0 + timedelta(minutes=5))
+    app.settings = app.settings.model_copy(update={"alert_webhook_url": inbox.url + "/hook"})
+    second = alerts.process(app, run_health(app))
+    assert second.delivered == ["webhook"]
+    assert {p["key"] for p in second.problems} == {p["key"] for p in first.problems}
+    assert len(inbox.posts) == 1

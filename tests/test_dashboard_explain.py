@@ -1,0 +1,64 @@
+"""No page's SQL scans the whole table (issue 7): every SELECT on `cronjob_queue` that the
+pages, JSON lists, /metrics and /health run is captured and EXPLAINed on MariaDB with
+30,000 rows (made like bench/dashboard_pages.py, by one INSERT ... SELECT); none may be a
+full table scan (`ALL`) or a full index scan (`index` over more than 1,000 rows: the newest
+page walks the primary key backwards and stops at its LIMIT, which EXPLAIN also calls
+`index`, with `rows` = the limit)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import sqlalchemy as sa
+
+import registry
+from conftest import ROOT
+from dashboard_helpers import BEARER, TOKEN, web_client
+
+ROWS = 30_000
+
+
+def _bench():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("bench_dashboard_pages",
+                                                  ROOT / "bench" / "dashboard_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_every_list_query_uses_an_index(make_app):
+    bench = _bench()
+    app = make_app(dashboard_token=TOKEN)
+    bench.register_bench_types(registry)
+    bench.fill(app.engine, ROWS)
+    captured: list[tuple[str, object]] = []
+
+    @sa.event.listens_for(app.engine, "before_cursor_execute")
+    def capture(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        if statement.lstrip().upper().startswith("SELECT") and "cronjob_queue" in statement:
+            captured.append((statement, parameters))
+
+    client = web_client(app)
+    for path in bench.pages(ROWS):
+        resp = client.get(path, headers=BEARER)
+        assert resp.status_code in (200, 503), (path, resp.get_data(as_text=True)[:300])
+    sa.event.remove(app.engine, "before_cursor_execute", capture)
+    assert len(captured) > 30
+    seen, scans = set(), []
+    with app.engine.connect() as conn:
+        for statement, params in captured:
+            shape = " ".join(statement.split())
+            if shape in seen:
+                continue
+            seen.add(shape)
+            plan = conn.exec_driver_sql("EXPLAIN " + statement, params).mappings().all()
+            for step in plan:
+                if step["table"] != "cronjob_queue":
+                    continue
+                full_index = step["type"] == "index" and int(step["rows"] or 0) > 1000
+                if step["type"] == "ALL" or full_index:
+                    scans.append((shape[:300], dict(step)))
+    assert len(seen) >= 15  # the distinct list queries
+    assert scans == [], "\n\n".join(f"{s}\n{p}" for s, p in scans)
