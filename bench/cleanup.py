@@ -118,7 +118,7 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
     parser.add_argument("--rows", type=int, default=1_000_000, help="finished rows (%(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=150,
+    parser.add_argument("--max-seconds", type=float, default=120,
                         help="stop cleanup after this many s (%(default)s)")
     parser.add_argument("--baseline-seconds", type=float, default=5,
                         help="dispatch loop without cleanup, s (%(default)s)")

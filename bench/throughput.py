@@ -128,7 +128,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
     parser.add_argument("--rows", type=int, default=20_000, help="jobs per drain (%(default)s)")
     parser.add_argument("--threads", type=int, default=8, help="threads per process (%(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=20,
+    parser.add_argument("--max-seconds", type=float, default=12,
                         help="longest measuring window per drain, s (%(default)s)")
     parser.add_argument("--backends", default="mariadb,postgresql,sqlite",
                         help="comma-separated (%(default)s)")
