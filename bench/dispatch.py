@@ -138,7 +138,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keys", type=int, default=100, help="shared keys in the race")
     parser.add_argument("--racers", type=int, default=8, help="racing processes (%(default)s)")
     parser.add_argument("--batches", type=int, default=10, help="dispatch_many batches of 1,000")
-    parser.add_argument("--max-seconds", type=float, default=6,
+    parser.add_argument("--max-seconds", type=float, default=4,
                         help="longest time of each single-process loop, s (%(default)s)")
     parser.add_argument("--backends", default="mariadb,postgresql,sqlite",
                         help="comma-separated (%(default)s)")

@@ -142,9 +142,9 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
     parser.add_argument("--jobs", type=int, default=50_000, help="jobs to run (%(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=30,
+    parser.add_argument("--max-seconds", type=float, default=20,
                         help="longest feeding time per worker, s (%(default)s)")
-    parser.add_argument("--settle", type=float, default=5, help="idle wait before measuring, s")
+    parser.add_argument("--settle", type=float, default=3, help="idle wait before measuring, s")
 
 
 def main(argv: list[str] | None = None) -> dict:

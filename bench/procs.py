@@ -136,12 +136,15 @@ def celery_worker(ns: str, concurrency: int, pool: str = "prefork") -> Procs:
 @dataclass(frozen=True)
 class Drain:
     """A measured drain: `done` jobs completed in the window of `seconds` (first
-    completion seen to the end), `rate` jobs/s, `complete` when every job was done."""
+    completion seen to the end), `rate` jobs/s, `complete` when every job was done,
+    `startup_seconds` from the call of `wait_for` (just after the worker was started) to
+    the first completion seen."""
 
     done: int
     seconds: float
     rate: float
     complete: bool
+    startup_seconds: float = 0.0
 
 
 def wait_for(count_done: Callable[[], int], total: int, procs: Procs, *,
@@ -167,7 +170,8 @@ def wait_for(count_done: Callable[[], int], total: int, procs: Procs, *,
         WorkerDied: a worker process exited.
         TimeoutError: nothing completed within `start_timeout_seconds`.
     """
-    deadline = time.monotonic() + start_timeout_seconds
+    called = time.monotonic()
+    deadline = called + start_timeout_seconds
     while (first := count_done()) <= 0:
         procs.check()
         if time.monotonic() > deadline:
@@ -180,7 +184,7 @@ def wait_for(count_done: Callable[[], int], total: int, procs: Procs, *,
         procs.check()
         done, t = count_done(), time.monotonic()
     seconds = max(t - t0, 1e-6)
-    return Drain(done, seconds, (done - first) / seconds, done >= total)
+    return Drain(done, seconds, (done - first) / seconds, done >= total, t0 - called)
 
 
 def rate_from_times(times: list, skip_fraction: float = 0.02) -> float:

@@ -11,7 +11,10 @@ Usage: python -m bench.profile_worker [--rows 8000] [--threads 8] [--seconds 12]
 2. `py-spy record --subprocesses` (CPU samples) and `py-spy record --idle` (wall-clock
    samples of every worker thread, idle or not) for `--seconds` each; the collapsed
    stacks are saved and summarised by category (`CATEGORIES`), per process.
-Not part of `make bench` (docs/performance.md shows its output).
+Experiments (`--no-pyspy` for the accounting only): `--pool-size N` runs the worker
+through `bench.experiment_worker` with an SQLAlchemy pool of N (+ N overflow);
+`--log-level INFO` turns on the per-job log lines. Not part of `make bench`
+(docs/performance.md shows its output).
 """
 
 from __future__ import annotations
@@ -138,19 +141,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--prefetch", type=int, default=None)
+    parser.add_argument("--pool-size", type=int, default=None,
+                        help="experiment: run the worker through bench.experiment_worker "
+                             "with this SQLAlchemy pool size (and as much overflow)")
+    parser.add_argument("--log-level", default="WARNING", help="the worker's CRONJOBS_LOG_LEVEL")
+    parser.add_argument("--no-pyspy", action="store_true", help="only the CPU accounting")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "profile")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     with stores.database("mariadb") as url, stores.redis_namespace() as ns:
         app = stores.make_app(url, ns)
         stores.dispatch_rows(app, args.rows)
-        with procs.cronjobs_worker(stores.worker_env(url, ns), args.threads, 1,
-                                   args.prefetch) as running:
+        env = stores.worker_env(url, ns)
+        env["CRONJOBS_LOG_LEVEL"] = args.log_level
+        if args.pool_size:
+            cmd = [sys.executable, "-m", "bench.experiment_worker", str(args.pool_size), "worker",
+                   "--queues", "default", "--threads", str(args.threads)]
+            cmd += ["--prefetch", str(args.prefetch)] if args.prefetch else []
+            running = procs.Procs([procs.Proc(cmd, "experiment worker", env)])
+        else:
+            running = procs.cronjobs_worker(env, args.threads, 1, args.prefetch)
+        with running:
             procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), 1, running,
                            max_seconds=0)
             time.sleep(2)
             worker = psutil.Process(running[0].pid)
-            result = {"cpu": cpu_window(app, worker, args.seconds)}
+            result = {"settings": {"threads": args.threads, "pool_size": args.pool_size or "default",
+                                   "log_level": args.log_level,
+                                   "prefetch": args.prefetch or "default"},
+                      "cpu": cpu_window(app, worker, args.seconds)}
+            if args.no_pyspy:
+                running.check()
+                print(json.dumps(result, indent=2))
+                (args.out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+                app.close()
+                return
             cpu = pyspy(running[0].pid, args.seconds, args.out / "cpu.txt", "--subprocesses")
             wall = pyspy(running[0].pid, args.seconds, args.out / "wall.txt", "--idle")
             result["cpu_profile"] = summarise(cpu)

@@ -3,7 +3,10 @@ Dramatiq and Celery on the same Redis, all measured in this run.
 
 - `cronjobs worker` at 1x8 and 2x8 (processes x threads) on MariaDB + Redis, and 2x8 on
   PostgreSQL and SQLite; bare Dramatiq at 1x8 and 2x8; Celery prefork 2.
-- The same with 10 ms sleep jobs (I/O-bound): cronjobs 2x8 against bare Dramatiq 2x8.
+- The same with 10 ms sleep jobs (I/O-bound, `--sleep-rows`): cronjobs 2x8 against bare
+  Dramatiq 2x8.
+- Start-up: seconds from starting the 2x8 worker to its first completed job (imports, job
+  processes), against bare Dramatiq 2x8 (Celery's in the note).
 
 Each run fills a fresh queue with `--rows` jobs, starts the worker and measures from the
 first completion until the queue is empty or `--max-seconds` have passed (the cap keeps a
@@ -95,11 +98,13 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
     threads = 2 if args.quick else args.threads
     cap = 3 if args.quick else args.max_seconds
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    results.params = {"rows": n, "threads": threads, "max_seconds": cap, "backends": backends,
+    results.params = {"rows": n, "sleep_rows": args.sleep_rows, "threads": threads,
+                      "max_seconds": cap, "backends": backends,
                       "prefetch": args.prefetch or "default (= threads)", "celery": "prefork 2",
                       "sleep_ms": 10}
     one, two = f"1x{threads}", f"2x{threads}"
     full = not args.quick  # --quick: only 2xN no-op (a smoke run of the code paths)
+    startup: dict[str, float] = {}
     bare1 = bare_drain(n, threads, 1, "noop", cap) if full else None
     bare2 = bare_drain(n, threads, 2, "noop", cap)
     celery = celery_drain(n, 2, cap)
@@ -107,6 +112,8 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
         configs = [(1, one), (2, two)] if backend == "mariadb" and full else [(2, two)]
         for processes, label in configs:
             rate, drain = cronjobs_drain(backend, n, processes, threads, NOOP, cap, args.prefetch)
+            if backend == backends[0]:
+                startup[label] = drain.startup_seconds
             name = f"drain no-op {label} {backend}"
             base = bare1 if processes == 1 else bare2
             headline = backend == "mariadb" and processes == 2
@@ -118,16 +125,22 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
                             baseline_name="celery prefork 2", note=_note(celery, n),
                             target=(">=", 1.0, "ratio") if headline else None)
     if "mariadb" in backends and full:
-        bare_sleep = bare_drain(n, threads, 2, "sleep", cap)
-        rate, drain = cronjobs_drain("mariadb", n, 2, threads, SLEEP, cap, args.prefetch)
+        k = args.sleep_rows
+        bare_sleep = bare_drain(k, threads, 2, "sleep", cap)
+        rate, drain = cronjobs_drain("mariadb", k, 2, threads, SLEEP, cap, args.prefetch)
         results.add(f"drain 10 ms sleep {two} mariadb", rate, "jobs/s", baseline=bare_sleep.rate,
-                    baseline_name=f"bare dramatiq {two} sleep", note=_note(drain, n))
+                    baseline_name=f"bare dramatiq {two} sleep", note=_note(drain, k))
+    results.add(f"start-up {two} to first completion", startup[two], "s",
+                baseline=bare2.startup_seconds, baseline_name=f"bare dramatiq {two}",
+                note=f"celery prefork 2: {celery.startup_seconds:.1f} s")
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
     parser.add_argument("--rows", type=int, default=20_000, help="jobs per drain (%(default)s)")
     parser.add_argument("--threads", type=int, default=8, help="threads per process (%(default)s)")
+    parser.add_argument("--sleep-rows", type=int, default=5_000,
+                        help="jobs of the 10 ms sleep drains (%(default)s)")
     parser.add_argument("--max-seconds", type=float, default=12,
                         help="longest measuring window per drain, s (%(default)s)")
     parser.add_argument("--backends", default="mariadb,postgresql,sqlite",
