@@ -1,6 +1,8 @@
 """Smoke test of the benchmark suite: every scenario runs with `--quick` (tiny sizes) and
-writes its JSON with the figures, same-run baselines and verdicts. Not a timed test: the
-values are not asserted, only that each was measured."""
+writes its JSON with the figures, same-run baselines and verdicts; `python -m bench`
+merges scenarios into `latest.json` and a dated copy. Not a timed test: the values are
+not asserted, only that each was measured. The quick runs are started together (they
+mostly wait for worker start-up) and each test checks one of them."""
 
 from __future__ import annotations
 
@@ -28,13 +30,36 @@ MACHINE_KEYS = {"cpu", "cores_logical", "memory_gb", "python", "mariadb", "redis
                 "dramatiq", "celery"}
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """Start every quick run at once; name -> (returncode, output, JSON path or folder)."""
+    base = tmp_path_factory.mktemp("bench")
+    started = {}
+    for name, extra in CASES.items():
+        cmd = [sys.executable, "-m", f"bench.{name}", "--quick", "--out", str(base / f"{name}.json"),
+               *extra]
+        started[name] = (cmd, base / f"{name}.json")
+    suite = base / "suite"
+    started["suite"] = ([sys.executable, "-m", "bench", "--quick", "--only", "tick",
+                         "--results", str(suite)], suite)
+    procs = {name: (subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True), out)
+             for name, (cmd, out) in started.items()}
+    done = {}
+    for name, (proc, out) in procs.items():
+        try:
+            output, _ = proc.communicate(timeout=400)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        done[name] = (proc.returncode, output, out)
+    return done
+
+
 @pytest.mark.parametrize("scenario", list(CASES))
-def test_scenario_quick_run_writes_its_figures(scenario, tmp_path):
-    out = tmp_path / f"{scenario}.json"
-    proc = subprocess.run([sys.executable, "-m", f"bench.{scenario}", "--quick", "--out", str(out),
-                           *CASES[scenario]], cwd=ROOT, capture_output=True, text=True,
-                          timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_scenario_quick_run_writes_its_figures(scenario, runs):
+    code, output, out = runs[scenario]
+    assert code == 0, output
     data = json.loads(out.read_text())
     assert data["scenario"] == scenario
     assert MACHINE_KEYS <= set(data["machine"])
@@ -48,17 +73,15 @@ def test_scenario_quick_run_writes_its_figures(scenario, tmp_path):
         if fig["target"] is not None:
             assert fig["verdict"] in ("PASS", "MISS"), fig
     assert any(f["target"] for f in figures), "no figure of this scenario has a target"
-    assert any(f["name"] in line for f in figures for line in proc.stdout.splitlines())
+    assert any(f["name"] in line for f in figures for line in output.splitlines())
 
 
-def test_suite_merges_scenarios_into_latest_and_a_dated_copy(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "tick",
-                           "--results", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    latest = json.loads((tmp_path / "latest.json").read_text())
-    dated = [p for p in tmp_path.glob("*.json") if p.name != "latest.json"]
+def test_suite_merges_scenarios_into_latest_and_a_dated_copy(runs):
+    code, output, folder = runs["suite"]
+    assert code == 0, output
+    latest = json.loads((folder / "latest.json").read_text())
+    dated = [p for p in folder.glob("*.json") if p.name != "latest.json"]
     assert len(dated) == 1 and json.loads(dated[0].read_text()) == latest
     assert [s["scenario"] for s in latest["scenarios"]] == ["tick"]
     assert latest["failed"] == [] and MACHINE_KEYS <= set(latest["machine"])
-    assert "| tick |" in (tmp_path / "latest.md").read_text()
+    assert "| tick |" in (folder / "latest.md").read_text()
