@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-faults services clean docs docs-reference
+.PHONY: run test test-faults bench services clean docs docs-reference
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,bench]"
 	touch $(STAMP)
 
 ## run: install, migrate the embedded SQLite database, start scheduler + worker + dashboard
@@ -19,13 +19,18 @@ run: $(STAMP)
 	$(BIN)/cronjobs migrate
 	exec $(BIN)/cronjobs serve
 
-## test: install with test extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up, run every test
+## test: install with test and bench extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up, run every test
 test: $(STAMP) services
 	$(BIN)/python -m pytest -p no:cacheprovider -s $(PYTEST_ARGS)
 
 ## test-faults: only the fault-injection runs (make test runs them too)
 test-faults: $(STAMP) services
 	$(BIN)/python -m pytest -p no:cacheprovider -m faults -s tests/test_faults.py
+
+## bench: the benchmark suite (< 10 min): figures against same-run baselines, PASS/MISS,
+## bench/results/latest.json and a dated copy (docs/performance.md)
+bench: $(STAMP) services
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 services:
 	bash scripts/services.sh

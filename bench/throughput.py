@@ -1,124 +1,157 @@
-"""Throughput: cronjobs (MariaDB + Redis, one worker process) against bare Dramatiq on the
-same Redis, both draining N no-op jobs queued beforehand. Prints jobs/s and the ratio, for
-cronjobs at the default prefetch (= threads) and at Dramatiq's default (2 x threads).
+"""Throughput: pre-dispatched no-op rows drained by `cronjobs worker`, against bare
+Dramatiq and Celery on the same Redis, all measured in this run.
 
-Usage: .venv/bin/python bench/throughput.py [N] [THREADS]
-Needs MariaDB on 127.0.0.1:3306 (root) and Redis on 127.0.0.1:6379 (`make services`).
+- `cronjobs worker` at 1x8 and 2x8 (processes x threads) on MariaDB + Redis, and 2x8 on
+  PostgreSQL and SQLite; bare Dramatiq at 1x8 and 2x8; Celery prefork 2.
+- The same with 10 ms sleep jobs (I/O-bound, `--sleep-rows`): cronjobs 2x8 against bare
+  Dramatiq 2x8.
+- Start-up: seconds from starting the 2x8 worker to its first completed job (imports, job
+  processes), against bare Dramatiq 2x8 (Celery's in the note).
+
+Each run fills a fresh queue with `--rows` jobs, starts the worker and measures from the
+first completion until the queue is empty or `--max-seconds` have passed (the cap keeps a
+slow system within the suite's budget; the note says when it was hit). cronjobs rates
+come from the rows' `finished_at` (first and last 2 % dropped); baselines from polling
+Redis every 50 ms.
+
+Targets: 2x8 on MariaDB >= 1.0 x Celery prefork 2 and >= 0.35 x bare Dramatiq 2x8.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-import uuid
-from pathlib import Path
+import argparse
 
 import redis
 import sqlalchemy as sa
 
-HERE = Path(__file__).parent
-REDIS = "redis://127.0.0.1:6379/0"
-MARIADB = "mysql+pymysql://root@127.0.0.1:3306"
+from . import celery_app, procs, report, stores
+from .bare_dramatiq import declare
+from .stores import NOOP, REDIS, SLEEP
 
 
-def drain_seconds(cmd: list[str], env: dict, done, poll: float = 0.02) -> float:
-    proc = subprocess.Popen(cmd, env=env)
-    try:
-        started = None
-        while not done():
-            if started is None and not done(True):
-                started = time.monotonic()
-            time.sleep(poll)
-        return time.monotonic() - (started or time.monotonic())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-
-
-def bare(n: int, threads: int) -> float:
-    ns = "cjbench-" + uuid.uuid4().hex[:8]
-    sys.path.insert(0, str(HERE))
-    import dramatiq
+def bare_drain(n: int, threads: int, processes: int, actor: str, cap: float) -> procs.Drain:
+    """Drain `n` messages for the bare Dramatiq `actor` with processes x threads."""
     from dramatiq.brokers.redis import RedisBroker
 
-    broker = RedisBroker(url=REDIS, namespace=ns, middleware=[])
-    actor = dramatiq.actor(lambda job_id: None, broker=broker, queue_name="default", actor_name="noop")
-    for i in range(n):
-        actor.send(i)
-    client = redis.Redis.from_url(REDIS)
-
-    def done(started_check: bool = False) -> bool:
-        left = client.hlen(f"{ns}:default.msgs")
-        return left < n if started_check else left == 0
-
-    try:
-        return drain_seconds([sys.executable, str(HERE / "bare_dramatiq.py"), REDIS, ns, str(threads)],
-                             dict(os.environ), done)
-    finally:
-        for key in client.scan_iter(f"{ns}*"):
-            client.delete(key)
-
-
-def cronjobs_run(n: int, threads: int, prefetch: int) -> float:
-    from cronjobs import queue
-    from cronjobs.app import App, use
-    from cronjobs.config import Settings
-    from cronjobs.migrate import upgrade
-    import registry
-
-    db = "cjbench_" + uuid.uuid4().hex[:8]
-    ns = "cjbench-" + uuid.uuid4().hex[:8]
-    admin = sa.create_engine(MARIADB + "/test")
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {db}")
-    url = f"{MARIADB}/{db}?charset=utf8mb4"
-    try:
-        settings = Settings(database_url=url, broker_url=REDIS, broker_namespace=ns,
-                            handler_paths=(str(HERE / "handlers"),))
-        registry.load(settings)
-        app = App(settings, handlers=registry)
-        use(app)
-        upgrade(app.engine)
-        for start in range(0, n, 1000):
-            queue.dispatch_many([{"type": "bench.noop.execute"}] * min(1000, n - start))
-        q = sa.table("cronjob_queue", sa.column("status"))
-
-        def done(started_check: bool = False) -> bool:
-            with app.engine.connect() as conn:
-                pending = conn.execute(sa.select(sa.func.count()).select_from(q)
-                                       .where(q.c.status != "completed")).scalar_one()
-            return pending < n if started_check else pending == 0
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CRONJOBS_")}
-        env.update(CRONJOBS_DATABASE_URL=url, CRONJOBS_BROKER_URL=REDIS,
-                   CRONJOBS_BROKER_NAMESPACE=ns, CRONJOBS_HANDLER_PATHS=str(HERE / "handlers"),
-                   CRONJOBS_LOG_LEVEL="WARNING")
-        seconds = drain_seconds([sys.executable, "-m", "cronjobs", "worker", "--queues", "default",
-                                 "--threads", str(threads), "--prefetch", str(prefetch)],
-                                env, done)
-        app.close()
-        return seconds
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE {db}")
+    with stores.redis_namespace() as ns:
+        broker = RedisBroker(url=REDIS, namespace=ns, middleware=[])
+        send = declare(broker)[actor].send
+        for i in range(n):
+            send(i)
+        broker.close()
         client = redis.Redis.from_url(REDIS)
-        for key in client.scan_iter(f"{ns}*"):
-            client.delete(key)
+        with procs.bare_dramatiq(ns, threads, processes) as running:
+            drain = procs.wait_for(lambda: n - client.hlen(f"{ns}:default.msgs"), n, running,
+                                   max_seconds=cap)
+        client.close()
+    return drain
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-    base = bare(n, threads)
-    print(f"jobs={n} threads={threads}")
-    print(f"bare dramatiq (redis, no-op, prefetch {2 * threads}):     {n / base:8.0f} jobs/s")
-    for prefetch in (threads, 2 * threads):
-        ours = cronjobs_run(n, threads, prefetch)
-        print(f"cronjobs (mariadb + redis, no-op, prefetch {prefetch}): {n / ours:8.0f} jobs/s"
-              f"  ratio to bare dramatiq {base / ours:.3f}")
+def celery_drain(n: int, concurrency: int, cap: float) -> procs.Drain:
+    """Drain `n` no-op messages with a Celery prefork worker of `concurrency`."""
+    with stores.redis_namespace() as ns:
+        celery_app.push(ns, n)
+        client = redis.Redis.from_url(REDIS)
+        queue, unacked = celery_app.queue_keys(ns)
+        with procs.celery_worker(ns, concurrency) as running:
+            drain = procs.wait_for(lambda: n - client.llen(queue) - client.hlen(unacked), n,
+                                   running, max_seconds=cap)
+        client.close()
+    return drain
+
+
+def cronjobs_drain(backend: str, n: int, processes: int, threads: int, job_type: str,
+                   cap: float, prefetch: int | None = None) -> tuple[float, procs.Drain]:
+    """Drain `n` pre-dispatched rows of `job_type` with `cronjobs worker`.
+
+    Returns:
+        `(rate from finished_at in jobs/s, the polled Drain)`.
+    """
+    from cronjobs.app import use
+
+    with stores.database(backend) as url, stores.redis_namespace() as ns:
+        app = stores.make_app(url, ns)
+        stores.dispatch_rows(app, n, job_type)
+        with procs.cronjobs_worker(stores.worker_env(url, ns), threads, processes,
+                                   prefetch) as running:
+            drain = procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), n,
+                                   running, max_seconds=cap, poll_seconds=0.25)
+        from cronjobs.models import cronjob_queue as q
+
+        with app.engine.connect() as conn:
+            times = conn.execute(sa.select(q.c.finished_at)
+                                 .where(q.c.status == "completed")).scalars().all()
+        app.close()
+        use(None)
+    return procs.rate_from_times(times), drain
+
+
+def _note(drain: procs.Drain, n: int) -> str:
+    if drain.complete:
+        return f"{n} rows drained"
+    return f"capped: {drain.done} of {n} done in {drain.seconds:.0f} s"
+
+
+def run(args: argparse.Namespace, results: report.Results) -> None:
+    """Measure the baselines, then every cronjobs configuration, and add the figures."""
+    n = 100 if args.quick else args.rows
+    threads = 2 if args.quick else args.threads
+    cap = 3 if args.quick else args.max_seconds
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    results.params = {"rows": n, "sleep_rows": args.sleep_rows, "threads": threads,
+                      "max_seconds": cap, "backends": backends,
+                      "prefetch": args.prefetch or "default (= threads)", "celery": "prefork 2",
+                      "sleep_ms": 10}
+    one, two = f"1x{threads}", f"2x{threads}"
+    full = not args.quick  # --quick: only 2xN no-op (a smoke run of the code paths)
+    startup: dict[str, float] = {}
+    bare1 = bare_drain(n, threads, 1, "noop", cap) if full else None
+    bare2 = bare_drain(n, threads, 2, "noop", cap)
+    celery = celery_drain(n, 2, cap)
+    for backend in backends:
+        configs = [(1, one), (2, two)] if backend == "mariadb" and full else [(2, two)]
+        for processes, label in configs:
+            rate, drain = cronjobs_drain(backend, n, processes, threads, NOOP, cap, args.prefetch)
+            if backend == backends[0]:
+                startup[label] = drain.startup_seconds
+            name = f"drain no-op {label} {backend}"
+            base = bare1 if processes == 1 else bare2
+            headline = backend == "mariadb" and processes == 2
+            results.add(name, rate, "jobs/s", baseline=base.rate,
+                        baseline_name=f"bare dramatiq {label}", note=_note(drain, n),
+                        target=(">=", 0.35, "ratio") if headline else None)
+            if processes == 2:
+                results.add(name, rate, "jobs/s", baseline=celery.rate,
+                            baseline_name="celery prefork 2", note=_note(celery, n),
+                            target=(">=", 1.0, "ratio") if headline else None)
+    if "mariadb" in backends and full:
+        k = args.sleep_rows
+        bare_sleep = bare_drain(k, threads, 2, "sleep", cap)
+        rate, drain = cronjobs_drain("mariadb", k, 2, threads, SLEEP, cap, args.prefetch)
+        results.add(f"drain 10 ms sleep {two} mariadb", rate, "jobs/s", baseline=bare_sleep.rate,
+                    baseline_name=f"bare dramatiq {two} sleep", note=_note(drain, k))
+    results.add(f"start-up {two} to first completion", startup[two], "s",
+                baseline=bare2.startup_seconds, baseline_name=f"bare dramatiq {two}",
+                note=f"celery prefork 2: {celery.startup_seconds:.1f} s")
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    """Options of this scenario."""
+    parser.add_argument("--rows", type=int, default=20_000, help="jobs per drain (%(default)s)")
+    parser.add_argument("--threads", type=int, default=8, help="threads per process (%(default)s)")
+    parser.add_argument("--sleep-rows", type=int, default=5_000,
+                        help="jobs of the 10 ms sleep drains (%(default)s)")
+    parser.add_argument("--max-seconds", type=float, default=12,
+                        help="longest measuring window per drain, s (%(default)s)")
+    parser.add_argument("--backends", default="mariadb,postgresql,sqlite",
+                        help="comma-separated (%(default)s)")
+    parser.add_argument("--prefetch", type=int, default=None,
+                        help="cronjobs worker --prefetch (default: the CLI's default)")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the scenario from the command line."""
+    return report.scenario_main("throughput", __doc__, run, add_args, argv)
 
 
 if __name__ == "__main__":

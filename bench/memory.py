@@ -1,0 +1,156 @@
+"""Memory: RSS and PSS of the whole process tree of a worker with 8 slots, idle and after
+`--jobs` no-op jobs, against bare Dramatiq 1x8 and Celery prefork 8 (same run, same Redis).
+
+Idle: after one warm-up job and `--settle` seconds. After: jobs are fed (at most 3,000
+waiting) until `--jobs` have run or `--max-seconds` have passed; the note gives how many
+ran. PSS shares each page among the processes mapping it, so the sum over the tree is
+what the worker really costs; RSS counts shared pages once per process.
+
+Targets: cronjobs PSS <= Celery prefork 8's, idle and after; growth <= 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import redis
+
+from . import celery_app, procs, report, stores
+from .stores import REDIS
+
+
+def _feed(total: int, cap: float, waiting, add, done, running: procs.Procs) -> int:  # noqa: ANN001
+    """Add jobs (`add(k)`) while fewer than 3,000 wait, until `done() >= total` or `cap` s."""
+    sent, end = 0, time.monotonic() + cap
+    while time.monotonic() < end and done() < total:
+        running.check()
+        if sent < total and waiting() < 3000:
+            k = min(1000, total - sent)
+            add(k)
+            sent += k
+        else:
+            time.sleep(0.05)
+    return done()
+
+
+def measure_cronjobs(total: int, cap: float, settle: float, slots: int = 8) -> tuple[dict, dict, int]:
+    """(idle, after, jobs run) for `cronjobs worker --threads 8` on MariaDB + Redis."""
+    from cronjobs.app import use
+
+    with stores.database("mariadb") as url, stores.redis_namespace() as ns:
+        app = stores.make_app(url, ns)
+        with procs.cronjobs_worker(stores.worker_env(url, ns), slots, 1) as running:
+            stores.dispatch_rows(app, 1)
+            procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), 1, running,
+                           max_seconds=0)
+            time.sleep(settle)
+            idle = procs.tree_memory([running[0].pid])
+            ran = _feed(total, cap, lambda: stores.count_rows(app.engine, "pending"),
+                        lambda k: stores.dispatch_rows(app, k),
+                        lambda: stores.count_rows(app.engine, "completed") - 1, running)
+            after = procs.tree_memory([running[0].pid])
+        app.close()
+        use(None)
+    return idle, after, ran
+
+
+def measure_dramatiq(total: int, cap: float, settle: float, slots: int = 8) -> tuple[dict, dict, int]:
+    """(idle, after, jobs run) for bare Dramatiq 1x8."""
+    from dramatiq.brokers.redis import RedisBroker
+
+    from .bare_dramatiq import declare
+
+    with stores.redis_namespace() as ns:
+        broker = RedisBroker(url=REDIS, namespace=ns, middleware=[])
+        send = declare(broker)["noop"].send
+        client = redis.Redis.from_url(REDIS)
+        sent = [0]
+
+        def add(k: int) -> None:
+            for i in range(k):
+                send(i)
+            sent[0] += k
+
+        with procs.bare_dramatiq(ns, slots, 1) as running:
+            add(1)
+            procs.wait_for(lambda: sent[0] - client.hlen(f"{ns}:default.msgs"), 1, running,
+                           max_seconds=0)
+            time.sleep(settle)
+            idle = procs.tree_memory([running[0].pid])
+            ran = _feed(total, cap, lambda: client.hlen(f"{ns}:default.msgs"), add,
+                        lambda: sent[0] - client.hlen(f"{ns}:default.msgs") - 1, running)
+            after = procs.tree_memory([running[0].pid])
+        client.close()
+        broker.close()
+    return idle, after, ran
+
+
+def measure_celery(total: int, cap: float, settle: float, slots: int = 8) -> tuple[dict, dict, int]:
+    """(idle, after, jobs run) for Celery prefork 8."""
+    with stores.redis_namespace() as ns:
+        client = redis.Redis.from_url(REDIS)
+        queue, unacked = celery_app.queue_keys(ns)
+        sent = [0]
+
+        def add(k: int) -> None:
+            celery_app.push(ns, k)
+            sent[0] += k
+
+        def waiting() -> int:
+            return client.llen(queue) + client.hlen(unacked)
+
+        with procs.celery_worker(ns, slots) as running:
+            add(1)
+            procs.wait_for(lambda: sent[0] - waiting(), 1, running, max_seconds=0)
+            time.sleep(settle)
+            idle = procs.tree_memory([running[0].pid])
+            ran = _feed(total, cap, waiting, add, lambda: sent[0] - waiting() - 1, running)
+            after = procs.tree_memory([running[0].pid])
+        client.close()
+    return idle, after, ran
+
+
+def run(args: argparse.Namespace, results: report.Results) -> None:
+    """Measure the three workers and add the figures."""
+    total = 200 if args.quick else args.jobs
+    cap = 2 if args.quick else args.max_seconds
+    settle = 0.5 if args.quick else args.settle
+    n = 2 if args.quick else 8  # slots
+    results.params = {"jobs": total, "max_seconds": cap, "settle_s": settle, "slots": n,
+                      "cronjobs": f"1x{n}", "dramatiq": f"1x{n}", "celery": f"prefork {n}"}
+    celery = measure_celery(total, cap, settle, n)
+    bare = measure_dramatiq(total, cap, settle, n)
+    ours = measure_cronjobs(total, cap, settle, n)
+    for i, when in ((0, "idle"), (1, "after jobs")):
+        note = (f"{ours[i]['processes']} processes, RSS {ours[i]['rss_mb']:g} MB; celery "
+                f"{celery[i]['processes']} processes, RSS {celery[i]['rss_mb']:g} MB")
+        if i:
+            note += f"; jobs run: cronjobs {ours[2]}, celery {celery[2]}, dramatiq {bare[2]}"
+        results.add(f"worker PSS {n} slots, {when}", ours[i]["pss_mb"], "MB",
+                    baseline=celery[i]["pss_mb"], baseline_name=f"celery prefork {n}",
+                    target=("<=", 1.0, "ratio"), note=note)
+        results.add(f"worker PSS {n} slots, {when}", ours[i]["pss_mb"], "MB",
+                    baseline=bare[i]["pss_mb"], baseline_name=f"bare dramatiq 1x{n}",
+                    note=f"dramatiq RSS {bare[i]['rss_mb']:g} MB")
+    growth = (ours[1]["pss_mb"] / ours[0]["pss_mb"] - 1) * 100
+    results.add(f"PSS growth over {ours[2]} jobs", growth, "%", target=("<=", 10, "value"),
+                note=f"celery {(celery[1]['pss_mb'] / celery[0]['pss_mb'] - 1) * 100:.1f} % over "
+                     f"{celery[2]} jobs")
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    """Options of this scenario."""
+    parser.add_argument("--jobs", type=int, default=50_000, help="jobs to run (%(default)s)")
+    parser.add_argument("--max-seconds", type=float, default=20,
+                        help="longest feeding time per worker, s (%(default)s)")
+    parser.add_argument("--settle", type=float, default=3, help="idle wait before measuring, s")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the scenario from the command line."""
+    return report.scenario_main("memory", __doc__, run, add_args, argv)
+
+
+if __name__ == "__main__":
+    main()
