@@ -66,14 +66,17 @@ class JobContext:
         return dispatch(job_type, payload, app=self.app, **options)
 
 
-def call_handler(app: "App", job: Job) -> Outcome:
-    """Build the handler of `job` and call `handle()`; any exception becomes an Outcome."""
+def call_handler(app: "App", job: Job, reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+    """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
+    except those of the types in `reraise` (the job process's MAX_RUNTIME alarm)."""
     cls = app.resolve(job.type)
     if cls is None:
         return no_handler(job.type)
     try:
         handler = cls(JobContext(app, job))
         return from_return(handler.handle(job.payload, job), handler)
+    except reraise:
+        raise
     except BaseException as exc:  # even SystemExit: the handler's failure is the row's business
         outcome = from_exception(exc)
         if outcome.kind != "retry_later":

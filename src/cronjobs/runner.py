@@ -1,26 +1,29 @@
-"""Hard MAX_RUNTIME: every worker thread runs its job in a child process of its own.
+"""Hard MAX_RUNTIME at a low price: jobs run in a pool of job processes forked from a
+preloaded fork server.
 
 Dramatiq's TimeLimit only interrupts Python bytecode, so a handler blocked in a system
-call (`time.sleep`, a socket read without timeout, a C loop) would never stop. Here the
-worker thread claims the row, sends the `Job` to its child process over a pipe and waits
-at most MAX_RUNTIME seconds for the outcome. When the time is up the child is killed
-(SIGKILL, which always works) and replaced, and the row is retried or failed with
-`timeout after N s`. The thread itself never blocks in handler code, so the worker keeps
-serving other jobs and can always shut down.
+call or a C loop would never stop in a worker thread. Here a worker thread claims the row,
+sends the `Job` to an idle job process over a pipe and waits at most MAX_RUNTIME plus a
+short grace for the outcome:
 
-Children ignore SIGINT/SIGTERM (the worker decides when they stop) and die with their
-parent (PR_SET_PDEATHSIG), so a `kill -9` of the worker leaves no orphan running a job.
+- at MAX_RUNTIME the job process's own alarm (SIGALRM) interrupts the handler, even in a
+  blocked system call; it reports `timeout after N s` and exits (`cronjobs.jobprocess`);
+- if no outcome comes `KILL_GRACE_SECONDS` later (a C loop that signals cannot reach), the
+  worker kills the process with SIGKILL, which always works.
+
+Either way the row is retried or failed with `timeout after N s`, the process is replaced,
+and no second copy of the job can start while the first lives (the kill comes first; the
+retry is due minutes later). Job processes are forked by multiprocessing's fork server,
+which imported the engine and the built-in handlers once (`set_forkserver_preload`), so
+their memory pages are shared and a new one starts in milliseconds. The fork server is a
+single-threaded process: forking it is safe, unlike forking a threaded worker.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
-import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection
 
 from .config import Settings
 from .handler import Job
@@ -28,43 +31,20 @@ from .outcome import Outcome
 
 log = logging.getLogger("cronjobs.worker")
 
-_CTX = multiprocessing.get_context("spawn")  # no fork of a threaded process
-_READY = "ready"
-START_TIMEOUT_SECONDS = 120
+_CTX = multiprocessing.get_context("forkserver")
+_CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.jobprocess"])
+START_TIMEOUT_SECONDS = 60
+KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the loop
-        pass
+def _child_main(conn, settings: Settings) -> None:  # noqa: ANN001
+    from .jobprocess import serve
 
-
-def _child_main(conn: Connection, settings: Settings) -> None:
-    """Child loop: receive a Job, run its handler, send back the Outcome; None ends it."""
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from . import logs
-    from .app import App
-    from .executor import call_handler
-
-    logs.setup(settings.log_level)
-    app = App(settings)
-    app.handlers  # noqa: B018  (load the registry before the first job, not during it)
-    conn.send(_READY)
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        conn.send(call_handler(app, job))
+    serve(conn, settings)
 
 
 class _Child:
-    """One child process and our end of its pipe."""
+    """One job process and our end of its pipe."""
 
     def __init__(self, settings: Settings) -> None:
         self.conn, child_end = _CTX.Pipe()
@@ -74,9 +54,11 @@ class _Child:
         child_end.close()
 
     def wait_ready(self) -> "_Child":
-        """Block until the child has imported everything and says it is ready."""
+        """Block until the process has loaded the handlers and says it is ready."""
+        from .jobprocess import READY
+
         try:
-            ready = self.conn.poll(START_TIMEOUT_SECONDS) and self.conn.recv() == _READY
+            ready = self.conn.poll(START_TIMEOUT_SECONDS) and self.conn.recv() == READY
         except (EOFError, OSError):
             ready = False
         if not ready:
@@ -84,7 +66,13 @@ class _Child:
             raise RuntimeError(f"job process did not start (exit code {self.process.exitcode})")
         return self
 
+    def end(self) -> None:
+        """Wait for a process that said it ends (after a timeout); kill it if it lingers."""
+        self.process.join(5)
+        self.kill()
+
     def kill(self) -> None:
+        """SIGKILL the process (if alive), reap it, close the pipe."""
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
@@ -92,11 +80,12 @@ class _Child:
 
 
 class ChildRunner:
-    """Runs each job in a child process; kills it after the job's MAX_RUNTIME.
+    """Runs each job in a job process of a pool; stops it at the job's MAX_RUNTIME.
 
     Args:
-        settings: handed to the children, which build their own App from them.
-        size: children to start up front (one per worker thread).
+        settings: handed to the job processes, which build their own App from them.
+        size: job processes started up front (one per worker thread); the pool grows
+            on demand if more jobs run at once.
     """
 
     def __init__(self, settings: Settings, size: int) -> None:
@@ -105,37 +94,37 @@ class ChildRunner:
         self._busy: dict[int, _Child] = {}
         self._lock = threading.Lock()
         self._cutting_off = False
-        # PR_SET_PDEATHSIG fires when the *thread* that started a child ends, so every
-        # child is started by this one long-lived thread.
-        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cronjobs-spawner")
-        starting = [self._spawn() for _ in range(size)]
+        starting = [_Child(settings) for _ in range(size)]
         self._idle = [child.wait_ready() for child in starting]
-
-    def _spawn(self) -> _Child:
-        return self._spawner.submit(_Child, self.settings).result()
 
     def _take(self) -> _Child:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return self._spawn().wait_ready()
+        return _Child(self.settings).wait_ready()
 
     def run(self, job: Job, max_runtime_seconds: float) -> Outcome:
-        """Run `job` in a child; the Outcome, or `failed` with a timeout error."""
+        """Run `job` in a job process; its Outcome, or `failed` with a timeout error."""
+        from .jobprocess import timeout_outcome
+
         child = self._take()
         with self._lock:
             self._busy[job.id] = child
         try:
-            child.conn.send(job)
-            if child.conn.poll(max_runtime_seconds):
-                outcome = child.conn.recv()  # EOFError if the child died
-                with self._lock:
-                    self._idle.append(child)
+            child.conn.send((job, max_runtime_seconds))
+            if child.conn.poll(max_runtime_seconds + KILL_GRACE_SECONDS):
+                outcome, keep_going = child.conn.recv()  # EOFError if the process died
+                if keep_going:
+                    with self._lock:
+                        self._idle.append(child)
+                else:
+                    child.end()
+                    log.warning("job %s: %s", job.id, outcome.error, extra={"trace_id": job.id})
                 return outcome
             child.kill()
-            error = f"timeout after {max_runtime_seconds:g} s (MAX_RUNTIME); job process killed"
-            log.warning("job %s: %s", job.id, error, extra={"trace_id": job.id})
-            return Outcome("failed", error=error, log=error)
+            outcome = timeout_outcome(max_runtime_seconds, "job process killed")
+            log.warning("job %s: %s", job.id, outcome.error, extra={"trace_id": job.id})
+            return outcome
         except (EOFError, OSError) as exc:
             child.kill()
             if self._cutting_off:
@@ -147,7 +136,7 @@ class ChildRunner:
                 self._busy.pop(job.id, None)
 
     def cut_off(self) -> list[int]:
-        """Kill the children of every running job (shutdown timeout reached); returns
+        """Kill the processes of every running job (shutdown timeout reached); returns
         their job ids. Their `run()` calls return a `cut_off` outcome."""
         self._cutting_off = True
         with self._lock:
@@ -157,7 +146,7 @@ class ChildRunner:
         return list(busy)
 
     def close(self) -> None:
-        """Stop every idle child (busy ones are ended by `cut_off`)."""
+        """Stop every idle job process (busy ones are ended by `cut_off`)."""
         with self._lock:
             idle, self._idle = self._idle, []
         for child in idle:
@@ -165,6 +154,6 @@ class ChildRunner:
                 child.conn.send(None)
             except OSError:
                 pass
+        for child in idle:
             child.process.join(2)
             child.kill()
-        self._spawner.shutdown(wait=False)
