@@ -1,10 +1,9 @@
-"""Hard MAX_RUNTIME at a low price: jobs run in a pool of job processes forked from a
-preloaded fork server.
+"""Job processes: forked from a preloaded fork server, one job at a time, hard MAX_RUNTIME.
 
 Dramatiq's TimeLimit only interrupts Python bytecode, so a handler blocked in a system
-call or a C loop would never stop in a worker thread. Here a worker thread claims the row,
-sends the `Job` to an idle job process over a pipe and waits at most MAX_RUNTIME plus a
-short grace for the outcome:
+call or a C loop would never stop in a worker thread. Here the worker sends the `Job` to
+an idle job process over a pipe and waits at most MAX_RUNTIME plus a short grace for the
+outcome:
 
 - at MAX_RUNTIME the job process's own alarm (SIGALRM) interrupts the handler, even in a
   blocked system call; it reports `timeout after N s` and exits (`cronjobs.jobprocess`);
@@ -21,15 +20,12 @@ single-threaded process: forking it is safe, unlike forking a threaded worker.
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
-import threading
+import time
+from typing import Any
 
 from .config import Settings
 from .handler import Job
-from .outcome import Outcome
-
-log = logging.getLogger("cronjobs.worker")
 
 _CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.jobprocess"])
@@ -43,8 +39,16 @@ def _child_main(conn, settings: Settings) -> None:  # noqa: ANN001
     serve(conn, settings)
 
 
-class _Child:
-    """One job process and our end of its pipe."""
+class JobProcess:
+    """One job process and the worker's end of its pipe.
+
+    `conn` becomes readable when the process is ready (after start-up) and when a job's
+    outcome is there; `read()` returns what came. States: `starting`, `idle`, `busy`.
+
+    Args:
+        settings: handed to the process, which builds its own App from them (or uses the
+            fork server's, when they are the same).
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.conn, child_end = _CTX.Pipe()
@@ -52,19 +56,26 @@ class _Child:
                                     name="cronjobs-job", daemon=True)
         self.process.start()
         child_end.close()
+        self.state = "starting"
+        self.started_at = time.monotonic()
+        self.job: Job | None = None
+        self.deadline = self.started_at + START_TIMEOUT_SECONDS
 
-    def wait_ready(self) -> "_Child":
-        """Block until the process has loaded the handlers and says it is ready."""
-        from .jobprocess import READY
+    def start(self, job: Job, max_runtime_seconds: float) -> None:
+        """Send `job`; its outcome is due within MAX_RUNTIME + `KILL_GRACE_SECONDS`."""
+        self.job, self.state = job, "busy"
+        self.max_runtime = max_runtime_seconds
+        self.started_at = time.monotonic()
+        self.deadline = self.started_at + max_runtime_seconds + KILL_GRACE_SECONDS
+        self.conn.send((job, max_runtime_seconds))
 
-        try:
-            ready = self.conn.poll(START_TIMEOUT_SECONDS) and self.conn.recv() == READY
-        except (EOFError, OSError):
-            ready = False
-        if not ready:
-            self.kill()
-            raise RuntimeError(f"job process did not start (exit code {self.process.exitcode})")
-        return self
+    def read(self) -> Any:
+        """What the process sent: `READY`, or `(outcome, keep_going)`.
+
+        Raises:
+            EOFError, OSError: the process died (or was killed).
+        """
+        return self.conn.recv()
 
     def end(self) -> None:
         """Wait for a process that said it ends (after a timeout); kill it if it lingers."""
@@ -78,82 +89,9 @@ class _Child:
         self.process.join(5)
         self.conn.close()
 
-
-class ChildRunner:
-    """Runs each job in a job process of a pool; stops it at the job's MAX_RUNTIME.
-
-    Args:
-        settings: handed to the job processes, which build their own App from them.
-        size: job processes started up front (one per worker thread); the pool grows
-            on demand if more jobs run at once.
-    """
-
-    def __init__(self, settings: Settings, size: int) -> None:
-        self.settings = settings
-        self._idle: list[_Child] = []
-        self._busy: dict[int, _Child] = {}
-        self._lock = threading.Lock()
-        self._cutting_off = False
-        starting = [_Child(settings) for _ in range(size)]
-        self._idle = [child.wait_ready() for child in starting]
-
-    def _take(self) -> _Child:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return _Child(self.settings).wait_ready()
-
-    def run(self, job: Job, max_runtime_seconds: float) -> Outcome:
-        """Run `job` in a job process; its Outcome, or `failed` with a timeout error."""
-        from .jobprocess import timeout_outcome
-
-        child = self._take()
-        with self._lock:
-            self._busy[job.id] = child
+    def stop(self) -> None:
+        """Ask an idle process to end (it finishes nothing: it has no job)."""
         try:
-            child.conn.send((job, max_runtime_seconds))
-            if child.conn.poll(max_runtime_seconds + KILL_GRACE_SECONDS):
-                outcome, keep_going = child.conn.recv()  # EOFError if the process died
-                if keep_going:
-                    with self._lock:
-                        self._idle.append(child)
-                else:
-                    child.end()
-                    log.warning("job %s: %s", job.id, outcome.error, extra={"trace_id": job.id})
-                return outcome
-            child.kill()
-            outcome = timeout_outcome(max_runtime_seconds, "job process killed")
-            log.warning("job %s: %s", job.id, outcome.error, extra={"trace_id": job.id})
-            return outcome
-        except (EOFError, OSError) as exc:
-            child.kill()
-            if self._cutting_off:
-                return Outcome("cut_off", log="cut off by worker shutdown; attempt not used")
-            error = f"job process died (exit code {child.process.exitcode}): {exc or type(exc).__name__}"
-            return Outcome("failed", error=error, log=error)
-        finally:
-            with self._lock:
-                self._busy.pop(job.id, None)
-
-    def cut_off(self) -> list[int]:
-        """Kill the processes of every running job (shutdown timeout reached); returns
-        their job ids. Their `run()` calls return a `cut_off` outcome."""
-        self._cutting_off = True
-        with self._lock:
-            busy = dict(self._busy)
-        for child in busy.values():
-            child.process.kill()
-        return list(busy)
-
-    def close(self) -> None:
-        """Stop every idle job process (busy ones are ended by `cut_off`)."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for child in idle:
-            try:
-                child.conn.send(None)
-            except OSError:
-                pass
-        for child in idle:
-            child.process.join(2)
-            child.kill()
+            self.conn.send(None)
+        except OSError:
+            pass
