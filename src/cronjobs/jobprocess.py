@@ -106,7 +106,10 @@ def serve(conn: Connection, settings: Settings) -> None:
     logs.setup(settings.log_level)
     if _PRELOADED is not None and _PRELOADED.settings == settings:
         app = _PRELOADED  # shared with the fork server: no private copy of the registry
-    else:
+    else:  # other settings (a worker started from code): the fork server's registry is not ours
+        import registry
+
+        registry.reset()
         app = App(settings)
         app.handlers  # noqa: B018  (load the registry before the first job, not during it)
     conn.send(READY)

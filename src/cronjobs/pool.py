@@ -27,7 +27,6 @@ import os
 import queue as queues
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING
 
@@ -68,9 +67,9 @@ class SlotPool:
         self.claims = 0  # claim statements (for tests and benchmarks)
         self.commits = 0  # transactions that wrote outcomes and/or claimed
         self._procs: list[JobProcess] = []
-        self._threads: ThreadPoolExecutor | None = None
         self._thread_jobs: dict[int, tuple[float, float, Job]] = {}  # id -> (start, limit, job)
         self._thread_outcomes: queues.SimpleQueue = queues.SimpleQueue()
+        self._abandoned: set[int] = set()  # thread jobs given up at MAX_RUNTIME (loop only)
         self._plans: list[Finish] = []  # outcomes not written yet
         self._plans_since = 0.0
         self._lock = threading.Lock()  # guards _rung and _thread_jobs
@@ -113,13 +112,25 @@ class SlotPool:
             ids = list(self._thread_jobs)
         return ids + [p.job.id for p in self._procs if p.state == "busy" and p.job is not None]
 
-    def overdue_thread_jobs(self, grace_seconds: float) -> list[Job]:
-        """Jobs of `ISOLATION = "thread"` handlers running past MAX_RUNTIME + grace: no
-        signal can stop a thread, so the worker recycles (they end with the process)."""
+    def abandon_overdue(self, grace_seconds: float) -> list[Job]:
+        """Give up the jobs of `ISOLATION = "thread"` handlers running past MAX_RUNTIME +
+        grace: no signal can stop a thread, so their rows get a timeout outcome now
+        (retried after backoff, or failed) and the caller recycles the worker, so the
+        threads end with the process. Returns those jobs."""
+        from .jobprocess import timeout_outcome
+
         now = time.monotonic()
         with self._lock:
-            return [job for started, limit, job in self._thread_jobs.values()
-                    if now - started > limit + grace_seconds]
+            overdue = [(job, started, limit) for started, limit, job in self._thread_jobs.values()
+                       if now - started > limit + grace_seconds]
+            for job, _, _ in overdue:
+                del self._thread_jobs[job.id]
+        for job, started, limit in overdue:
+            outcome = timeout_outcome(limit, "thread job abandoned, worker recycling")
+            self._thread_outcomes.put((job, outcome, (now - started) * 1000, True))
+        if overdue:
+            self._wake()
+        return [job for job, _, _ in overdue]
 
     def stop(self) -> None:
         """Claim nothing more; the loop ends once every running job has ended."""
@@ -279,9 +290,10 @@ class SlotPool:
         if not self.processes or self.executor.in_thread(job):
             with self._lock:
                 self._thread_jobs[job.id] = (time.monotonic(), max_runtime, job)
-            if self._threads is None:
-                self._threads = ThreadPoolExecutor(self.slots, thread_name_prefix="cronjobs-job")
-            self._threads.submit(self._run_in_thread, job)
+            # A daemon thread per job: one abandoned at MAX_RUNTIME must not keep the
+            # process from exiting (a pool's threads are joined at exit).
+            threading.Thread(target=self._run_in_thread, args=(job,), daemon=True,
+                             name=f"cronjobs-job-{job.id}").start()
             return
         proc = next(p for p in self._procs if p.state == "idle")
         try:
@@ -293,15 +305,20 @@ class SlotPool:
     def _run_in_thread(self, job: Job) -> None:
         started = time.monotonic()
         outcome = call_handler(self.app, job)
-        self._thread_outcomes.put((job, outcome, (time.monotonic() - started) * 1000))
+        self._thread_outcomes.put((job, outcome, (time.monotonic() - started) * 1000, False))
         self._wake()
 
     def _collect_thread_outcomes(self) -> None:
         while True:
             try:
-                job, outcome, duration_ms = self._thread_outcomes.get_nowait()
+                job, outcome, duration_ms, abandoned = self._thread_outcomes.get_nowait()
             except queues.Empty:
                 return
+            if abandoned:
+                self._abandoned.add(job.id)
+            elif job.id in self._abandoned:  # it came back after all: its row moved on
+                self._abandoned.discard(job.id)
+                continue
             with self._lock:
                 self._thread_jobs.pop(job.id, None)
             self._add_plan(job, outcome, duration_ms)
@@ -407,8 +424,6 @@ class SlotPool:
             proc.process.join(2)
             proc.kill()
         self._procs = []
-        if self._threads is not None:
-            self._threads.shutdown(wait=False)
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

@@ -28,6 +28,7 @@ from . import heartbeat
 from .app import App
 from .housekeeping import Housekeeper
 from .pool import SlotPool
+from .runner import KILL_GRACE_SECONDS
 from .sweep import sweep
 
 log = logging.getLogger("cronjobs.worker")
@@ -96,6 +97,8 @@ class WorkerProcess:
         app.size_pool(threads + 3)
         self.executor = app.executor
         self.executor.isolation = isolation
+        self.executor.accepting = True  # the App's executor may have served a stopped worker
+        self.executor.stopped.clear()
         self._started = time.monotonic()
         self.recycle = threading.Event()
         self.recycle_reason: str | None = None
@@ -165,9 +168,10 @@ class WorkerProcess:
             used = self.memory_mb()
             if used >= limits.memory_mb:
                 self._recycle(f"memory-limit {limits.memory_mb:g} MB reached ({used:.0f} MB)")
-        for job in self.pool.overdue_thread_jobs(self.app.settings.lease_grace_seconds / 2):
+        for job in self.pool.abandon_overdue(KILL_GRACE_SECONDS):
             log.error("job %s (%s, ISOLATION thread) ran past its MAX_RUNTIME and cannot be "
-                      "stopped in its thread", job.id, job.type, extra={"trace_id": job.id})
+                      "stopped in its thread: timeout recorded, the worker recycles so that it "
+                      "ends with the process", job.id, job.type, extra={"trace_id": job.id})
             self._recycle(f"thread job {job.id} past MAX_RUNTIME")
 
     def memory_mb(self) -> float:
