@@ -63,6 +63,9 @@ def register(type: str, handler_class: type, source: str = "register()") -> None
                 or (name == "MAX_RUNTIME" and value == 0):
             raise HandlerError(f"{_name(handler_class)}: {name} must be "
                                f"{'an integer >= 1' if low else 'a number of seconds > 0'}, got {value!r}")
+    if getattr(handler_class, "ISOLATION", "process") not in ("process", "thread"):
+        raise HandlerError(f"{_name(handler_class)}: ISOLATION must be 'process' or 'thread', "
+                           f"got {handler_class.ISOLATION!r}")
     if handler_class.handle is CronJobHandler.handle:
         raise HandlerError(f"{_name(handler_class)} does not implement handle(payload, job)")
     if handler_class.FREQUENCY is not None:

@@ -112,9 +112,9 @@ def make_app(db_url: str, namespace: str):
     made: list[App] = []
 
     def factory(clock=None, broker_url: str = "memory://", **overrides) -> App:  # noqa: ANN001
+        overrides.setdefault("handler_paths", (SAMPLE_HANDLERS,))
         settings = Settings(database_url=db_url, broker_url=broker_url,
-                            broker_namespace=namespace, handler_paths=(SAMPLE_HANDLERS,),
-                            **overrides)
+                            broker_namespace=namespace, **overrides)
         registry.reset()
         registry.load(settings)
         app = App(settings, clock=clock, handlers=registry)

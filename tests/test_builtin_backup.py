@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import subprocess
 import uuid
 from datetime import datetime, timedelta

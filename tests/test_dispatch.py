@@ -95,7 +95,14 @@ def test_dispatch_many_keeps_input_order(make_app):
     assert len(ids) == 50 and len(set(ids)) == 50
     for n, job_id in enumerate(ids):
         assert queue.get(job_id)["payload"] == f'{{"n": {n}, "shape": "true"}}'
-    assert sent == ids
+    # Messages ring queues (a worker claims the best rows for all its idle slots): a
+    # batch sends at most 16 per queue for rows due now, and one per row due later.
+    assert sent == ids[:16]
+    sent.clear()
+    later = datetime(2030, 1, 1)
+    more = queue.dispatch_many([{"type": "test.shape.execute", "queue": "other"}] * 20
+                               + [{"type": "test.shape.execute", "scheduled_at": later}] * 3)
+    assert sent == more[:16] + more[20:]
 
 
 def test_dispatch_many_with_keys_reuses_existing(make_app):

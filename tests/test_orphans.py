@@ -10,7 +10,7 @@ puts the row back without using an attempt, with a growing delay, and fails it o
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 

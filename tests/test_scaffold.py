@@ -61,7 +61,7 @@ def test_refuses_to_overwrite_and_writes_nothing(tmp_path):
     mine.write_text("# my own test\n")
     out = run_cli(["new-handler", "acme.quota_sync", "--discover"], env, cwd=tmp_path)
     assert out.returncode == 2
-    assert out.stderr == f"error: refusing to overwrite handlers/test_acme_quota_sync.py\n"
+    assert out.stderr == "error: refusing to overwrite handlers/test_acme_quota_sync.py\n"
     assert [p.name for p in (tmp_path / "handlers").iterdir()] == ["test_acme_quota_sync.py"]
     assert mine.read_text() == "# my own test\n"
 

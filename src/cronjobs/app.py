@@ -44,6 +44,7 @@ class App:
         self._executor = None
         self._lock = threading.Lock()
         self.on_send: Callable[[int, str, float], None] | None = None
+        self.pool = None  # the worker's SlotPool: messages then only ring it
 
     # -- handlers -------------------------------------------------------------------
     @property
@@ -103,7 +104,9 @@ class App:
                         job_id, queue, exc)
 
     def handle_message(self, queue: str, job_id: int) -> None:
-        """Actor body: claim the best due row of `queue` and run it.
+        """Actor body. In a worker (`self.pool` set) the message is a doorbell: it rings
+        the pool, whose producer claims the best due rows of `queue` for its idle slots.
+        Without a pool (an in-process consumer in tests), claim the best due row and run it.
 
         A worker that is stopping or recycling does not claim; it puts the message back
         on the broker for another worker. While the database is unreachable the claim is
@@ -114,6 +117,9 @@ class App:
         if not executor.accepting:
             self.send(job_id, queue)
             return
+        if self.pool is not None:
+            self.pool.ring(queue)
+            return
         try:
             row = retry_while_unavailable(lambda: executor.claim(queue),
                                           f"claiming a job of queue {queue}",
@@ -123,6 +129,15 @@ class App:
             return
         if row is not None:
             executor.run_claimed(row)
+
+    def size_pool(self, connections: int) -> None:
+        """Give the engine a connection pool of `connections` (the worker: one per slot
+        thread plus its own threads), so no connection is opened and closed per job.
+        Replaces the engine; call before it is used."""
+        if ":memory:" in self.settings.database_url:
+            return
+        self.engine.dispose()
+        self.engine = make_engine(self.settings.database_url, pool_size=connections)
 
     def close(self) -> None:
         """Close the broker and dispose of the engine."""

@@ -66,14 +66,17 @@ class JobContext:
         return dispatch(job_type, payload, app=self.app, **options)
 
 
-def call_handler(app: "App", job: Job) -> Outcome:
-    """Build the handler of `job` and call `handle()`; any exception becomes an Outcome."""
+def call_handler(app: "App", job: Job, reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+    """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
+    except those of the types in `reraise` (the job process's MAX_RUNTIME alarm)."""
     cls = app.resolve(job.type)
     if cls is None:
         return no_handler(job.type)
     try:
         handler = cls(JobContext(app, job))
         return from_return(handler.handle(job.payload, job), handler)
+    except reraise:
+        raise
     except BaseException as exc:  # even SystemExit: the handler's failure is the row's business
         outcome = from_exception(exc)
         if outcome.kind != "retry_later":
@@ -82,23 +85,46 @@ def call_handler(app: "App", job: Job) -> Outcome:
         return outcome
 
 
-class InlineRunner:
-    """Runs handlers in the calling thread: no hard MAX_RUNTIME stop. Used by `process()`,
-    `cronjobs run` and tests; the worker uses `cronjobs.runner.ChildRunner`."""
+@dataclass
+class Finish:
+    """The planned end of one run: the row's next state and the values to write.
 
-    def __init__(self, app: "App") -> None:
-        self.app = app
+    Attributes:
+        job: the run (attempt `job.attempts`).
+        outcome: what the handler did.
+        status: the planned status (`completed`, `failed`, `pending`, `cancelled`).
+        delay_seconds: for `pending`, seconds until the row is due again.
+        values: the columns to write, texts within their limits.
+        duration_ms: how long the handler ran, milliseconds.
+        now: the clock's time of the plan (naive UTC).
+    """
 
-    def run(self, job: Job, max_runtime_seconds: float) -> Outcome:
-        """Call the handler of `job` here and return its outcome."""
-        return call_handler(self.app, job)
+    job: Job
+    outcome: Outcome
+    status: str
+    delay_seconds: float
+    values: dict
+    duration_ms: float
+    now: datetime
 
-    def close(self) -> None:
-        """Nothing to release."""
+    def write(self, conn) -> str:  # noqa: ANN001
+        """Write the plan in the caller's transaction; returns the final status
+        (`deleted` for a cancelled childless row, `lost` when the lease was taken away)."""
+        job, final = self.job, self.status
+        if final == "cancelled" and store.delete_job(conn, job.id, job.attempts):
+            final = "deleted"
+        elif not store.finish_job(conn, job.id, job.attempts, self.values):
+            return "lost"
+        if "slot" in job.payload or job.payload.get("manual"):  # a task run
+            store.update_task_status(conn, job.id, final, self.now)
+        return final
 
 
 class Executor:
-    """Claims and runs rows for one worker process.
+    """Runs rows: claims, calls handlers, writes outcomes. Used as is by `process()`,
+    `cronjobs run` and `cronjobs.testing.drain` (handlers run in the calling thread); the
+    worker's `pool.SlotPool` uses its pieces (`prepare`, `plan`, `done`) and runs the
+    handlers in job processes.
 
     Args:
         app: the running App (engine, clock, handlers, broker).
@@ -108,10 +134,10 @@ class Executor:
     def __init__(self, app: "App", worker_id: str | None = None) -> None:
         self.app = app
         self.worker_id = worker_id or default_worker_id()
-        self._running: dict[int, tuple[int, float]] = {}
+        self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
-        self.runner = InlineRunner(app)
+        self.isolation = "handler"  # or "process": every job in a job process
         self.accepting = True
         self.stopped = threading.Event()  # set when the worker stops: outage waits end
         self.on_job_done = None  # called after each finished job (recycling limits)
@@ -156,42 +182,46 @@ class Executor:
         return self.run_claimed(row)
 
     def run_claimed(self, row: dict) -> JobReport:
-        """Run a row this process has claimed (status `running`) and finish it."""
+        """Run a row this process has claimed (status `running`) here, and finish it."""
         job = Job.from_row(row)
-        log.info("job %s start type=%s attempt=%s/%s", job.id, job.type, job.attempts,
-                 job.max_attempts, extra={"trace_id": job.id})
+        log.debug("job %s start type=%s attempt=%s/%s", job.id, job.type, job.attempts,
+                  job.max_attempts, extra={"trace_id": job.id})
         started = time.monotonic()
-        outcome = self._call(job)
-        duration_ms = (time.monotonic() - started) * 1000
-        try:
-            status = self.finish(job, outcome, duration_ms)
-        except Exception as exc:  # an outcome we cannot store must still end the row
-            if classify(exc) == "unavailable":
-                raise  # the database stayed down: the lease expires, recover_stale takes it back
-            error = f"could not record the outcome ({type(exc).__name__}: {exc})"
-            log.warning("job %s: %.300s", job.id, error, extra={"trace_id": job.id})
-            status = self.finish(job, Outcome("fatal", error=error, log=error), duration_ms)
-        self.jobs_done += 1
-        log.info("job %s finish type=%s status=%s duration_ms=%.1f", job.id, job.type, status,
-                 duration_ms, extra={"trace_id": job.id})
-        if self.on_job_done is not None:
-            self.on_job_done()
-        return JobReport(job.id, job.type, status, duration_ms)
+        outcome = self.prepare(job)
+        if outcome is None:
+            self.track(job)
+            try:
+                outcome = call_handler(self.app, job)
+            finally:
+                self.untrack(job.id)
+        return self.finish(job, outcome, (time.monotonic() - started) * 1000)
 
-    def _call(self, job: Job) -> Outcome:
+    def prepare(self, job: Job) -> Outcome | None:
+        """The outcome of a run that needs no handler call (no handler registered, or a
+        destructive task switched off), else None."""
         cls = self.app.resolve(job.type)
         if cls is None:
             return no_handler(job.type)
         if cls.DESTRUCTIVE and not self._task_enabled(job.type):
             return Outcome("cancelled", result={"reason": "disabled"},
                            log="task is disabled (destructive handler): not run")
+        return None
+
+    def in_thread(self, job: Job) -> bool:
+        """True when `job` runs in a worker thread (its handler says ISOLATION "thread"
+        and the worker honours it), False for a job process."""
+        cls = self.app.resolve(job.type)
+        return cls is not None and cls.ISOLATION == "thread" and self.isolation == "handler"
+
+    def track(self, job: Job) -> None:
+        """Note that `job` runs now: its lease is renewed until `untrack`."""
         with self._lock:
             self._running[job.id] = (job.attempts, self.lease_seconds(job.type))
-        try:
-            return self.runner.run(job, float(cls.MAX_RUNTIME))
-        finally:
-            with self._lock:
-                self._running.pop(job.id, None)
+
+    def untrack(self, job_id: int) -> None:
+        """Stop renewing the lease of `job_id`."""
+        with self._lock:
+            self._running.pop(job_id, None)
 
     def _task_enabled(self, job_type: str) -> bool:
         """The kill switch of the type's task. A task the scheduler has not seen yet is
@@ -205,52 +235,77 @@ class Executor:
             return self.app.settings.task(task).enabled is True
         return bool(runtime["enabled"])
 
-    def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> str:
-        """Write `outcome` for the run `job` (attempt `job.attempts`); returns the status
-        (`deleted` for a cancelled childless row, `lost` when the lease was taken away).
-
-        A retry's message is sent after the commit, delayed until the row is due. While
-        the database is unreachable the write is retried (3 s, doubling to 60 s) for up
-        to 10 minutes; a statement the database refuses is not retried.
-
-        Raises:
-            ValueError: the result cannot be stored (too big, not JSON).
-            DatabaseUnavailable: the database stayed down for 10 minutes.
-            DatabaseRefused: the database refused the write.
-        """
+    def plan(self, job: Job, outcome: Outcome, duration_ms: float) -> Finish:
+        """Plan the end of run `job`: its next state (`outcome.next_state`) and the values
+        to write, with a line added to its bounded process log. An outcome that cannot be
+        stored (a result too big, not JSON) becomes a `fatal` one naming why."""
         now = self.app.clock.now()
         policy = Policy(self.app.settings.retry_backoff_cap_minutes,
                         self.app.settings.unknown_type_grace_seconds, self.worker_id)
-        move = next_state(job, outcome, now, policy)
+        try:
+            move = next_state(job, outcome, now, policy)
+        except ValueError as exc:
+            error = f"could not record the outcome (ValueError: {exc})"
+            log.warning("job %s: %.300s", job.id, error, extra={"trace_id": job.id})
+            outcome = Outcome("fatal", error=error, log=error)
+            move = next_state(job, outcome, now, policy)
         stamp = now.strftime("%Y-%m-%d %H:%M:%S")
         line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts} on "
                                f"{self.worker_id}: {move.status} in {duration_ms:.0f} ms - "
                                f"{outcome.log}") + "\n"
         values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
+        return Finish(job, outcome, move.status, move.delay_seconds, values, duration_ms, now)
 
-        def write(conn) -> str:  # noqa: ANN001
-            final = move.status
-            if move.status == "cancelled" and store.delete_job(conn, job.id, job.attempts):
-                final = "deleted"
-            elif not store.finish_job(conn, job.id, job.attempts, values):
-                log.warning("job %s: lease was lost before finishing; outcome %s dropped",
-                            job.id, move.status, extra={"trace_id": job.id})
-                return "lost"
-            if "slot" in job.payload or job.payload.get("manual"):  # a task run
-                store.update_task_status(conn, job.id, final, now)
-            return final
+    def refused(self, finish: Finish, exc: BaseException) -> Finish:
+        """The plan that replaces `finish` when the database refused to write it: `fatal`,
+        naming the error (written without the values the database refused)."""
+        error = f"could not record the outcome ({type(exc).__name__}: {exc})"
+        log.warning("job %s: %.300s", finish.job.id, error, extra={"trace_id": finish.job.id})
+        return self.plan(finish.job, Outcome("fatal", error=error, log=error), finish.duration_ms)
 
-        final = retry_while_unavailable(lambda: run_in_transaction(self.app.engine, write),
-                                        f"finishing job {job.id}")
-        if final == "pending":
-            self.app.send(job.id, job.queue, move.delay_seconds)
-        return final
+    def done(self, finish: Finish, final: str) -> JobReport:
+        """After the commit: count the job, log its line, send a retry's (delayed)
+        message, run the recycling check. Returns the report."""
+        job = finish.job
+        if final == "lost":
+            log.warning("job %s: lease was lost before finishing; outcome %s dropped",
+                        job.id, finish.status, extra={"trace_id": job.id})
+        elif final == "pending":
+            self.app.send(job.id, job.queue, finish.delay_seconds)
+        with self._lock:
+            self.jobs_done += 1
+        log.info("job %s finish type=%s status=%s duration_ms=%.1f attempt=%s/%s", job.id,
+                 job.type, final, finish.duration_ms, job.attempts, job.max_attempts,
+                 extra={"trace_id": job.id})
+        if self.on_job_done is not None:
+            self.on_job_done()
+        return JobReport(job.id, job.type, final, finish.duration_ms)
 
-    def cut_off(self) -> list[int]:
-        """Stop every running job now (shutdown timeout); returns their ids. Their rows
-        go back to `pending` without using an attempt."""
-        cut = getattr(self.runner, "cut_off", None)
-        return cut() if cut is not None and self.running_ids() else []
+    def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> JobReport:
+        """Write `outcome` for the run `job` in a transaction of its own and report it.
+
+        While the database is unreachable the write is retried (3 s, doubling to 60 s)
+        for up to 10 minutes; a write the database refuses is replaced by a `fatal` one.
+
+        Raises:
+            DatabaseUnavailable: the database stayed down for 10 minutes (the row stays
+                `running` until its lease expires and recover-stale takes it back).
+            DatabaseRefused: the database refused even the `fatal` write.
+        """
+        plan = self.plan(job, outcome, duration_ms)
+
+        def write(p: Finish) -> str:
+            return retry_while_unavailable(lambda: run_in_transaction(self.app.engine, p.write),
+                                           f"finishing job {job.id}")
+
+        try:
+            final = write(plan)
+        except Exception as exc:
+            if classify(exc) != "refused":
+                raise
+            plan = self.refused(plan, exc)
+            final = write(plan)
+        return self.done(plan, final)
 
     def renew_leases(self) -> int:
         """Extend the lease of every row this process is running; returns rows renewed."""

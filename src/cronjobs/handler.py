@@ -89,6 +89,12 @@ class CronJobHandler:
         MAX_ATTEMPTS: attempts before the row is `failed` (default 3).
         MAX_RUNTIME: seconds a run may take (default 120).
         QUEUE: broker queue name (default: the configured default queue).
+        ISOLATION: `"process"` (the default): in a worker the job runs in a job process
+            that is stopped at MAX_RUNTIME even when blocked in a system call or a C
+            loop. `"thread"`: the job runs in the worker's own thread (no hand-off, no
+            process), for handlers whose every call has a timeout; a thread cannot be
+            stopped, so a job past MAX_RUNTIME makes the worker recycle, and the job ends
+            with the process. `cronjobs worker --isolation process` ignores `"thread"`.
         DESTRUCTIVE: True for work that deletes records or sends data out: the task
             ships disabled, and while its switch is off every run of its types (scheduled,
             manual or dispatched) ends `cancelled` with reason `disabled` without calling
@@ -103,6 +109,7 @@ class CronJobHandler:
     MAX_RUNTIME: ClassVar[float] = 120
     QUEUE: ClassVar[str | None] = None
     DESTRUCTIVE: ClassVar[bool] = False
+    ISOLATION: ClassVar[str] = "process"
 
     error: str | None = None
     gateway_error: str | None = None

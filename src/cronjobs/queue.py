@@ -104,7 +104,9 @@ def submit(type: str, payload: dict | None = None, *, idempotency_key: str | Non
 
 def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
                   app: App | None = None) -> list[int]:
-    """Insert many rows in one round trip; return their ids in input order.
+    """Insert many rows in one round trip; return their ids in input order. The broker
+    gets at most 16 messages per queue for the rows that are due now (messages wake
+    workers; they claim rows, not message ids) and one per row scheduled for later.
 
     Args:
         jobs: dicts with the keyword arguments of `dispatch` (`type` required).
@@ -134,13 +136,34 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
 
     if session is not None:
         ids = insert(session.connection())
-        for job_id, values in zip(ids, rows):
+        for job_id, values in _doorbells(ids, rows):
             _send_after_commit(session, app, job_id, values)
         return ids
     ids = run_in_transaction(app.engine, insert)
-    for job_id, values in zip(ids, rows):
+    for job_id, values in _doorbells(ids, rows):
         _send(app, job_id, values)
     return ids
+
+
+DOORBELLS_PER_QUEUE = 16
+
+
+def _doorbells(ids: list[int], rows: list[dict]) -> list[tuple[int, dict]]:
+    """The messages a batch needs: a message rings its queue (a worker's producer then
+    claims rows for all its idle slots and goes on while batches come back full), so a
+    batch sends at most `DOORBELLS_PER_QUEUE` messages per queue — enough to wake that
+    many idle workers — and one per row that is due later (its own delay)."""
+    sent: dict[str, int] = {}
+    bells = []
+    for job_id, values in zip(ids, rows):
+        if values["scheduled_at"] is not None:
+            bells.append((job_id, values))
+            continue
+        count = sent.get(values["queue"], 0)
+        if count < DOORBELLS_PER_QUEUE:
+            sent[values["queue"]] = count + 1
+            bells.append((job_id, values))
+    return bells
 
 
 _SUBMIT_KEYS = ("idempotency_key", "parent_id", "priority", "scheduled_at", "title",

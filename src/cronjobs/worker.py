@@ -1,9 +1,11 @@
-"""`cronjobs worker`: Dramatiq consumers in this process, or N child processes of them.
+"""`cronjobs worker`: the slots of this process, or N child processes of them.
 
-A worker process runs each job in a child process of its own (`runner.ChildRunner`, the
-hard MAX_RUNTIME stop), renews the leases of its running rows, writes a heartbeat every
-10 s, resends lost messages (the sweep) and recycles itself at `--max-jobs`,
-`--memory-limit` or `--time-limit`: it finishes its current jobs and exits 0 so that
+A worker process has `--threads` slots (`pool.SlotPool`): broker messages ring it; its
+loop claims due rows in batches for idle slots, runs each in a job process
+(`runner.JobProcess`, the hard MAX_RUNTIME stop) and writes outcomes together with the next
+claim in one transaction. It renews the leases of its running rows, writes a heartbeat
+every 10 s, rings queues whose rows wait too long (the sweep) and recycles itself at
+`--max-jobs`, `--memory-limit` or `--time-limit`: it finishes its current jobs and exits 0 so that
 supervisor/systemd start a fresh one. SIGTERM/SIGINT stop intake and let running jobs
 finish for up to `--shutdown-timeout` seconds; jobs still running then are cut off and
 their rows go back to `pending` without using an attempt. A second SIGINT cuts off at once.
@@ -25,7 +27,9 @@ import tenacity
 from . import heartbeat
 from .app import App
 from .housekeeping import Housekeeper
-from .sweep import Resent, sweep
+from .pool import SlotPool
+from .runner import KILL_GRACE_SECONDS
+from .sweep import sweep
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -69,71 +73,86 @@ class Signals:
 
 
 class WorkerProcess:
-    """The consumers of one process.
+    """The slots of one worker process and what keeps them going.
 
     Args:
         app: the App (its broker and executor are used).
         queues: queue names to consume.
-        threads: jobs run at the same time (one job process each).
+        threads: jobs run at the same time (slots; one job process each).
         limits: recycling limits.
-        isolate: run jobs in child processes (the hard MAX_RUNTIME stop); False runs
-            them in the worker threads (tests, debugging).
-        prefetch: messages held per queue (default `threads`: a message never waits
-            behind a busy thread while another worker is idle; raise it for many short
-            jobs, where it buys throughput).
+        isolate: run jobs in job processes (the hard MAX_RUNTIME stop); False runs every
+            job in its slot thread (tests, debugging).
+        prefetch: messages the Dramatiq consumer fetches per queue at a time (default
+            2 x threads, at least 16). Messages only ring the pool, so this holds no work.
+        isolation: `"handler"` (each handler's ISOLATION, "process" unless it says
+            "thread") or `"process"` (every job in a job process).
     """
 
     def __init__(self, app: App, queues: list[str], threads: int = 8, *,
                  limits: Limits = Limits(), isolate: bool = True,
-                 prefetch: int | None = None) -> None:
+                 prefetch: int | None = None, isolation: str = "handler") -> None:
         self.app, self.queues, self.threads, self.limits = app, queues, threads, limits
+        # One connection per slot (handlers that run in their thread use the worker's),
+        # plus the producer, the group commit's leader and the housekeeper.
+        app.size_pool(threads + 3)
         self.executor = app.executor
+        self.executor.isolation = isolation
+        self.executor.accepting = True  # the App's executor may have served a stopped worker
+        self.executor.stopped.clear()
         self._started = time.monotonic()
         self.recycle = threading.Event()
         self.recycle_reason: str | None = None
         self.status = "running"
-        if isolate:
-            from .runner import ChildRunner
-
-            self.executor.runner = ChildRunner(app.settings, threads)
+        self.pool = SlotPool(self.executor, threads, processes=isolate)
+        self.pool.claim_limit = limits.max_jobs
+        app.pool = self.pool
         app.broker.declare(queues)
         embedded = app.settings.embedded_broker
         # Other processes cannot reach an in-process broker: the sweep is their delivery.
         sweep_every = min(app.settings.sweep_interval_seconds, 2.0) if embedded \
             else app.settings.sweep_interval_seconds
         self._sweep_idle = 1.0 if embedded else app.settings.sweep_after_seconds
-        self._resent = Resent()
         self.housekeeper = Housekeeper([
             ("lease renewal", app.settings.lease_renew_seconds, self.executor.renew_leases),
             ("heartbeat", heartbeat.HEARTBEAT_SECONDS, self.beat),
             ("sweep", sweep_every, self.sweep),
             ("limits", 1.0, self.check_limits),
         ])
+        # The actor only rings the pool; its threads are there to acknowledge messages
+        # (one Redis round trip each) while others arrive.
         self.worker = dramatiq.Worker(app.broker.dramatiq, queues=set(queues),
-                                      worker_threads=threads, worker_timeout=250)
-        self.worker.queue_prefetch = prefetch or threads
+                                      worker_threads=min(threads, 8), worker_timeout=100)
+        self.worker.queue_prefetch = prefetch or max(16, 2 * threads)
         self.executor.on_job_done = self._after_job
 
     def start(self) -> None:
-        """Start consuming; rows left pending by a previous run are resent first."""
+        """Start the slots and the consumer; rows left pending by a previous run are
+        claimed at once (every queue is rung)."""
+        self.pool.start()
         self.worker.start()
-        for name, duty in (("sweep", self.sweep), ("heartbeat", self.beat)):
-            try:
-                duty()
-            except Exception as exc:  # database down at start: the housekeeper retries
-                log.warning("start-up %s failed (%s); will retry", name, exc)
+        for queue in self.queues:
+            self.pool.ring(queue)
+        try:
+            self.beat()
+        except Exception as exc:  # database down at start: the housekeeper retries
+            log.warning("start-up heartbeat failed (%s); will retry", exc)
         self.housekeeper.start()
-        log.info("worker %s consuming %s with %d thread(s)", self.executor.worker_id,
+        log.info("worker %s consuming %s with %d slot(s)", self.executor.worker_id,
                  ",".join(self.queues), self.threads)
 
     def sweep(self) -> int:
-        """Resend this process's queues' due pending rows whose message may be lost."""
-        return sweep(self.app, self.queues, idle_seconds=self._sweep_idle, resent=self._resent)
+        """Ring the queues of this process that have due rows pending for longer than
+        `sweep_after_seconds` (their message was lost, or came while every slot was busy);
+        returns how many queues were rung."""
+        queues = sweep(self.app, self.queues, idle_seconds=self._sweep_idle)
+        for queue in queues:
+            self.pool.ring(queue)
+        return len(queues)
 
     def beat(self) -> None:
         """Write the heartbeat."""
         heartbeat.beat(self.app, self.executor.worker_id, self.queues, self.status,
-                       self.executor.jobs_done, self.executor.running_ids(),
+                       self.executor.jobs_done, self.pool.running_ids(),
                        memory_mb=round(self.memory_mb(), 1))
 
     def _after_job(self) -> None:
@@ -141,7 +160,8 @@ class WorkerProcess:
             self._recycle(f"max-jobs {self.limits.max_jobs} reached")
 
     def check_limits(self) -> None:
-        """Start recycling when a limit is reached (called every second)."""
+        """Start recycling when a limit is reached, or when a job of a handler with
+        `ISOLATION = "thread"` runs past MAX_RUNTIME (called every second)."""
         limits = self.limits
         if limits.time_seconds is not None and time.monotonic() - self._started >= limits.time_seconds:
             self._recycle(f"time-limit {limits.time_seconds:g} s reached")
@@ -149,16 +169,22 @@ class WorkerProcess:
             used = self.memory_mb()
             if used >= limits.memory_mb:
                 self._recycle(f"memory-limit {limits.memory_mb:g} MB reached ({used:.0f} MB)")
+        for job in self.pool.abandon_overdue(KILL_GRACE_SECONDS):
+            log.error("job %s (%s, ISOLATION thread) ran past its MAX_RUNTIME and cannot be "
+                      "stopped in its thread: timeout recorded, the worker recycles so that it "
+                      "ends with the process", job.id, job.type, extra={"trace_id": job.id})
+            self._recycle(f"thread job {job.id} past MAX_RUNTIME")
 
     def memory_mb(self) -> float:
-        """Resident memory of this process and its job processes, in MB."""
+        """Memory of this process and its job processes (PSS: a page shared by several
+        processes counts once), in MB."""
         import psutil
 
         me = psutil.Process()
-        total = me.memory_info().rss
-        for child in me.children(recursive=True):
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
             try:
-                total += child.memory_info().rss
+                total += proc.memory_full_info().pss
             except psutil.Error:
                 pass
         return total / 1e6
@@ -176,25 +202,25 @@ class WorkerProcess:
         rest off (rows back to `pending`, attempt not used) and release everything."""
         self.status = "stopping"
         self.executor.accepting = False
-        self.executor.stopped.set()
         urgent = urgent or threading.Event()
-        stopper = threading.Thread(target=self.worker.stop,
-                                   kwargs={"timeout": int(timeout_seconds * 1000)}, daemon=True)
-        stopper.start()
+        self.worker.stop(timeout=1000)  # the actor only rings: nothing to wait for
+        self.pool.stop()
         deadline = time.monotonic() + timeout_seconds
-        while (stopper.is_alive() and self.executor.running_ids()
-               and time.monotonic() < deadline and not urgent.is_set()):
+        while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
             time.sleep(0.05)
-        cut = self.executor.cut_off()
+        cut = self.pool.cut_off() if self.pool.busy() else []
         if cut:
             log.warning("shutdown: %d job(s) still running after %.0f s cut off, back to "
                         "pending: %s", len(cut), timeout_seconds, cut)
-            end = time.monotonic() + 15
-            while self.executor.running_ids() and time.monotonic() < end:
-                time.sleep(0.05)
-        stopper.join(10)
+        if not self.pool.join(15):
+            log.warning("shutdown: job(s) of thread handlers still running end with the "
+                        "process: %s", self.pool.running_ids())
+        self.executor.stopped.set()
         self.housekeeper.stop()
-        self.executor.runner.close()
+        self.app.pool = None
+        log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
+                 self.executor.worker_id, self.executor.jobs_done, self.pool.claims,
+                 self.pool.commits)
         try:
             heartbeat.forget(self.app, self.executor.worker_id)
         except Exception as exc:
@@ -203,11 +229,12 @@ class WorkerProcess:
 
 def run_worker(app: App, queues: list[str], threads: int = 8, *, limits: Limits = Limits(),
                shutdown_timeout: float = 30, signals: Signals | None = None,
-               isolate: bool = True, prefetch: int | None = None) -> int:
+               isolate: bool = True, prefetch: int | None = None,
+               isolation: str = "handler") -> int:
     """Consume `queues` in this process until a signal or a recycling limit; returns 0."""
     signals = signals or Signals().install()
     process = WorkerProcess(app, queues, threads, limits=limits, isolate=isolate,
-                            prefetch=prefetch)
+                            prefetch=prefetch, isolation=isolation)
     process.start()
     while not signals.stop.is_set() and not process.recycle.is_set():
         signals.stop.wait(0.2)

@@ -13,7 +13,7 @@ from .base import _app, _dump, _table, main
 @click.option("--queues", help="Comma-separated queues (default: every handler's queue).")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Jobs run at the same time per process (one job process each).")
+              help="Slots: jobs run at the same time per process (one job process each).")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Recycle after this many jobs.")
 @click.option("--memory-limit", type=click.FloatRange(min=1), metavar="MB",
               help="Recycle when the process and its job processes use this much memory.")
@@ -24,11 +24,20 @@ from .base import _app, _dump, _table, main
 @click.option("--log-dir", type=click.Path(file_okay=False),
               help="Also log to DIR/workers-YYYY-MM-DD.log (default CRONJOBS_LOG_DIR).")
 @click.option("--prefetch", type=click.IntRange(min=1),
-              help="Messages held per queue (default: --threads; raise for many short jobs).")
+              help="Messages fetched from the broker per queue at a time (default: 2 x "
+                   "--threads, at least 16). Messages only wake the worker; rows are claimed "
+                   "for idle slots.")
+@click.option("--isolation", type=click.Choice(["handler", "process"]), default="handler",
+              show_default=True,
+              help="handler: each handler's ISOLATION (a job process, stopped at MAX_RUNTIME, "
+                   "unless the handler says 'thread'); process: every job in a job process.")
 def worker(queues: str | None, processes: int, threads: int, max_jobs: int | None,
            memory_limit: float | None, time_limit: float | None, shutdown_timeout: float,
-           log_dir: str | None, prefetch: int | None) -> None:
-    """Consume queues with Dramatiq until SIGTERM/SIGINT or a recycling limit (exit 0)."""
+           log_dir: str | None, prefetch: int | None, isolation: str) -> None:
+    """Run jobs of the queues until SIGTERM/SIGINT or a recycling limit (exit 0).
+
+    Each process has --threads slots; each job runs in a job process forked from a
+    preloaded fork server and is stopped at its MAX_RUNTIME."""
     from .. import logs
     from ..worker import Limits, run_children, run_worker
 
@@ -41,7 +50,7 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
         click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
     if processes > 1:
         argv = ["worker", "--queues", ",".join(names), "--threads", str(threads),
-                "--shutdown-timeout", str(shutdown_timeout)]
+                "--shutdown-timeout", str(shutdown_timeout), "--isolation", isolation]
         for flag, value in (("--max-jobs", max_jobs), ("--memory-limit", memory_limit),
                             ("--time-limit", time_limit), ("--log-dir", log_dir),
                             ("--prefetch", prefetch)):
@@ -50,7 +59,7 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
         sys.exit(run_children(argv, processes))
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
     sys.exit(run_worker(app, names, threads, limits=limits, shutdown_timeout=shutdown_timeout,
-                        prefetch=prefetch))
+                        prefetch=prefetch, isolation=isolation))
 
 
 @main.command()

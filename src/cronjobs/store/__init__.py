@@ -7,6 +7,7 @@ frozen clock drives every backend the same way. Dialect differences are handled 
 
 from .jobs import (
     JOB_COLUMNS,
+    claim_batch,
     claim_by_id,
     claim_next,
     count_children,
@@ -35,7 +36,7 @@ from .workers import beat, forget, list_workers, prune_workers
 from . import actions, alerts, views  # dashboard reads, operator actions, alert state
 
 __all__ = [
-    "JOB_COLUMNS", "claim_by_id", "claim_next", "count_children", "delete_job",
+    "JOB_COLUMNS", "claim_batch", "claim_by_id", "claim_next", "count_children", "delete_job",
     "finish_job", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
     "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
     "rescue_stale", "claim_slot", "ensure_runtime", "get_runtime", "list_runtimes",

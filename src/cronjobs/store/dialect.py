@@ -80,3 +80,4 @@ def database_now(conn: Connection) -> datetime:
     if isinstance(value, str):  # SQLite returns the text
         return datetime.fromisoformat(value)
     return value
+

@@ -1,0 +1,126 @@
+"""The job process: runs one job at a time in its main thread, under a MAX_RUNTIME alarm.
+
+Job processes are forked from a fork server that has imported this module (and through it
+the engine, the registry and the built-in handlers) once, so their pages are shared: eight
+job processes cost little more memory than one. Each runs a job under `setitimer`: at
+MAX_RUNTIME a SIGALRM interrupts the handler, even inside a blocked system call
+(`time.sleep`, a socket read), its `finally` blocks run, the process reports `timeout` and
+exits — a job process is never reused after a timeout. A handler stuck where no signal
+reaches it (a C loop) is killed by the worker with SIGKILL a moment later.
+
+The process ignores SIGINT/SIGTERM (the worker decides when jobs stop) and dies with its
+parent (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import pkgutil
+import signal
+from multiprocessing.connection import Connection
+
+import handlers as _builtin_handlers
+
+from . import logs
+from .app import App
+from .config import Settings
+from .executor import call_handler
+from .handler import Job
+from .outcome import Outcome
+
+READY = "ready"
+
+
+class RuntimeLimit(BaseException):
+    """Raised in the handler by the MAX_RUNTIME alarm (a BaseException, so that a handler's
+    `except Exception` does not swallow it)."""
+
+
+def _preload_builtin_handlers() -> None:
+    # Imported once in the fork server, so every job process shares these pages.
+    for info in pkgutil.iter_modules(_builtin_handlers.__path__):
+        try:
+            importlib.import_module(f"{_builtin_handlers.__name__}.{info.name}")
+        except Exception:  # noqa: BLE001  (the registry reports it when it loads)
+            pass
+
+
+def _preload_app() -> App | None:
+    """The App of the worker's settings (read from the same environment), with its
+    handlers loaded, built once in the fork server; None when that fails (the job
+    process then builds its own and reports the error)."""
+    try:
+        app = App(Settings.load())
+        app.handlers  # noqa: B018
+        return app
+    except Exception:  # noqa: BLE001
+        return None
+
+
+_preload_builtin_handlers()
+_PRELOADED = _preload_app()
+# Everything made so far moves to a generation the collector never scans, so a job
+# process's collections do not touch (and copy) the fork server's pages.
+gc.freeze()
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the loop
+        pass
+
+
+def _on_alarm(signum, frame) -> None:  # noqa: ANN001
+    raise RuntimeLimit()
+
+
+def timeout_outcome(max_runtime_seconds: float, how: str) -> Outcome:
+    """The outcome of a job stopped at its MAX_RUNTIME (`how`: what was done to it)."""
+    error = f"timeout after {max_runtime_seconds:g} s (MAX_RUNTIME); {how}"
+    return Outcome("failed", error=error, log=error)
+
+
+def run_one(app: App, job: Job, max_runtime_seconds: float) -> tuple[Outcome, bool]:
+    """Run `job` under the alarm; returns `(outcome, keep_going)` — False after a timeout."""
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max_runtime_seconds)
+        try:
+            outcome = call_handler(app, job, reraise=(RuntimeLimit,))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return outcome, True
+    except RuntimeLimit:  # also one that fired just before the timer was cancelled
+        return timeout_outcome(max_runtime_seconds, "job stopped, its process replaced"), False
+
+
+def serve(conn: Connection, settings: Settings) -> None:
+    """The job process's loop: receive `(job, max_runtime_seconds)`, send back
+    `(outcome, keep_going)`; `None` or a closed pipe ends it."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    logs.setup(settings.log_level)
+    if _PRELOADED is not None and _PRELOADED.settings == settings:
+        app = _PRELOADED  # shared with the fork server: no private copy of the registry
+    else:  # other settings (a worker started from code): the fork server's registry is not ours
+        import registry
+
+        registry.reset()
+        app = App(settings)
+        app.handlers  # noqa: B018  (load the registry before the first job, not during it)
+    conn.send(READY)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        outcome, keep_going = run_one(app, *message)
+        conn.send((outcome, keep_going))
+        if not keep_going:
+            return

@@ -1,0 +1,118 @@
+"""The two statements every job pays for — the claim and the finish — as driver SQL.
+
+Everything else in the store is SQLAlchemy Core. These run thousands of times a second,
+where building and compiling a Core statement, its cache key and the result processing
+cost more CPU than the database spends on them (docs/performance.md). So they are plain
+SQL per dialect, sent with `exec_driver_sql`: same connection, same transaction, the
+same rules as the Core versions they replace (fencing by status and attempt, leases on
+the database's clock, `FOR UPDATE SKIP LOCKED` where there are row locks).
+
+Dialects differ in three places, handled here: the placeholder style (`%(name)s` for
+PyMySQL and psycopg, `:name` for sqlite3), the database-clock expression of a lease, and
+SQLite's text storage of times (SQLAlchemy's format, parsed back on read).
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from ..models import cronjob_queue as q
+from .dialect import name
+
+TABLE = q.name
+# What a claim reads: every column but the stored result (a job never needs it to run).
+CLAIM_COLUMNS = tuple(c.name for c in q.columns if c.name != "result_payload")
+_TIME_COLUMNS = frozenset(c.name for c in q.columns if c.type.python_type is datetime)
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's storage format for DateTime
+
+
+def _ph(dialect: str, key: str) -> str:
+    return f":{key}" if dialect == "sqlite" else f"%({key})s"
+
+
+def _lease_sql(dialect: str) -> str:
+    """The database clock plus the bound lease (see `dialect.db_now`)."""
+    if dialect == "mysql":
+        return f"TIMESTAMPADD(MICROSECOND, {_ph(dialect, 'lease')}, UTC_TIMESTAMP(6))"
+    if dialect == "postgresql":
+        return f"timezone('UTC', statement_timestamp()) + {_ph(dialect, 'lease')}"
+    return "strftime('%Y-%m-%d %H:%M:%f', 'now', :lease) || '000'"
+
+
+def lease_value(dialect: str, seconds: float) -> Any:
+    """The value to bind for a lease of `seconds` in `dialect`."""
+    if dialect == "mysql":
+        return int(round(seconds * 1_000_000))
+    if dialect == "postgresql":
+        return timedelta(seconds=seconds)
+    return f"{seconds:+.3f} seconds"
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_select(dialect: str) -> str:
+    ph = functools.partial(_ph, dialect)
+    lock = "" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"
+    return (f"SELECT {', '.join(CLAIM_COLUMNS)} FROM {TABLE} "
+            f"WHERE queue = {ph('queue')} AND status = 'pending' "
+            f"AND (scheduled_at IS NULL OR scheduled_at <= {ph('now')}) "
+            f"ORDER BY priority, id LIMIT {ph('limit')}{lock}")
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_update(dialect: str) -> str:
+    ph = functools.partial(_ph, dialect)
+    return (f"UPDATE {TABLE} SET status = 'running', attempts = attempts + 1, "
+            f"started_at = {ph('now')}, finished_at = NULL, worker_id = {ph('worker_id')}, "
+            f"updated_at = {ph('now')}, locked_until = {_lease_sql(dialect)} "
+            f"WHERE id IN ({{ids}}) AND status = 'pending'")
+
+
+@functools.lru_cache(maxsize=64)
+def _finish_update(dialect: str, columns: tuple[str, ...]) -> str:
+    ph = functools.partial(_ph, dialect)
+    sets = ", ".join(f"{c} = {ph('v_' + c)}" for c in columns)
+    return (f"UPDATE {TABLE} SET {sets} WHERE id = {ph('job_id')} AND status = 'running' "
+            f"AND attempts = {ph('attempt')}")
+
+
+def _bind(dialect: str, value: Any) -> Any:
+    if dialect == "sqlite" and isinstance(value, datetime):
+        return value.strftime(_SQLITE_TIME)
+    return value
+
+
+def select_due(conn: Connection, queue: str, now: datetime, limit: int) -> list[dict]:
+    """Lock (SKIP LOCKED) and read up to `limit` due pending rows of `queue`, best first."""
+    dialect = name(conn)
+    rows = conn.exec_driver_sql(_claim_select(dialect), {
+        "queue": queue, "now": _bind(dialect, now), "limit": int(limit)}).all()
+    found = [dict(zip(CLAIM_COLUMNS, row)) for row in rows]
+    if dialect == "sqlite":
+        for row in found:
+            for column in _TIME_COLUMNS.intersection(row):
+                if isinstance(row[column], str):
+                    row[column] = datetime.fromisoformat(row[column])
+    return found
+
+
+def take(conn: Connection, ids: list[int], now: datetime, worker_id: str,
+         lease_seconds: float) -> int:
+    """Mark the pending rows `ids` running for `worker_id` (attempt + 1, a lease of
+    `lease_seconds` on the database's clock); returns how many were taken."""
+    dialect = name(conn)
+    sql = _claim_update(dialect).format(ids=", ".join(str(int(i)) for i in ids))
+    return conn.exec_driver_sql(sql, {"now": _bind(dialect, now), "worker_id": worker_id,
+                                      "lease": lease_value(dialect, lease_seconds)}).rowcount
+
+
+def finish(conn: Connection, job_id: int, attempt: int, values: dict) -> bool:
+    """Write `values` to row `job_id` if run `attempt` still holds it; True if it did."""
+    dialect = name(conn)
+    params = {f"v_{k}": _bind(dialect, v) for k, v in values.items()}
+    params.update(job_id=job_id, attempt=attempt)
+    sql = _finish_update(dialect, tuple(values))
+    return conn.exec_driver_sql(sql, params).rowcount == 1
