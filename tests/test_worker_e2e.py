@@ -58,11 +58,11 @@ def _stop(proc: subprocess.Popen, timeout: float = 60) -> int | None:
 @contextmanager
 def worker(db_url: str, namespace: str, log_path: Path, *, threads: int = 8,
            processes: int = 1, broker_url: str = REDIS, queues: str = "default",
-           **env: str) -> Iterator[subprocess.Popen]:
+           isolation: str = "handler", **env: str) -> Iterator[subprocess.Popen]:
     """A `cronjobs worker` (Redis unless `broker_url` says otherwise) for `queues`;
     SIGTERM on exit, must exit 0."""
     cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", queues,
-           "--threads", str(threads)]
+           "--threads", str(threads), "--isolation", isolation]
     if processes != 1:
         cmd += ["--processes", str(processes)]
     environ = cli_env(db_url, namespace, broker_url=broker_url, **env)

@@ -1,5 +1,6 @@
 """Issue 3 with real processes on MariaDB + Redis: the MAX_RUNTIME alarm for blocked
-handlers, graceful stop, recycling, heartbeats and the daily log file."""
+handlers, graceful stop, recycling, heartbeats and the daily log file — in every execution
+mode the CLI offers (`--isolation handler`, the default, and `--isolation process`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from test_worker_e2e import RECORD, _tail, all_completed, wait_for, worker
 
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
               pytest.mark.slow]
+
+
+MODES = pytest.mark.parametrize("isolation", ["handler", "process"])
 
 
 def pid_alive(pid: int) -> bool:
@@ -49,22 +53,25 @@ def assert_timed_out(app, job_id: int, kind: str, proc, log) -> None:
     assert len(effect_rows(app, kind)) == 1, "no second copy ran"
 
 
-def test_a_handler_sleeping_600_s_is_stopped(make_app, db_url, namespace, tmp_path):
+@MODES
+def test_a_handler_sleeping_600_s_is_stopped(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    with worker(db_url, namespace, log, threads=2, CRONJOBS_LOG_LEVEL="INFO") as proc:
+    with worker(db_url, namespace, log, threads=2, isolation=isolation,
+                CRONJOBS_LOG_LEVEL="INFO") as proc:
         job_id = queue.dispatch("test.sleep.execute", {"seconds": 600}, app=app)
         assert_timed_out(app, job_id, "sleep-start", proc, log)
 
 
-def test_a_handler_blocked_in_recv_is_stopped(make_app, db_url, namespace, tmp_path):
+@MODES
+def test_a_handler_blocked_in_recv_is_stopped(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # the kernel accepts connections; nobody ever answers
     try:
-        with worker(db_url, namespace, log, threads=2) as proc:
+        with worker(db_url, namespace, log, threads=2, isolation=isolation) as proc:
             job_id = queue.dispatch("test.blockrecv.execute",
                                     {"port": silent.getsockname()[1]}, app=app)
             assert_timed_out(app, job_id, "recv-start", proc, log)
@@ -72,16 +79,17 @@ def test_a_handler_blocked_in_recv_is_stopped(make_app, db_url, namespace, tmp_p
         silent.close()
 
 
+@MODES
 @pytest.mark.parametrize("shutdown_timeout,expected", [(10, "completed"), (1, "pending")])
 def test_sigterm_during_a_5_s_job(make_app, db_url, namespace, tmp_path, shutdown_timeout,
-                                  expected):
+                                  expected, isolation):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
     env = cli_env(db_url, namespace, broker_url=REDIS, CRONJOBS_LOG_LEVEL="INFO")
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--queues",
-                                 "default", "--threads", "2", "--shutdown-timeout",
-                                 str(shutdown_timeout)], env=env, stdout=out,
+                                 "default", "--threads", "2", "--isolation", isolation,
+                                 "--shutdown-timeout", str(shutdown_timeout)], env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
         job_id = queue.dispatch("test.slow.execute", {"seconds": 5}, app=app)
@@ -102,7 +110,8 @@ def test_sigterm_during_a_5_s_job(make_app, db_url, namespace, tmp_path, shutdow
         assert "cut off, back to pending" in log.read_text()
 
 
-def test_max_jobs_recycles_with_exit_0(make_app, db_url, namespace, tmp_path):
+@MODES
+def test_max_jobs_recycles_with_exit_0(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
     env = cli_env(db_url, namespace, broker_url=REDIS, CRONJOBS_LOG_LEVEL="INFO",
@@ -110,7 +119,8 @@ def test_max_jobs_recycles_with_exit_0(make_app, db_url, namespace, tmp_path):
     ids = [queue.dispatch(RECORD, {"tag": i}, app=app) for i in range(30)]
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--queues",
-                                 "default", "--threads", "1", "--max-jobs", "10"], env=env,
+                                 "default", "--threads", "1", "--max-jobs", "10",
+                                 "--isolation", isolation], env=env,
                                 stdout=out, stderr=subprocess.STDOUT)
         assert proc.wait(timeout=60) == 0, _tail(log)
     text = log.read_text()
