@@ -7,6 +7,7 @@ from datetime import datetime
 
 from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
+from cronjobs.models import cronjob_queue
 
 T0 = datetime(2026, 2, 2, 2, 2, 2)
 
@@ -62,3 +63,38 @@ def test_stale_run_cannot_overwrite_a_newer_run(make_app):
         assert not store.finish_job(conn, job_id, 1, {"status": "failed"})
         assert store.finish_job(conn, job_id, 2, {"status": "completed"})
     assert queue.get(job_id)["status"] == "completed"
+
+
+def test_finish_many_writes_each_row_its_own_values_and_fences_lost_runs(make_app):
+    """The worker's group commit: outcomes of several runs in two statements, each row
+    with its own values (None and times included); a run that lost its row writes nothing."""
+    from datetime import timedelta
+
+    app = make_app(clock=FrozenClock(T0))
+    ids = [queue.dispatch("test.shape.execute", {"n": n}) for n in range(4)]
+    with app.engine.begin() as conn:
+        rows = store.claim_batch(conn, "default", T0, "w:1", lambda t: 60.0, 10)
+    assert [r["id"] for r in rows] == ids and all(r["attempts"] == 1 for r in rows)
+    with app.engine.begin() as conn:  # as recover_stale and a new claim would: attempt 2
+        conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == ids[3])
+                     .values(attempts=2))
+    later = T0 + timedelta(minutes=2)
+    items = [(ids[0], 1, {"status": "completed", "finished_at": T0, "error": None,
+                          "process_logs": "a\n"}),
+             (ids[1], 1, {"status": "pending", "scheduled_at": later, "error": "boom",
+                          "process_logs": "b\n"}),
+             (ids[2], 1, {"status": "failed", "finished_at": T0, "result_payload": '{"x": 1}',
+                          "error": "ö 🎉"}),
+             (ids[3], 1, {"status": "completed", "finished_at": T0})]
+    with app.engine.begin() as conn:
+        written = store.finish_many(conn, items)
+    assert written == set(ids[:3])
+    got = {i: queue.get(i) for i in ids}
+    assert (got[ids[0]]["status"], got[ids[0]]["error"], got[ids[0]]["process_logs"]) == \
+        ("completed", None, "a\n")
+    assert (got[ids[1]]["status"], got[ids[1]]["scheduled_at"], got[ids[1]]["error"]) == \
+        ("pending", later, "boom")
+    assert (got[ids[2]]["status"], got[ids[2]]["result_payload"], got[ids[2]]["error"]) == \
+        ("failed", '{"x": 1}', "ö 🎉")
+    assert got[ids[2]]["process_logs"] is None, "a column a row does not set is left alone"
+    assert got[ids[3]]["status"] == "running", "the lost run wrote nothing"

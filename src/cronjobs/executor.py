@@ -115,9 +115,31 @@ class Finish:
             final = "deleted"
         elif not store.finish_job(conn, job.id, job.attempts, self.values):
             return "lost"
-        if "slot" in job.payload or job.payload.get("manual"):  # a task run
+        if _task_run(job):
             store.update_task_status(conn, job.id, final, self.now)
         return final
+
+
+def write_all(conn, plans: list[Finish]) -> list[str]:  # noqa: ANN001
+    """Write many plans in the caller's transaction; returns their final statuses.
+
+    The common ones (not a cancel, not a task run) share two statements
+    (`store.finish_many`); the others are written one by one (`Finish.write`)."""
+    simple = [p for p in plans if p.status != "cancelled" and not _task_run(p.job)]
+    done = store.finish_many(conn, [(p.job.id, p.job.attempts, p.values) for p in simple]) \
+        if len(simple) > 1 else None
+    batched = {id(p) for p in simple}
+    finals = []
+    for plan in plans:
+        if done is not None and id(plan) in batched:
+            finals.append(plan.status if plan.job.id in done else "lost")
+        else:
+            finals.append(plan.write(conn))
+    return finals
+
+
+def _task_run(job: Job) -> bool:
+    return "slot" in job.payload or bool(job.payload.get("manual"))
 
 
 class Executor:

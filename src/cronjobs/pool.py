@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from . import store
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import DatabaseUnavailable
-from .executor import Finish, call_handler
+from .executor import Finish, call_handler, write_all
 from .handler import Job
 from .outcome import Outcome
 from .runner import KILL_GRACE_SECONDS, START_TIMEOUT_SECONDS, JobProcess
@@ -249,7 +249,7 @@ class SlotPool:
 
     def _transaction(self, conn, plans: list[Finish],  # noqa: ANN001
                      wants: list[tuple[str, int]]) -> tuple[list[str], list[dict], set[str]]:
-        finals = [plan.write(conn) for plan in plans]
+        finals = write_all(conn, plans)
         rows: list[dict] = []
         drained: set[str] = set()
         now = self.app.clock.now()

@@ -13,6 +13,7 @@ from .jobs import (
     count_children,
     delete_job,
     finish_job,
+    finish_many,
     get_job,
     insert_job,
     insert_jobs,
@@ -37,7 +38,7 @@ from . import actions, alerts, views  # dashboard reads, operator actions, alert
 
 __all__ = [
     "JOB_COLUMNS", "claim_batch", "claim_by_id", "claim_next", "count_children", "delete_job",
-    "finish_job", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
+    "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
     "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
     "rescue_stale", "claim_slot", "ensure_runtime", "get_runtime", "list_runtimes",
     "record_run", "set_enabled", "update_task_status", "beat", "forget", "list_workers",

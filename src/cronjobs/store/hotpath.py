@@ -116,3 +116,35 @@ def finish(conn: Connection, job_id: int, attempt: int, values: dict) -> bool:
     params.update(job_id=job_id, attempt=attempt)
     sql = _finish_update(dialect, tuple(values))
     return conn.exec_driver_sql(sql, params).rowcount == 1
+
+
+def finish_many(conn: Connection, items: list[tuple[int, int, dict]]) -> set[int]:
+    """Write many outcomes with two statements: lock the rows their runs still hold, then
+    one UPDATE with a `CASE id` per column. `items` are `(job_id, attempt, values)`.
+
+    Returns:
+        The ids written; the others' runs had lost their rows (fencing, as in `finish`).
+    """
+    dialect = name(conn)
+    ids = ", ".join(str(int(job_id)) for job_id, _, _ in items)
+    lock = "" if dialect == "sqlite" else " FOR UPDATE"
+    held_now = dict(conn.exec_driver_sql(
+        f"SELECT id, attempts FROM {TABLE} WHERE id IN ({ids}) AND status = 'running'{lock}").all())
+    held = [(job_id, values) for job_id, attempt, values in items
+            if held_now.get(job_id) == attempt]
+    if not held:
+        return set()
+    ph = functools.partial(_ph, dialect)
+    params: dict[str, Any] = {}
+    columns = sorted({c for _, values in held for c in values})
+    sets = []
+    for column in columns:
+        whens = []
+        for n, (job_id, values) in enumerate(held):
+            if column in values:
+                params[f"v{n}_{column}"] = _bind(dialect, values[column])
+                whens.append(f"WHEN {int(job_id)} THEN {ph(f'v{n}_{column}')}")
+        sets.append(f"{column} = CASE id {' '.join(whens)} ELSE {column} END")
+    written = ", ".join(str(int(job_id)) for job_id, _ in held)
+    conn.exec_driver_sql(f"UPDATE {TABLE} SET {', '.join(sets)} WHERE id IN ({written})", params)
+    return {job_id for job_id, _ in held}

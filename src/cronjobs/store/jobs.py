@@ -222,6 +222,12 @@ def finish_job(conn: Connection, job_id: int, attempt: int, values: dict) -> boo
     return hotpath.finish(conn, job_id, attempt, values)
 
 
+def finish_many(conn: Connection, items: list[tuple[int, int, dict]]) -> set[int]:
+    """Write many outcomes at once: `(job_id, attempt, values)` each, fenced like
+    `finish_job`. Returns the ids written. (Driver SQL: `store.hotpath`.)"""
+    return hotpath.finish_many(conn, items) if items else set()
+
+
 def delete_job(conn: Connection, job_id: int, attempt: int | None = None) -> bool:
     """Delete row `job_id` if it has no children. True when deleted.
 
