@@ -33,6 +33,7 @@ ENTRY_POINT_GROUP = "cronjobs.handlers"
 
 _handlers: dict[str, type] = {}
 _sources: dict[str, str] = {}
+_task_index: dict[str, tuple[str, ...]] | None = None  # rebuilt after every change
 _loaded = False
 _lock = threading.RLock()
 
@@ -81,6 +82,12 @@ def register(type: str, handler_class: type, source: str = "register()") -> None
                 f"and {_name(handler_class)} ({source}); rename one TYPE")
         _handlers[type] = handler_class
         _sources[type] = source
+        _forget_index()
+
+
+def _forget_index() -> None:
+    global _task_index
+    _task_index = None
 
 
 def unregister(type: str) -> None:
@@ -88,6 +95,7 @@ def unregister(type: str) -> None:
     with _lock:
         _handlers.pop(type, None)
         _sources.pop(type, None)
+        _forget_index()
 
 
 def registered_handlers() -> dict[str, type]:
@@ -110,8 +118,7 @@ def resolve_handler(type: str) -> type | None:
 
 def task_types(task: str) -> list[str]:
     """The registered types of task `task` (discover first)."""
-    return sorted((t for t in registered_handlers() if task_name(t) == task),
-                  key=lambda t: STAGES.index(t.rpartition(".")[2]))
+    return list(_by_task().get(task, ()))
 
 
 def resolve_task_type(task: str) -> str:
@@ -121,20 +128,37 @@ def resolve_task_type(task: str) -> str:
     Raises:
         KeyError: no registered type belongs to `task`.
     """
-    types = task_types(task)
+    types = _by_task().get(task)
     if not types:
         raise KeyError(f"no handler belongs to task {task!r}")
-    handlers = registered_handlers()
-    for t in types:
-        if handlers[t].FREQUENCY:
-            return t
-    return types[0]
+    return _started_type(types)
 
 
 def tasks() -> dict[str, str]:
     """Every task name mapped to the type the scheduler starts for it."""
-    return {name: resolve_task_type(name) for name in sorted({task_name(t)
-                                                              for t in registered_handlers()})}
+    return {name: _started_type(types) for name, types in sorted(_by_task().items())}
+
+
+def _started_type(types: tuple[str, ...]) -> str:
+    for t in types:
+        if _handlers[t].FREQUENCY:
+            return t
+    return types[0]
+
+
+def _by_task() -> dict[str, tuple[str, ...]]:
+    """Task name -> its types (discover first), built once per registry state (a tick over
+    a thousand tasks must not scan every type for each task)."""
+    global _task_index
+    load()
+    with _lock:
+        if _task_index is None:
+            index: dict[str, list[str]] = {}
+            for t in _handlers:
+                index.setdefault(task_name(t), []).append(t)
+            _task_index = {name: tuple(sorted(types, key=lambda t: STAGES.index(
+                t.rpartition(".")[2]))) for name, types in index.items()}
+        return _task_index
 
 
 def load(settings: Any = None, *, force: bool = False) -> None:
@@ -157,6 +181,7 @@ def load(settings: Any = None, *, force: bool = False) -> None:
             _handlers.clear()
             _sources.clear()
             _loaded = False
+            _forget_index()
             raise
 
 
@@ -190,6 +215,7 @@ def reset() -> None:
         _handlers.clear()
         _sources.clear()
         _loaded = False
+        _forget_index()
 
 
 def class_name(cls: type) -> str:

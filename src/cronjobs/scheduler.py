@@ -18,7 +18,7 @@ from . import store
 from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
-from .errors import HandlerNotFound
+from .errors import DatabaseRefused, HandlerNotFound
 from .slots import Slot, current_slot, is_cron, slot_start, slots_between
 
 log = logging.getLogger("cronjobs.scheduler")
@@ -56,32 +56,43 @@ class TaskInfo:
     runtime: dict
 
 
-def task_infos(app: App) -> list[TaskInfo]:
+_TICK_COLUMNS = ("frequency", "enabled", "last_slot", "last_run_at")
+
+
+def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     """Every registered task with its effective frequency and switch, sorted by name.
 
     Creates the runtime row of a task seen for the first time (enabled unless the
     settings say otherwise or the handler is DESTRUCTIVE).
+
+    Args:
+        full: read every column of the runtime rows; False reads what a tick needs.
     """
     registry = app.handlers
     now = app.clock.now()
+    columns = None if full else _TICK_COLUMNS
     with app.engine.connect() as conn:
-        runtimes = store.list_runtimes(conn)
+        runtimes = store.list_runtimes(conn, columns)
     infos = []
     known = registry.tasks()
     for task in set(app.settings.tasks) - set(known) - _warned:
         _warned.add(task)
         log.warning("[tasks.%s] in the settings names no registered task (tasks: %s)", task,
                     ", ".join(sorted(known)))
+    missing = [(task, job_type) for task, job_type in known.items() if task not in runtimes]
+    if missing:  # tasks seen for the first time: one statement for all of them
+        new = []
+        for task, job_type in missing:
+            cls, cfg = registry.resolve_handler(job_type), app.settings.task(task)
+            enabled = cfg.enabled if cfg.enabled is not None else not getattr(cls, "DESTRUCTIVE", False)
+            new.append((task, job_type, enabled))
+        run_in_transaction(app.engine, lambda c: store.ensure_runtimes(c, new, now))
+        with app.engine.connect() as conn:
+            runtimes = store.list_runtimes(conn, columns)
     for task, job_type in known.items():
         cls = registry.resolve_handler(job_type)
         cfg = app.settings.task(task)
-        runtime = runtimes.get(task)
-        if runtime is None:
-            enabled = cfg.enabled if cfg.enabled is not None else not getattr(cls, "DESTRUCTIVE", False)
-            run_in_transaction(app.engine, lambda c: store.ensure_runtime(
-                c, task, job_type, enabled, now))
-            with app.engine.connect() as conn:
-                runtime = store.get_runtime(conn, task)
+        runtime = runtimes[task]
         frequency = runtime["frequency"] or cfg.frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
                               _available(cls), runtime))
@@ -108,7 +119,8 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
-    for info in task_infos(app):
+    due: list[tuple[TaskInfo, Slot]] = []
+    for info in task_infos(app, full=False):
         if not info.frequency:
             continue
         if not info.enabled:
@@ -128,10 +140,14 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
         if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
             report.skipped[info.task] = "not-yet"  # a new cron task waits for its next fire time
             continue
-        job_id = _start(app, info, slot, now)
+        due.append((info, slot))
+    started = _start_all(app, due, now)
+    for info, slot in due:
+        job_id = started.get(info.task)
         if job_id is None:
             report.skipped[info.task] = "lost-race"
             continue
+        last = info.runtime["last_slot"]
         if last is not None:
             missed = slots_between(info.frequency, last, slot, app.settings.timezone)
             if missed:
@@ -168,6 +184,53 @@ def _older_than_last(app: App, info: TaskInfo, slot: Slot, tz: str) -> bool:
     return True
 
 
+def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dict[str, int]:
+    """Start the due slots of one tick in one transaction: claim every slot record, insert
+    the jobs of the slots won, note the runs; then ring each queue once. Returns task ->
+    job id for the slots this scheduler won (a lost slot logs at DEBUG only)."""
+    from .queue import build_row
+
+    due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
+    rows = {info.task: build_row(app, info.type, {"slot": slot.key},
+                                 title=f"{info.task} {slot.key}",
+                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+            for info, slot in due}
+
+    def claim_and_insert(conn) -> dict[str, int]:  # noqa: ANN001
+        won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in due], now)
+        mine = [(info, slot) for info, slot in due if info.task in won]
+        ids = store.insert_jobs(conn, [rows[info.task] for info, _ in mine])
+        store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
+                                 for (info, slot), job_id in zip(mine, ids)], now)
+        return {info.task: job_id for (info, _), job_id in zip(mine, ids)}
+
+    if not due:
+        return {}
+    try:
+        started = run_in_transaction(app.engine, claim_and_insert)
+    except DatabaseRefused:  # e.g. a job row already holds a slot's key: one by one
+        started = {}
+        for info, slot in due:
+            job_id = _start(app, info, slot, now)
+            if job_id is not None:
+                started[info.task] = job_id
+        return started
+    rung: set[str] = set()
+    for info, slot in due:
+        job_id = started.get(info.task)
+        if job_id is None:
+            log.debug("task %s slot %s already claimed by another scheduler", info.task,
+                      slot.key)
+            continue
+        log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
+                 extra={"trace_id": job_id})
+        queue = rows[info.task]["queue"]
+        if queue not in rung:  # a message rings its queue: the worker claims all due rows
+            rung.add(queue)
+            app.send(job_id, queue)
+    return started
+
+
 def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
     from .queue import _insert, build_row
 
@@ -183,12 +246,10 @@ def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
         return row["id"]
 
     job_id = run_in_transaction(app.engine, claim_and_insert)
-    if job_id is None:
-        log.debug("task %s slot %s already claimed by another scheduler", info.task, slot.key)
-        return None
-    log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
-             extra={"trace_id": job_id})
-    app.send(job_id, values["queue"])
+    if job_id is not None:
+        log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
+                 extra={"trace_id": job_id})
+        app.send(job_id, values["queue"])
     return job_id
 
 

@@ -110,10 +110,8 @@ def slot_start(frequency: str, key: str, tz: str = "UTC") -> datetime | None:
     of that frequency (the frequency was changed since). A cron key in a repeated DST
     hour is read as its first (earlier) instant."""
     frequency = expand(frequency)
-    fmt = _FORMATS.get(frequency, "%Y%m%d%H%M")
-    try:
-        start = datetime.strptime(key, fmt)
-    except ValueError:
+    start = _parse_key(key, _KEY_LENGTHS[_FORMATS.get(frequency, "%Y%m%d%H%M")])
+    if start is None:
         return None
     if frequency in _FORMATS:
         return start
@@ -128,9 +126,8 @@ def slots_between(frequency: str, after_key: str, slot: Slot, tz: str = "UTC",
     `limit` means "at least that many")."""
     frequency = expand(frequency)
     if frequency in _FORMATS:
-        try:
-            prev = datetime.strptime(after_key, _FORMATS[frequency])
-        except ValueError:
+        prev = _parse_key(after_key, _KEY_LENGTHS[_FORMATS[frequency]])
+        if prev is None:
             return 0
         if frequency == "month":
             gap = (slot.at.year - prev.year) * 12 + slot.at.month - prev.month
@@ -139,10 +136,10 @@ def slots_between(frequency: str, after_key: str, slot: Slot, tz: str = "UTC",
             gap = int((slot.at - prev).total_seconds() // step)
         return max(0, gap - 1)
     zone = ZoneInfo(tz)
-    try:
-        prev = datetime.strptime(after_key, "%Y%m%d%H%M").replace(tzinfo=zone)
-    except ValueError:
+    prev = _parse_key(after_key, 12)
+    if prev is None:
         return 0
+    prev = prev.replace(tzinfo=zone)
     count, keys = 0, {after_key}
     for fire in CronSim(frequency, prev):
         if _utc(fire) >= slot.at or count >= limit:
@@ -152,6 +149,21 @@ def slots_between(frequency: str, after_key: str, slot: Slot, tz: str = "UTC",
             keys.add(key)
             count += 1
     return count
+
+
+_KEY_LENGTHS = {"%Y%m%d%H%M": 12, "%Y%m%d%H": 10, "%Y%m%d": 8, "%Y%m": 6}
+
+
+def _parse_key(key: str, length: int) -> datetime | None:
+    """A slot key (`YYYYMM[DD[HH[MM]]]`) as a datetime; None unless it has `length` digits.
+    (strptime costs ~40 µs; a tick over a thousand tasks parses a thousand keys.)"""
+    if not isinstance(key, str) or len(key) != length or not key.isdigit():
+        return None
+    try:
+        return datetime(int(key[:4]), int(key[4:6]), int(key[6:8] or 1),
+                        int(key[8:10] or 0), int(key[10:12] or 0))
+    except ValueError:
+        return None
 
 
 def _floor(frequency: str, now: datetime) -> datetime:

@@ -25,11 +25,14 @@ from .dialect import database_now, db_now
 from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
     claim_slot,
+    claim_slots,
     ensure_runtime,
+    ensure_runtimes,
     get_runtime,
     list_runtimes,
     lock_runtime,
     record_run,
+    record_runs,
     set_enabled,
     update_task_status,
 )
@@ -40,7 +43,7 @@ __all__ = [
     "JOB_COLUMNS", "claim_batch", "claim_by_id", "claim_next", "count_children", "delete_job",
     "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
     "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
-    "rescue_stale", "claim_slot", "ensure_runtime", "get_runtime", "list_runtimes",
+    "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtime", "ensure_runtimes", "get_runtime", "list_runtimes",
     "record_run", "set_enabled", "update_task_status", "beat", "forget", "list_workers",
     "prune_workers", "database_now", "db_now", "lock_runtime", "actions", "alerts", "views",
 ]

@@ -1,4 +1,5 @@
-"""The two statements every job pays for — the claim and the finish — as driver SQL.
+"""The statements every job pays for — the claim and the finish — and the scheduler's
+per-tick bookkeeping, as driver SQL.
 
 Everything else in the store is SQLAlchemy Core. These run thousands of times a second,
 where building and compiling a Core statement, its cache key and the result processing
@@ -148,3 +149,30 @@ def finish_many(conn: Connection, items: list[tuple[int, int, dict]]) -> set[int
     written = ", ".join(str(int(job_id)) for job_id, _ in held)
     conn.exec_driver_sql(f"UPDATE {TABLE} SET {', '.join(sets)} WHERE id IN ({written})", params)
     return {job_id for job_id, _ in held}
+
+
+def record_runs(conn: Connection, runs: list[tuple[str, str, int, datetime | None]],
+                now: datetime) -> None:
+    """Note many scheduled runs, `(task, slot, job_id, next_run_at)` each: the slot records
+    this transaction inserted get their job ids, the runtime rows their last run; two
+    statements with a `CASE task` per column, however many tasks a tick starts."""
+    dialect = name(conn)
+    ph = functools.partial(_ph, dialect)
+    params: dict[str, Any] = {"now": _bind(dialect, now)}
+    job_case, slot_case, next_case, tasks = [], [], [], []
+    for n, (task, slot, job_id, next_at) in enumerate(runs):
+        params.update({f"t{n}": task, f"s{n}": slot, f"n{n}": _bind(dialect, next_at)})
+        tasks.append(ph(f"t{n}"))
+        job_case.append(f"WHEN {ph(f't{n}')} THEN {int(job_id)}")
+        slot_case.append(f"WHEN {ph(f't{n}')} THEN {ph(f's{n}')}")
+        next_case.append(f"WHEN {ph(f't{n}')} THEN {ph(f'n{n}')}")
+    in_tasks = ", ".join(tasks)
+    jobs, slots, nexts = " ".join(job_case), " ".join(slot_case), " ".join(next_case)
+    conn.exec_driver_sql(
+        f"UPDATE cronjob_slot SET job_id = CASE task {jobs} END WHERE task IN ({in_tasks}) "
+        f"AND job_id IS NULL AND slot = CASE task {slots} END", params)
+    conn.exec_driver_sql(
+        f"UPDATE cronjob_runtime SET last_job_id = CASE task {jobs} END, "
+        f"last_slot = CASE task {slots} END, next_run_at = CASE task {nexts} END, "
+        f"last_status = 'pending', updated_at = {ph('now')}, last_run_at = {ph('now')} "
+        f"WHERE task IN ({in_tasks})", params)

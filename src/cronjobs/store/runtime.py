@@ -7,6 +7,7 @@ from datetime import datetime
 from sqlalchemy import Connection, select
 
 from ..models import cronjob_runtime as rt, cronjob_slot
+from . import hotpath
 from .dialect import insert_ignore
 
 
@@ -18,15 +19,23 @@ def ensure_runtime(conn: Connection, task: str, job_type: str, enabled: bool,
     conn.execute(stmt)
 
 
+def ensure_runtimes(conn: Connection, tasks: list[tuple[str, str, bool]], now: datetime) -> None:
+    """`ensure_runtime` for many tasks at once: `(task, type, enabled)` each."""
+    if tasks:
+        conn.execute(insert_ignore(conn, rt, ["task"]).values(
+            [{"task": t, "type": ty, "enabled": e, "updated_at": now} for t, ty, e in tasks]))
+
+
 def get_runtime(conn: Connection, task: str) -> dict | None:
     """The runtime row of `task` as a dict, or None."""
     row = conn.execute(select(rt).where(rt.c.task == task)).mappings().first()
     return dict(row) if row else None
 
 
-def list_runtimes(conn: Connection) -> dict[str, dict]:
-    """All runtime rows, keyed by task name."""
-    return {r["task"]: dict(r) for r in conn.execute(select(rt)).mappings()}
+def list_runtimes(conn: Connection, columns: tuple[str, ...] | None = None) -> dict[str, dict]:
+    """All runtime rows, keyed by task name (only `columns` and `task`, when given)."""
+    cols = [rt] if columns is None else [rt.c.task, *(rt.c[c] for c in columns)]
+    return {r["task"]: dict(r) for r in conn.execute(select(*cols)).mappings()}
 
 
 def claim_slot(conn: Connection, task: str, slot: str, now: datetime) -> bool:
@@ -40,6 +49,34 @@ def claim_slot(conn: Connection, task: str, slot: str, now: datetime) -> bool:
                                                                       claimed_at=now)
     # psycopg 3 drops an INSERT's rowcount (-1) unless SQLAlchemy is asked to keep it.
     return conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1
+
+
+def claim_slots(conn: Connection, slots: list[tuple[str, str]], now: datetime) -> set[str]:
+    """Claim many `(task, slot)` records at once (one tick); returns the tasks this caller
+    won. Callers pass them sorted, so concurrent schedulers take the key locks in the same
+    order. A conflict means another scheduler started that slot; rows it inserted carry
+    their job id before they commit, so a record without one is this transaction's."""
+    if not slots:
+        return set()
+    rows = [{"task": t, "slot": s, "claimed_at": now} for t, s in slots]
+    if conn.dialect.name in ("postgresql", "sqlite"):
+        stmt = insert_ignore(conn, cronjob_slot, ["task", "slot"]).values(rows) \
+            .returning(cronjob_slot.c.task)
+        return {r[0] for r in conn.execute(stmt)}
+    conn.execute(insert_ignore(conn, cronjob_slot, ["task", "slot"]).values(rows))
+    wanted = dict(slots)
+    mine = conn.execute(select(cronjob_slot.c.task, cronjob_slot.c.slot).where(
+        cronjob_slot.c.task.in_(list(wanted)), cronjob_slot.c.job_id.is_(None)))
+    return {t for t, s in mine if wanted.get(t) == s}
+
+
+def record_runs(conn: Connection, runs: list[tuple[str, str, int, datetime | None]],
+                now: datetime) -> None:
+    """`record_run` for many scheduled runs, `(task, slot, job_id, next_run_at)` each, in two
+    statements however many runs a tick starts (driver SQL: `store.hotpath`). The slot
+    records are this transaction's own (no job id yet)."""
+    if runs:
+        hotpath.record_runs(conn, runs, now)
 
 
 def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, now: datetime,
