@@ -1,5 +1,5 @@
-"""The statements every job pays for — the claim and the finish — and the scheduler's
-per-tick bookkeeping, as driver SQL.
+"""The statements every job pays for — its insert, the claim and the finish — and the
+scheduler's per-tick bookkeeping, as driver SQL.
 
 Everything else in the store is SQLAlchemy Core. These run thousands of times a second,
 where building and compiling a Core statement, its cache key and the result processing
@@ -176,3 +176,43 @@ def record_runs(conn: Connection, runs: list[tuple[str, str, int, datetime | Non
         f"last_slot = CASE task {slots} END, next_run_at = CASE task {nexts} END, "
         f"last_status = 'pending', updated_at = {ph('now')}, last_run_at = {ph('now')} "
         f"WHERE task IN ({in_tasks})", params)
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_sql(dialect: str, columns: tuple[str, ...], keyed: bool) -> str:
+    ph = functools.partial(_ph, dialect)
+    sql = (f"INSERT INTO {TABLE} ({', '.join(columns)}) "
+           f"VALUES ({', '.join(ph('v_' + c) for c in columns)})")
+    if dialect == "mysql":
+        return sql
+    return sql + (" ON CONFLICT (idempotency_key) DO NOTHING" if keyed else "") + " RETURNING id"
+
+
+def insert_row(conn: Connection, values: dict) -> int | None:
+    """Insert one job row; its id, or None when its idempotency key is taken (the caller
+    reads the holder). A concurrent inserter of the same key makes this wait for its
+    transaction (the unique index), on every backend.
+
+    MySQL/MariaDB: a duplicate-key error rolls back only the statement, not the caller's
+    transaction (INSERT IGNORE would also silence foreign-key and truncation errors).
+
+    Raises:
+        IntegrityError: another constraint (a parent that does not exist).
+    """
+    from sqlalchemy.exc import IntegrityError
+
+    from ..db import is_duplicate_key
+
+    dialect = name(conn)
+    columns = tuple(values)
+    sql = _insert_sql(dialect, columns, values.get("idempotency_key") is not None)
+    params = {f"v_{c}": _bind(dialect, v) for c, v in values.items()}
+    if dialect != "mysql":
+        row = conn.exec_driver_sql(sql, params).first()
+        return row[0] if row else None
+    try:
+        return conn.exec_driver_sql(sql, params).lastrowid
+    except IntegrityError as exc:
+        if is_duplicate_key(exc):
+            return None
+        raise

@@ -6,10 +6,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterable, Sequence
 
 from sqlalchemy import Connection, and_, func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
 
-from ..db import is_duplicate_key
 from ..errors import InvalidJob, StoreError
 from ..models import cronjob_queue as q
 from . import hotpath
@@ -29,15 +26,11 @@ def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
         `(row, created)`: `row` has `id`, `status` and `payload` of the new or existing
         row; `created` is False when the key was taken. A concurrent inserter of the same
         key makes this wait for its transaction: if it commits we return its row, if it
-        rolls back we insert ours.
+        rolls back we insert ours. (Driver SQL: `store.hotpath.insert_row`.)
     """
     key = values.get("idempotency_key")
-    if key is None:
-        new_id = conn.execute(q.insert().values(**values)).inserted_primary_key[0]
-        return {"id": new_id, "status": values.get("status", "pending"),
-                "payload": values.get("payload")}, True
     for _ in range(5):
-        new_id = _insert_keyed(conn, values)
+        new_id = hotpath.insert_row(conn, values)
         if new_id is not None:
             return {"id": new_id, "status": values.get("status", "pending"),
                     "payload": values.get("payload")}, True
@@ -46,25 +39,6 @@ def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
             return existing, False
         # The holder of the key was deleted between our insert and our read: try again.
     raise InvalidJob(f"idempotency key {key!r} kept changing hands; giving up")
-
-
-def _insert_keyed(conn: Connection, values: dict) -> int | None:
-    dialect = name(conn)
-    if dialect in ("postgresql", "sqlite"):
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        stmt = (insert(q).values(**values)
-                .on_conflict_do_nothing(index_elements=["idempotency_key"]).returning(q.c.id))
-        row = conn.execute(stmt).first()
-        return row[0] if row else None
-    # MySQL/MariaDB: a duplicate-key error rolls back only the statement, not the
-    # caller's transaction; INSERT IGNORE is avoided because it would also silence
-    # foreign-key and truncation errors.
-    try:
-        return conn.execute(q.insert().values(**values)).inserted_primary_key[0]
-    except IntegrityError as exc:
-        if is_duplicate_key(exc):
-            return None
-        raise
 
 
 def select_by_key(conn: Connection, key: str) -> dict | None:
