@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import re
 
 from datetime import datetime, timedelta, timezone
@@ -103,6 +105,33 @@ def test_dispatch_many_keeps_input_order(make_app):
     more = queue.dispatch_many([{"type": "test.shape.execute", "queue": "other"}] * 20
                                + [{"type": "test.shape.execute", "scheduled_at": later}] * 3)
     assert sent == more[:16] + more[20:]
+
+
+def test_dispatch_many_stores_every_value_exactly_across_statements(make_app):
+    """Quotes, backslashes, %-signs, NUL-free control text, emoji and Persian, times and
+    parents come back as sent; 2,500 rows of ~2 KB span several INSERT statements (MariaDB
+    writes them as literal multi-row SQL) and keep input order; a missing parent refuses the
+    whole batch."""
+    app = make_app()
+    parent = queue.dispatch("test.shape.execute", {})
+    odd = "it's \\ \"q\" %s %(x)s \n\t ; -- DROP TABLE x; 🚀 سلام"
+    later = datetime(2031, 2, 3, 4, 5, 6, 789000)
+    jobs = [{"type": "test.shape.execute", "payload": {"n": n, "text": odd, "pad": "p" * 2000},
+             "title": odd if n % 2 else None, "parent_id": parent if n % 3 == 0 else None,
+             "scheduled_at": later if n % 5 == 0 else None} for n in range(2500)]
+    ids = queue.dispatch_many(jobs)
+    assert len(set(ids)) == 2500 and ids == sorted(ids)
+    for n in (0, 1, 2, 3, 5, 1499, 2499):
+        row = queue.get(ids[n])
+        assert json.loads(row["payload"]) == jobs[n]["payload"]
+        assert row["title"] == jobs[n]["title"]
+        assert row["parent_id"] == jobs[n]["parent_id"]
+        assert row["scheduled_at"] == jobs[n]["scheduled_at"]
+    before = count_rows(app)
+    with pytest.raises(InvalidJob, match="refused"):
+        queue.dispatch_many([{"type": "test.shape.execute"},
+                             {"type": "test.shape.execute", "parent_id": 10**12}])
+    assert count_rows(app) == before
 
 
 def test_dispatch_many_with_keys_reuses_existing(make_app):

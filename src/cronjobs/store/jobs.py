@@ -53,6 +53,8 @@ def insert_jobs(conn: Connection, rows: Sequence[dict]) -> list[int]:
     """Insert many rows without idempotency keys in one statement; ids in input order."""
     if not rows:
         return []
+    if name(conn) == "mysql" and len({tuple(r) for r in rows}) == 1:
+        return hotpath.insert_rows_mysql(conn, list(rows))
     stmt = q.insert().returning(q.c.id, sort_by_parameter_order=True)
     return [r[0] for r in conn.execute(stmt, list(rows))]
 
