@@ -86,6 +86,16 @@ def test_dict_failure_is_retried_like_false(make_app):
 
 
 @BACKENDS
+def test_dict_failure_with_retry_false_fails_at_once_with_attempts_left(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id, row = run_shape(app, "dict_fail_no_retry", path=5)
+    assert (row["status"], row["attempts"], row["max_attempts"]) == ("failed", 1, 3)
+    assert row["error"] == "bad input: path is not a folder"
+    assert row["result_payload"] == '{"path": 5}'
+    assert "not retried" in row["process_logs"]
+
+
+@BACKENDS
 def test_cancelled_without_children_is_deleted(make_app):
     app = make_app(clock=FrozenClock(T0))
     job_id, row = run_shape(app, "cancel")

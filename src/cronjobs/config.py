@@ -382,7 +382,9 @@ def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if not key.startswith(ENV_PREFIX):
             continue
         if key not in env_names:
-            raise ConfigError(f"unknown variable {key}{_hint(key, env_names)}")
+            raise ConfigError(f"unknown variable {key}{_hint(key, env_names)}; every "
+                              f"{ENV_PREFIX}* name is a cronjobs setting (a handler's own "
+                              f"settings need a prefix of their own)")
         if key != ENV_PREFIX + "CONFIG":
             values[key[len(ENV_PREFIX):].lower()] = value
     return values

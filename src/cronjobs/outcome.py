@@ -98,6 +98,9 @@ def from_return(value: Any, handler: CronJobHandler) -> Outcome:
             return Outcome("completed", result=result, log=_reason("completed", result))
         error = (value.get("error") or value.get("message") or handler.failure_text()
                  or _reason("handler reported failure", result))
+        if value.get("retry") is False:  # wrong for good: no retry, whatever the attempts
+            return Outcome("fatal", result=result, error=str(error),
+                           log=f"failure, not retried: {error}")
         return Outcome("failed", result=result, error=str(error), log=f"failure: {error}")
     shown = repr(value)
     if len(shown) > 200:

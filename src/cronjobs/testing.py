@@ -28,8 +28,8 @@ def make_test_app(folder: str | Path, *, handler_paths: Iterable[str | Path] = (
     `queue.process(id)` or `drain(app)`.
 
     Args:
-        folder: a folder of the test's own (pytest's `tmp_path`); the SQLite database
-            `cronjobs-test.db` is made in it.
+        folder: a folder of the test's own (pytest's `tmp_path`; made when missing); the
+            SQLite database `cronjobs-test.db` is made in it.
         handler_paths: folders of handler files to register.
         now: the frozen clock's start, naive UTC (default 2026-01-01 00:00); move it with
             `app.clock.advance(seconds)` or `app.clock.set(datetime)`.
@@ -45,6 +45,7 @@ def make_test_app(folder: str | Path, *, handler_paths: Iterable[str | Path] = (
     from .config import Settings
     from .migrate import upgrade
 
+    Path(folder).mkdir(parents=True, exist_ok=True)
     url = database_url or f"sqlite:///{Path(folder) / 'cronjobs-test.db'}"
     config = Settings(database_url=url, handler_paths=tuple(str(p) for p in handler_paths),
                       **settings)

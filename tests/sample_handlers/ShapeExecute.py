@@ -21,6 +21,9 @@ class ShapeExecute(CronJobHandler):
             return {"success": True, "result": {"answer": 42}}
         if shape == "dict_fail":
             return {"success": False, "result": {"reason": "service-gone"}}
+        if shape == "dict_fail_no_retry":
+            return {"success": False, "retry": False, "error": "bad input: path is not a folder",
+                    "result": {"path": payload.get("path")}}
         if shape == "cancel":
             if payload.get("children"):
                 self.dispatch("test.shape.execute", {"shape": "true"})
