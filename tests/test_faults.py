@@ -2,6 +2,11 @@
 flushed, MariaDB restarted, recycling under a real supervisord. Each run prints one line:
 jobs, faults injected, lost, duplicated-concurrent, stuck — and asserts the last three are 0.
 
+Execution modes (issue 8): the runs use job processes (the default `--isolation handler`
+with a process handler); Redis restarted and flushed also run with `--isolation process`,
+and kill -9 also runs with thread-isolated jobs (`ISOLATION = "thread"`: the job dies
+with its worker).
+
 Servers that a fault stops are the test's own (Redis on another port, a MariaDB instance in
 a temporary folder), so the shared servers are never disturbed. `make test-faults` runs
 only this file.
@@ -33,6 +38,8 @@ from test_worker_e2e import _tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 SLOW = "test.slow.execute"
+THREAD_SLOW = "test.threadslow.execute"
+THREAD_HANDLERS = str(Path(__file__).parent / "thread_handlers")
 
 
 # -- servers of our own --------------------------------------------------------------------
@@ -133,7 +140,7 @@ def own_mariadb(tmp_path):
 def make_system(db_url: str, broker_url: str, namespace: str) -> App:
     """Migrated database with `test_effects`, and an App on it (installed as current)."""
     settings = Settings(database_url=db_url, broker_url=broker_url, broker_namespace=namespace,
-                        handler_paths=(SAMPLE_HANDLERS,))
+                        handler_paths=(SAMPLE_HANDLERS, THREAD_HANDLERS))
     registry.reset()
     registry.load(settings)
     app = App(settings, handlers=registry)
@@ -159,15 +166,17 @@ FAULT_ENV = {"CRONJOBS_LEASE_GRACE_SECONDS": "2", "CRONJOBS_SWEEP_AFTER_SECONDS"
 
 @contextmanager
 def workers(db_url: str, broker_url: str, namespace: str, log: Path, count: int = 1,
-            threads: int = 4):
+            threads: int = 4, isolation: str = "handler"):
     """`count` worker processes (each its own session); all stopped at the end."""
     procs: list[subprocess.Popen] = []
-    env = cli_env(db_url, namespace, broker_url=broker_url, **FAULT_ENV)
+    env = cli_env(db_url, namespace, broker_url=broker_url, **FAULT_ENV,
+                  CRONJOBS_HANDLER_PATHS=f"{SAMPLE_HANDLERS}:{THREAD_HANDLERS}")
 
     def start() -> subprocess.Popen:
         out = open(log, "ab")
         proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--queues",
-                                 "default", "--threads", str(threads)], env=env, stdout=out,
+                                 "default", "--threads", str(threads), "--isolation",
+                                 isolation], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         procs.append(proc)
@@ -234,9 +243,9 @@ def report(app: App, name: str, jobs: int, faults: str) -> tuple[int, int, int]:
     return lost, overlapping, stuck
 
 
-def dispatch_slow(app: App, n: int, seconds: float) -> None:
+def dispatch_slow(app: App, n: int, seconds: float, job_type: str = SLOW) -> None:
     for start in range(0, n, 500):
-        queue.dispatch_many([{"type": SLOW, "payload": {"seconds": seconds}}] *
+        queue.dispatch_many([{"type": job_type, "payload": {"seconds": seconds}}] *
                             min(500, n - start), app=app)
 
 
@@ -263,13 +272,33 @@ def test_kill_9_of_a_worker_in_the_middle(mariadb_database, own_redis, tmp_path)
     assert report(app, "kill-9", 2000, "1 SIGKILL") == (0, 0, 0)
 
 
+def test_kill_9_of_a_worker_running_thread_jobs(mariadb_database, own_redis, tmp_path):
+    """600 thread-isolated jobs of 0.3 s, 2 workers x 4 threads; one worker (and the job
+    threads in it) is killed with SIGKILL and started again. Every row ends completed; no
+    job ran twice at the same time."""
+    ns = "cjf-" + uuid.uuid4().hex[:8]
+    app = make_system(mariadb_database, own_redis.url, ns)
+    log = tmp_path / "workers.log"
+    dispatch_slow(app, 600, 0.3, THREAD_SLOW)
+    with workers(mariadb_database, own_redis.url, ns, log, count=2) as (procs, start):
+        wait_completed_at_least(app, 150, 120)
+        victim = procs[0]
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait(10)
+        start()
+        wait_all_done(app, 600, 240, log, recover=True)
+    assert report(app, "kill-9-thread-jobs", 600, "1 SIGKILL") == (0, 0, 0)
+
+
+@pytest.mark.parametrize("isolation", ["handler", "process"])
 @pytest.mark.parametrize("fault", ["restart", "flush"])
-def test_redis_restarted_or_flushed(mariadb_database, own_redis, tmp_path, fault):
+def test_redis_restarted_or_flushed(mariadb_database, own_redis, tmp_path, fault, isolation):
     ns = "cjf-" + uuid.uuid4().hex[:8]
     app = make_system(mariadb_database, own_redis.url, ns)
     log = tmp_path / "workers.log"
     dispatch_slow(app, 1000, 0.02)
-    with workers(mariadb_database, own_redis.url, ns, log, count=1) as (procs, _):
+    with workers(mariadb_database, own_redis.url, ns, log, count=1,
+                 isolation=isolation) as (procs, _):
         wait_completed_at_least(app, 250, 120)
         if fault == "restart":
             own_redis.stop()
@@ -280,7 +309,7 @@ def test_redis_restarted_or_flushed(mariadb_database, own_redis, tmp_path, fault
         wait_all_done(app, 1000, 180, log)
         assert procs[0].poll() is None, "the worker survived"
     assert procs[0].returncode == 0, _tail(log)
-    assert report(app, f"redis-{fault}", 1000, f"1 redis {fault}") == (0, 0, 0)
+    assert report(app, f"redis-{fault}-{isolation}", 1000, f"1 redis {fault}") == (0, 0, 0)
 
 
 def test_mariadb_restarted(own_mariadb, own_redis, tmp_path):
