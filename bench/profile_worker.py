@@ -37,15 +37,23 @@ CATEGORIES = [
     ("open a new MariaDB connection (TLS context, handshake)",
      ("load_default_certs", "create_default_context", "_request_authentication",
       "pymysql/connections.py:__init__", "__init__ (pymysql/connections.py", "_connect (pymysql")),
+    # The pool loop (issue 8's engine): one transaction per turn = finishes + batched claim.
+    ("finish: outcomes written in the loop's transaction (finish_many)",
+     ("finish_many", "write_all (cronjobs/executor.py", "_one_by_one")),
+    ("claim: batched SELECT ... SKIP LOCKED + UPDATE in the loop's transaction",
+     ("select_due", "take (cronjobs/store/hotpath.py", "claim_batch")),
+    ("loop transaction: BEGIN/COMMIT, pool check-out", ("_transaction (cronjobs/pool.py",)),
+    ("loop: pipes to job processes (send job, read outcome, pickling)",
+     ("_dispatch (cronjobs/pool.py", "_read (cronjobs/pool.py", "_wait (cronjobs/pool.py")),
+    # The first engine (one thread per slot).
     ("claim: SELECT ... FOR UPDATE SKIP LOCKED + UPDATE + COMMIT", ("claim_next",)),
     ("finish: UPDATE + COMMIT", ("finish (cronjobs/executor.py", "_retry_while_down")),
-    ("worker thread waits for / talks to its job process (pipe)",
-     ("run (cronjobs/runner.py",)),
-    ("job process: receive job, run handler, send outcome", ("_child_main",)),
+    ("job process: receive job, run handler, send outcome", ("_child_main", "jobprocess.py")),
     ("broker: Redis (fetch, ack, send)", ("redis/", "dramatiq/brokers/redis")),
     ("logging", ("logging/",)),
     ("housekeeping (leases, heartbeat, sweep)", ("housekeeping.py",)),
     ("dramatiq worker loop (consumer, queues)", ("dramatiq/worker.py",)),
+    ("pool loop, other", ("pool.py",)),
     ("interpreter start-up / imports", ("<module>", "_find_and_load")),
 ]
 
@@ -66,7 +74,8 @@ def summarise(path: Path) -> dict:
         if not stack or not count.isdigit():
             continue  # a frame name with a newline in it (py-spy prints it as is)
         frames = stack.split(";")
-        spawned = "spawn" in frames[0] or "_child_main" in stack
+        spawned = ("spawn" in frames[0] or "_child_main" in stack or "forkserver" in stack
+                   or "jobprocess.py" in stack)
         key = "job processes" if spawned else "worker process"
         per_proc[key][_category(stack)] += int(count)
         top[key][frames[-1]] += int(count)
