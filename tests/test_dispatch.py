@@ -142,6 +142,19 @@ def test_dispatch_many_with_keys_reuses_existing(make_app):
     assert ids[0] == first and ids[1] != first
 
 
+def test_dispatch_many_with_keys_is_one_transaction(make_app):
+    """Keyed rows are inserted one by one, but a refused row still undoes the whole batch."""
+    app = make_app()
+    queue.dispatch("test.shape.execute", {}, idempotency_key="held")
+    before = count_rows(app)
+    with pytest.raises(InvalidJob, match="parent job 999999999 does not exist"):
+        queue.dispatch_many([{"type": "test.shape.execute", "idempotency_key": f"k{n}"}
+                             for n in range(5)]
+                            + [{"type": "test.shape.execute", "idempotency_key": "held"},
+                               {"type": "test.shape.execute", "parent_id": 999999999}])
+    assert count_rows(app) == before
+
+
 def test_dispatch_many_refuses_all_when_one_is_bad(make_app):
     app = make_app()
     with pytest.raises(InvalidJob):

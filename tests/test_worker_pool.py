@@ -4,6 +4,7 @@ connection pool is sized from the slots, handlers may ask for ISOLATION = "threa
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -15,12 +16,13 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.models import cronjob_queue
-from cronjobs.worker import WorkerProcess
+from cronjobs.worker import Limits, WorkerProcess
 from conftest import SAMPLE_HANDLERS, cli_env, effect_rows
 from test_worker_e2e import REDIS, all_completed, wait_for
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 THREAD_HANDLERS = str(Path(__file__).parent / "thread_handlers")
+CRASH_HANDLERS = str(Path(__file__).parent / "crash_handlers")
 
 
 @MARIADB
@@ -106,3 +108,63 @@ def test_a_thread_job_past_max_runtime_is_timed_out_and_the_worker_recycles(make
     row = queue.get(job_id)
     assert row["status"] == "pending" and row["attempts"] == 1, row
     assert row["error"].startswith("timeout after 2 s (MAX_RUNTIME); thread job abandoned")
+
+
+def _results(app, ids: list[int]) -> dict[int, dict]:
+    rows = {i: queue.get(i, app=app) for i in ids}
+    return {i: (r["status"], r["attempts"], json.loads(r["result_payload"] or "null"))
+            for i, r in rows.items()}
+
+
+@MARIADB
+def test_a_forking_handler_or_a_dead_idle_process_never_misattributes_or_costs_an_attempt(
+        make_app):
+    """A handler whose forked child returns from handle() too: only the job process answers,
+    so every later row of that slot gets its own outcome. Job processes killed while idle:
+    the next row is put back without using an attempt and runs in a new process."""
+    app = make_app(broker_url=REDIS, handler_paths=(SAMPLE_HANDLERS, CRASH_HANDLERS))
+    job = "test.forkreturn.execute"
+    ids = [queue.dispatch(job, {"fork": True}, app=app)]
+    ids += [queue.dispatch(job, {}, app=app) for _ in range(5)]
+    worker = WorkerProcess(app, ["default"], 1)  # one slot: every row through one process
+    worker.start()
+    try:
+        wait_for(all_completed(app, 6), 60, "6 jobs completed")
+        assert _results(app, ids) == {i: ("completed", 1, {"job": i}) for i in ids}
+        procs = [p.process for p in worker.pool._procs]
+        for proc in procs:
+            proc.kill()
+            proc.join(5)
+        assert procs and not any(p.is_alive() for p in procs)
+        late = queue.dispatch(job, {}, max_attempts=1, app=app)
+        wait_for(all_completed(app, 7), 60, "the row after the dead process")
+        assert _results(app, [late]) == {late: ("completed", 1, {"job": late})}
+        assert "attempt not used" in queue.get(late, app=app)["process_logs"]
+    finally:
+        worker.shutdown(10)
+
+
+@MARIADB
+@pytest.mark.parametrize("max_attempts,status", [(1, "failed"), (3, "pending")])
+def test_a_job_cut_off_when_its_worker_recycles_uses_its_attempt(make_app, max_attempts,
+                                                                 status):
+    """A job still running when a recycling worker's shutdown timeout ends may be why the
+    limit was reached (memory): the cut-off uses its attempt, so a job that always
+    outlives the limit ends failed instead of being given back forever."""
+    app = make_app(broker_url=REDIS)
+    job_id = queue.dispatch("test.slow.execute", {"seconds": 60}, max_attempts=max_attempts,
+                            app=app)
+    worker = WorkerProcess(app, ["default"], 1)
+    worker.start()
+    try:
+        wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "running", 30,
+                 "the job to run")
+        worker.limits = Limits(memory_mb=1)  # reached at the next check
+        worker.check_limits()
+        assert worker.recycle_reason.startswith("memory-limit 1 MB reached")
+    finally:
+        worker.shutdown(0.5)
+    row = queue.get(job_id, app=app)
+    assert (row["status"], row["attempts"]) == (status, 1), row
+    assert row["error"].startswith("cut off when the worker recycled (memory-limit 1 MB "
+                                   "reached"), row["error"]

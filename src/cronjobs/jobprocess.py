@@ -18,6 +18,7 @@ import ctypes
 import gc
 import importlib
 import pkgutil
+import os
 import signal
 from multiprocessing.connection import Connection
 
@@ -98,7 +99,7 @@ def run_one(app: App, job: Job, max_runtime_seconds: float) -> tuple[Outcome, bo
 
 def serve(conn: Connection, settings: Settings) -> None:
     """The job process's loop: receive `(job, max_runtime_seconds)`, send back
-    `(outcome, keep_going)`; `None` or a closed pipe ends it."""
+    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -113,6 +114,7 @@ def serve(conn: Connection, settings: Settings) -> None:
         app = App(settings)
         app.handlers  # noqa: B018  (load the registry before the first job, not during it)
     conn.send(READY)
+    me = os.getpid()
     while True:
         try:
             message = conn.recv()
@@ -121,6 +123,10 @@ def serve(conn: Connection, settings: Settings) -> None:
         if message is None:
             return
         outcome, keep_going = run_one(app, *message)
-        conn.send((outcome, keep_going))
+        if os.getpid() != me:
+            # A handler forked and its child returned from handle() too: only the job
+            # process answers (two answers on one pipe would be read as the next job's).
+            os._exit(0)
+        conn.send((message[0].id, outcome, keep_going))
         if not keep_going:
             return

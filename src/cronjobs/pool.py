@@ -78,6 +78,7 @@ class SlotPool:
         self._min_batch = max(1, slots // 2)
         self._stopping = threading.Event()
         self._cutting_off = False
+        self._cut_reason: str | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -137,9 +138,13 @@ class SlotPool:
         self._stopping.set()
         self._wake()
 
-    def cut_off(self) -> list[int]:
-        """Kill the job processes of every running job (shutdown timeout reached); their
-        rows go back to `pending` without using an attempt. Returns their ids."""
+    def cut_off(self, recycle_reason: str | None = None) -> list[int]:
+        """Kill the job processes of every running job (shutdown timeout reached) and
+        return their ids. Stopped by a signal (a deploy), their rows go back to `pending`
+        without using an attempt. Stopped because the worker recycles (`recycle_reason`,
+        e.g. its memory limit), the cut-off uses the attempt: the job may be the cause, and
+        one that always outlives the limit must end `failed`, not loop."""
+        self._cut_reason = recycle_reason
         self._cutting_off = True
         busy = [p for p in self._procs if p.state == "busy"]
         for proc in busy:
@@ -298,9 +303,11 @@ class SlotPool:
         proc = next(p for p in self._procs if p.state == "idle")
         try:
             proc.start(job, max_runtime)
-        except OSError as exc:  # the process died while idle
-            self._ended(proc, Outcome("failed", error=f"job process died: {exc}",
-                                      log=f"job process died: {exc}"))
+        except OSError as exc:  # the process had died while idle: the job never started
+            log.warning("job %s: its job process had died while idle (%s); row back to "
+                        "pending, attempt not used", job.id, exc, extra={"trace_id": job.id})
+            self._ended(proc, Outcome("cut_off", log=f"job process had died before the job "
+                                                      f"was sent ({exc}); attempt not used"))
 
     def _run_in_thread(self, job: Job) -> None:
         started = time.monotonic()
@@ -363,19 +370,32 @@ class SlotPool:
                 self._replace(proc, f"job process did not start (exit code "
                                     f"{proc.process.exitcode})")
                 return
-            if self._cutting_off:
+            if self._cutting_off and self._cut_reason:
+                error = f"cut off when the worker recycled ({self._cut_reason}); attempt used"
+                outcome = Outcome("failed", error=error, log=error)
+            elif self._cutting_off:
                 outcome = Outcome("cut_off", log="cut off by worker shutdown; attempt not used")
             else:
-                error = (f"job process died (exit code {proc.process.exitcode}): "
-                         f"{exc or type(exc).__name__}")
+                proc.process.join(0.5)  # reap it, so that its exit code is known
+                error = (f"job process died (exit code {proc.process.exitcode})"
+                         + (f": {exc}" if str(exc) else ""))
                 outcome = Outcome("failed", error=error, log=error)
             self._ended(proc, outcome)
             return
         if message == READY:
             proc.state = "idle"
             return
-        outcome, keep_going = message
+        job_id, outcome, keep_going = message
         job, duration_ms = proc.job, (time.monotonic() - proc.started_at) * 1000
+        if job is None or job_id != job.id:  # an answer nobody asked for: trust nothing
+            error = f"job process answered for job {job_id} while running job " + (
+                str(job.id) if job else "none")
+            log.error("%s; process replaced", error)
+            if job is None:
+                self._replace(proc, error)
+            else:
+                self._ended(proc, Outcome("failed", error=error, log=error))
+            return
         if keep_going:
             proc.state, proc.job = "idle", None
             self._add_plan(job, outcome, duration_ms)

@@ -110,8 +110,9 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
 
     Args:
         jobs: dicts with the keyword arguments of `dispatch` (`type` required).
-            Rows with an `idempotency_key` go through `submit` one by one, so a taken
-            key gives the existing id as `dispatch` does.
+            When any row has an `idempotency_key`, the rows are inserted one by one (in
+            the same single transaction), so a taken key gives the existing id as
+            `dispatch` does.
         session: as in `dispatch`.
 
     Raises:
@@ -124,11 +125,11 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
         if "type" not in spec:
             raise InvalidJob(f"dispatch_many: every job needs a 'type', got {spec!r}")
         rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
-    if any(r["idempotency_key"] for r in rows):
-        return [submit(r["type"], json.loads(r["payload"]), app=app, session=session,
-                       **{k: r[k] for k in _SUBMIT_KEYS}).id for r in rows]
+    keyed = any(r["idempotency_key"] for r in rows)
 
     def insert(conn) -> list[int]:  # noqa: ANN001
+        if keyed:  # one by one (a taken key gives its holder's id), one transaction
+            return [_insert(conn, r)[0]["id"] for r in rows]
         try:
             return store.insert_jobs(conn, rows)
         except IntegrityError as exc:

@@ -70,7 +70,7 @@ class JobProcess:
         self.conn.send((job, max_runtime_seconds))
 
     def read(self) -> Any:
-        """What the process sent: `READY`, or `(outcome, keep_going)`.
+        """What the process sent: `READY`, or `(job id, outcome, keep_going)`.
 
         Raises:
             EOFError, OSError: the process died (or was killed).

@@ -199,7 +199,9 @@ class WorkerProcess:
 
     def shutdown(self, timeout_seconds: float, urgent: threading.Event | None = None) -> None:
         """Stop intake, let running jobs finish for up to `timeout_seconds`, then cut the
-        rest off (rows back to `pending`, attempt not used) and release everything."""
+        rest off and release everything. Cut-off rows go back to `pending` without using
+        an attempt after a signal; when the worker recycles (a limit), the cut-off uses the
+        attempt, so a job that always outlives a limit ends `failed` instead of looping."""
         self.status = "stopping"
         self.executor.accepting = False
         urgent = urgent or threading.Event()
@@ -208,8 +210,12 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout_seconds
         while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
             time.sleep(0.05)
-        cut = self.pool.cut_off() if self.pool.busy() else []
-        if cut:
+        cut = self.pool.cut_off(self.recycle_reason) if self.pool.busy() else []
+        if cut and self.recycle_reason:
+            log.warning("recycling: %d job(s) still running after %.0f s cut off, attempt "
+                        "used (retried with backoff, or failed): %s", len(cut),
+                        timeout_seconds, cut)
+        elif cut:
             log.warning("shutdown: %d job(s) still running after %.0f s cut off, back to "
                         "pending: %s", len(cut), timeout_seconds, cut)
         if not self.pool.join(15):
