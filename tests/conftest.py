@@ -4,6 +4,7 @@ answer fails the test (run `make test`, which starts them)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -137,6 +138,15 @@ def effect_rows(app: App, kind: str | None = None) -> list[dict]:
     with app.engine.connect() as conn:
         return [dict(r) for r in conn.execute(stmt).mappings()]
 
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage():
+    """Collect garbage after every test, so that an unclosed socket or file left in a
+    reference cycle is reported (ResourceWarning, an error here) by the test that leaked
+    it, not at the end of the session."""
+    yield
+    gc.collect()
 
 def cli_env(db_url: str, namespace: str = "cronjobs", broker_url: str = "memory://",
             **extra: str) -> dict:

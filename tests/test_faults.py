@@ -137,13 +137,26 @@ def own_mariadb(tmp_path):
 
 # -- the system under test -----------------------------------------------------------------
 
+_APPS: list[App] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_apps():
+    """Close every App a test made (its engine and its broker's Redis connections)."""
+    yield
+    while _APPS:
+        _APPS.pop().close()
+
+
 def make_system(db_url: str, broker_url: str, namespace: str) -> App:
-    """Migrated database with `test_effects`, and an App on it (installed as current)."""
+    """Migrated database with `test_effects`, and an App on it (installed as current;
+    closed after the test)."""
     settings = Settings(database_url=db_url, broker_url=broker_url, broker_namespace=namespace,
                         handler_paths=(SAMPLE_HANDLERS, THREAD_HANDLERS))
     registry.reset()
     registry.load(settings)
     app = App(settings, handlers=registry)
+    _APPS.append(app)
     upgrade(app.engine)
     effects.metadata.create_all(app.engine)
     use(app)
