@@ -17,8 +17,8 @@ from __future__ import annotations
 import ctypes
 import gc
 import importlib
-import pkgutil
 import os
+import pkgutil
 import signal
 from multiprocessing.connection import Connection
 
