@@ -167,10 +167,6 @@ def _doorbells(ids: list[int], rows: list[dict]) -> list[tuple[int, dict]]:
     return bells
 
 
-_SUBMIT_KEYS = ("idempotency_key", "parent_id", "priority", "scheduled_at", "title",
-                "max_attempts", "queue")
-
-
 def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str | None = None,
               parent_id: int | None = None, priority: int = 5,
               scheduled_at: datetime | None = None, title: str | None = None,
