@@ -10,6 +10,7 @@ import pytest
 
 from cronjobs.config import Settings, TaskSettings
 from cronjobs.errors import ConfigError
+from conftest import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -180,6 +181,37 @@ def test_bad_urls_are_refused_at_load(environ, message, tmp_path, monkeypatch):
         Settings.load(environ=environ)
 
 
+@pytest.mark.parametrize("url,use", [
+    ("postgres://app:s3cret@db.example/prod", "postgresql+psycopg://app:***@db.example/prod"),
+    ("postgresql://app:s3cret@db.example/prod", "postgresql+psycopg://app:***@db.example/prod"),
+    ("postgresql+psycopg2://app@db/prod", "postgresql+psycopg://app@db/prod"),
+    ("mysql://app:s3cret@db.example/prod", "mysql+pymysql://app:***@db.example/prod"),
+    ("mysql+mysqldb://app@db/prod", "mysql+pymysql://app@db/prod"),
+    ("mariadb://app@db/prod", "mariadb+pymysql://app@db/prod"),
+])
+def test_database_urls_of_other_drivers_name_the_url_to_use(url, use, tmp_path):
+    """What Heroku, Rails and docker-compose files print: one line naming the URL to
+    write instead, the password never shown; the CLI exits 2 with that line alone."""
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CRONJOBS_DATABASE_URL": url})
+    text = str(info.value)
+    assert f"write it as {use}" in text and "s3cret" not in text
+    out = run_cli(["tasks"], {**_clean_env(), "CRONJOBS_DATABASE_URL": url}, cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: "), out.stderr
+    assert f"write it as {use}" in out.stderr and "s3cret" not in out.stderr
+
+
+@pytest.mark.parametrize("url,message", [
+    ("sqlite://cronjobs.db", "names a host: write sqlite:///file.db"),
+    ("oracle://scott@db/orcl", "unsupported database 'oracle'"),
+])
+def test_unusable_database_urls_are_one_line(url, message, tmp_path):
+    out = run_cli(["tasks"], {**_clean_env(), "CRONJOBS_DATABASE_URL": url}, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert message in out.stderr
+
+
 @pytest.mark.parametrize("toml,message", [
     ("tasks = 3\n", "'tasks' in .* must be a table"),
     ('[tasks.x]\nenabled = "yes"\n', "invalid setting tasks.x.enabled='yes'"),
@@ -196,3 +228,7 @@ def test_a_toml_file_that_is_not_utf8(tmp_path, monkeypatch):
     (tmp_path / "cronjobs.toml").write_bytes(b"timezone = '\xff'\n")
     with pytest.raises(ConfigError, match="cannot read cronjobs.toml"):
         Settings.load(environ={})
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CRONJOBS_")}

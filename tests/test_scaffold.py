@@ -84,3 +84,21 @@ def test_folder_option_and_names():
     assert sorted(files("tour")) == ["TourExecute.py", "test_tour.py"]
     with pytest.raises(ScaffoldError):
         files("tour.discover")
+
+
+def test_without_pytest_the_hint_names_the_testing_extra(tmp_path):
+    """A plain `pip install cronjobs` has no pytest: the hint says how to get it, and the
+    wheel offers it as the `testing` extra."""
+    env = env_with(tmp_path, CRONJOBS_HANDLER_PATHS="handlers")
+    code = "import sys; sys.modules['pytest'] = None; from cronjobs.cli import main; main()"
+    out = subprocess.run([sys.executable, "-c", code, "new-handler", "acme.greet"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'cronjobs[testing]'" in out.stdout
+    assert "cronjobs[testing]" not in run_cli(["new-handler", "acme.other"], env,
+                                              cwd=tmp_path).stdout  # pytest is here
+    from importlib.metadata import metadata
+
+    requires = metadata("cronjobs").get_all("Requires-Dist")
+    assert any(r.startswith("pytest") and "extra == 'testing'" in r.replace('"', "'")
+               for r in requires)

@@ -22,6 +22,15 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 AMQP_SCHEMES = ("amqp://", "amqps://")
 
 
+# The drivers cronjobs speaks (its hot path is driver SQL for PyMySQL, psycopg 3 and
+# sqlite3), and what to write instead of the URLs hosting services print.
+SUPPORTED_DATABASE_SCHEMES = frozenset({"sqlite", "sqlite+pysqlite", "mysql+pymysql",
+                                        "mariadb+pymysql", "postgresql+psycopg"})
+DATABASE_SCHEME_FOR = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
+                       "mysql": "mysql+pymysql", "mariadb": "mariadb+pymysql",
+                       "sqlite": "sqlite"}
+
+
 class TaskSettings(BaseModel):
     """Operator settings of one task (`[tasks.<task>]` in the TOML file).
 
@@ -305,11 +314,24 @@ class Settings(BaseModel):
         from sqlalchemy.exc import ArgumentError
 
         try:
-            make_url(value)
+            url = make_url(value)
         except ArgumentError:
             raise ValueError(f"not a database URL: {value!r} (e.g. sqlite:///cronjobs.db, "
                              f"mysql+pymysql://user:pw@host/db)") from None
-        return value
+        scheme = url.drivername
+        if scheme.startswith("sqlite") and (url.host or url.port):
+            raise ValueError(f"SQLite URL {value!r} names a host: write sqlite:///file.db for a "
+                             f"file in the working folder, sqlite:////abs/path.db for an "
+                             f"absolute path")
+        if scheme in SUPPORTED_DATABASE_SCHEMES:
+            return value
+        backend = scheme.split("+")[0]
+        use = DATABASE_SCHEME_FOR.get(backend)
+        if use is None:
+            raise ValueError(f"unsupported database {scheme!r} in {url!r}: use sqlite:///..., "
+                             f"mysql+pymysql://... or postgresql+psycopg://...")
+        raise ValueError(f"database URL {url!r} names the driver {scheme!r}, which cronjobs "
+                         f"does not use: write it as {url.set(drivername=use)!r}")
 
     @field_validator("timezone")
     @classmethod
@@ -362,7 +384,21 @@ class Settings(BaseModel):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
             message = err["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"invalid setting {field}={err.get('input')!r}: {message}") from None
+            shown = err.get("input")
+            if field == "database_url" and isinstance(shown, str):
+                shown = _hide_password(shown)  # the message must not print a password
+            raise ConfigError(f"invalid setting {field}={shown!r}: {message}") from None
+
+
+def _hide_password(url: str) -> str:
+    """`url` with its password shown as `***` (unchanged when it is no URL)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
 
 
 def _known_fields() -> list[str]:

@@ -16,7 +16,8 @@ from . import limits, store
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import JobNotFound, JobStateError
 from .handler import Job
-from .outcome import Outcome, Policy, from_exception, from_return, next_state, no_handler
+from .outcome import (Outcome, Policy, from_exception, from_return, next_state, no_handler,
+                      unreadable)
 
 if TYPE_CHECKING:
     from .app import App
@@ -138,6 +139,16 @@ def write_all(conn, plans: list[Finish]) -> list[str]:  # noqa: ANN001
     return finals
 
 
+def job_of(row: dict) -> tuple[Job, Outcome | None]:
+    """The `Job` of a claimed row, and None; or, when its stored JSON cannot be decoded
+    (nested too deeply, not JSON), the Job without its payload and the `unreadable`
+    outcome that fails the row (one bad row never stops a worker)."""
+    try:
+        return Job.from_row(row), None
+    except Exception as exc:  # RecursionError, ValueError, ...: the row's problem only
+        return Job.from_row(row, decode=False), unreadable(exc)
+
+
 def _task_run(job: Job) -> bool:
     return "slot" in job.payload or bool(job.payload.get("manual"))
 
@@ -205,11 +216,12 @@ class Executor:
 
     def run_claimed(self, row: dict) -> JobReport:
         """Run a row this process has claimed (status `running`) here, and finish it."""
-        job = Job.from_row(row)
+        job, outcome = job_of(row)
         log.debug("job %s start type=%s attempt=%s/%s", job.id, job.type, job.attempts,
                   job.max_attempts, extra={"trace_id": job.id})
         started = time.monotonic()
-        outcome = self.prepare(job)
+        if outcome is None:
+            outcome = self.prepare(job)
         if outcome is None:
             self.track(job)
             try:
@@ -220,14 +232,22 @@ class Executor:
 
     def prepare(self, job: Job) -> Outcome | None:
         """The outcome of a run that needs no handler call (no handler registered, or a
-        destructive task switched off), else None."""
-        cls = self.app.resolve(job.type)
-        if cls is None:
-            return no_handler(job.type)
-        if cls.DESTRUCTIVE and not self._task_enabled(job.type):
-            return Outcome("cancelled", result={"reason": "disabled"},
-                           log="task is disabled (destructive handler): not run")
-        return None
+        destructive task switched off), else None. Never raises: a database that does not
+        answer the switch's read puts the row back (`cut_off`, no attempt used); any other
+        error fails the row (`unreadable`)."""
+        try:
+            cls = self.app.resolve(job.type)
+            if cls is None:
+                return no_handler(job.type)
+            if cls.DESTRUCTIVE and not self._task_enabled(job.type):
+                return Outcome("cancelled", result={"reason": "disabled"},
+                               log="task is disabled (destructive handler): not run")
+            return None
+        except Exception as exc:
+            if classify(exc) in ("transient", "unavailable"):
+                return Outcome("cut_off", log=f"not started: the database did not answer "
+                                              f"({type(exc).__name__}); attempt not used")
+            return unreadable(exc)
 
     def in_thread(self, job: Job) -> bool:
         """True when `job` runs in a worker thread (its handler says ISOLATION "thread"
@@ -266,8 +286,8 @@ class Executor:
                         self.app.settings.unknown_type_grace_seconds, self.worker_id)
         try:
             move = next_state(job, outcome, now, policy)
-        except ValueError as exc:
-            error = f"could not record the outcome (ValueError: {exc})"
+        except Exception as exc:  # ValueError: a result that cannot be stored, ...
+            error = f"could not record the outcome ({type(exc).__name__}: {exc})"
             log.warning("job %s: %.300s", job.id, error, extra={"trace_id": job.id})
             outcome = Outcome("fatal", error=error, log=error)
             move = next_state(job, outcome, now, policy)

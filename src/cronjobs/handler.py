@@ -63,11 +63,21 @@ class Job:
     updated_at: datetime
 
     @classmethod
-    def from_row(cls, row: dict) -> "Job":
-        """Build a Job from a row mapping of `cronjob_queue` (JSON columns decoded)."""
+    def from_row(cls, row: dict, *, decode: bool = True) -> "Job":
+        """Build a Job from a row mapping of `cronjob_queue`.
+
+        Args:
+            row: the row's columns (`payload`, `result_payload` as stored JSON text).
+            decode: decode the JSON columns; False gives `payload={}` and `result=None`
+                (for a row whose stored JSON cannot be decoded, to record its failure).
+
+        Raises:
+            ValueError, RecursionError: `decode` and the stored JSON cannot be decoded.
+        """
         data = {f.name: row.get(f.name) for f in fields(cls) if f.name not in ("payload", "result")}
-        data["payload"] = json.loads(row["payload"]) if row.get("payload") else {}
-        data["result"] = json.loads(row["result_payload"]) if row.get("result_payload") else None
+        data["payload"] = json.loads(row["payload"]) if decode and row.get("payload") else {}
+        data["result"] = (json.loads(row["result_payload"])
+                          if decode and row.get("result_payload") else None)
         return cls(**data)
 
 

@@ -127,6 +127,11 @@ def serve(conn: Connection, settings: Settings) -> None:
             # A handler forked and its child returned from handle() too: only the job
             # process answers (two answers on one pipe would be read as the next job's).
             os._exit(0)
-        conn.send((message[0].id, outcome, keep_going))
+        try:
+            conn.send((message[0].id, outcome, keep_going))
+        except Exception as exc:  # pickle refused the outcome (its result); nothing was sent
+            error = (f"the job's outcome could not be sent to the worker ({type(exc).__name__}: "
+                     f"{str(exc)[:300]})")
+            conn.send((message[0].id, Outcome("fatal", error=error, log=error), keep_going))
         if not keep_going:
             return

@@ -11,8 +11,8 @@ refuses a statement for its size:
 | idempotency key | 191 characters | refused |
 | title | 255 characters | refused |
 | worker id | 128 characters | host name shortened |
-| payload (JSON) | 1,000,000 bytes | refused (`InvalidJob`) |
-| result (JSON) | 1,000,000 bytes | the run fails, not retried |
+| payload (JSON) | 1,000,000 bytes, nested at most 100 levels | refused (`InvalidJob`) |
+| result (JSON) | 1,000,000 bytes, nested at most 100 levels | the run fails, not retried |
 | error | 16,000 bytes | cut, with a marker |
 | one process-log line | 2,000 characters | cut, with a marker |
 | process log of a row | 64,000 bytes | oldest lines dropped, with a marker |
@@ -34,6 +34,10 @@ TITLE_MAX_CHARS = 255
 WORKER_ID_MAX_CHARS = 128
 PAYLOAD_MAX_BYTES = 1_000_000
 RESULT_MAX_BYTES = 1_000_000
+# Nesting of a payload or result: objects and arrays inside each other. MySQL's JSON type
+# refuses deeper documents too, and Python's JSON decoder and pickle recurse per level, so
+# a much deeper value (1,000 levels) could not even be read back by a worker.
+JSON_MAX_DEPTH = 100
 ERROR_MAX_BYTES = 16_000  # the error column is TEXT: 65,535 bytes on MySQL
 LOG_LINE_MAX_CHARS = 2_000
 LOG_MAX_BYTES = 64_000
@@ -83,6 +87,42 @@ def check_json_size(text: str, what: str, max_bytes: int) -> str:
     if size > max_bytes:
         raise InvalidJob(f"{what} is {size:,} bytes of JSON; the limit is {max_bytes:,} bytes")
     return text
+
+
+def json_depth(value: object, stop_after: int = JSON_MAX_DEPTH) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0, `{}` and `[]` are 1,
+    `{"a": [1]}` is 2), counting no further than `stop_after + 1`. Iterative, so a value
+    nested deeper than Python's recursion limit is measured, not crashed on."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop_after:
+                return deepest
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, (dict, list, tuple)))
+    return deepest
+
+
+def check_json_depth(value: object, what: str, max_depth: int = JSON_MAX_DEPTH) -> object:
+    """Return `value` if its objects and arrays nest at most `max_depth` levels.
+
+    Raises:
+        InvalidJob: naming `what`, its depth (or "more than") and the limit.
+    """
+    depth = json_depth(value, max_depth)
+    if depth > max_depth:
+        raise InvalidJob(f"{what} is nested more than {max_depth} levels deep (objects and "
+                         f"arrays inside each other); the limit is {max_depth}")
+    return value
 
 
 def clean_text(text: str) -> str:

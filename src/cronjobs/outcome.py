@@ -89,6 +89,12 @@ def from_return(value: Any, handler: CronJobHandler) -> Outcome:
         if result is not None and not isinstance(result, dict):
             error = f"handler returned a result of type {type(result).__name__}; expected a dict"
             return Outcome("fatal", error=error, log=error)
+        if result is not None and limits.json_depth(result) > limits.JSON_MAX_DEPTH:
+            # Checked here, in the job process: such a result could not cross the pipe
+            # (pickle recurses per level) nor be stored.
+            error = (f"handler returned a result nested more than {limits.JSON_MAX_DEPTH} "
+                     f"levels deep; the limit is {limits.JSON_MAX_DEPTH}")
+            return Outcome("fatal", error=error, log=error)
         if status not in (None, "cancelled", "completed"):
             error = f"handler returned unknown status {status!r:.80}; expected 'cancelled' or none"
             return Outcome("fatal", result=result, error=error, log=error)
@@ -119,6 +125,14 @@ def from_exception(exc: BaseException) -> Outcome:
     return Outcome("failed", error=error, log=f"raised {error}")
 
 
+def unreadable(exc: BaseException) -> Outcome:
+    """The outcome of a claimed row that cannot be prepared for its handler (a stored
+    payload that cannot be decoded, a job that cannot be sent to its job process): it
+    fails at once, not retried, naming the error — and the worker goes on."""
+    error = f"the job could not be prepared to run ({type(exc).__name__}: {str(exc)[:500]})"
+    return Outcome("fatal", error=error, log=error)
+
+
 def no_handler(job_type: str) -> Outcome:
     """The outcome of a row whose type this process has no handler for."""
     error = f"{NO_HANDLER} {job_type!r}"
@@ -140,8 +154,13 @@ def result_json(result: Any) -> str:
     """The stored form of a result: JSON within `RESULT_MAX_BYTES`.
 
     Raises:
-        ValueError: not JSON (NaN, infinity) or over the limit (naming size and limit).
+        ValueError: not JSON (NaN, infinity), over the size limit (naming size and limit)
+            or nested deeper than `JSON_MAX_DEPTH`.
     """
+    depth = limits.json_depth(result)
+    if depth > limits.JSON_MAX_DEPTH:
+        raise ValueError(f"result is nested more than {limits.JSON_MAX_DEPTH} levels deep; "
+                         f"the limit is {limits.JSON_MAX_DEPTH}")
     text = json.dumps(result, default=str, allow_nan=False)
     size = len(text.encode("utf-8"))
     if size > limits.RESULT_MAX_BYTES:

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING
 from . import store
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import DatabaseUnavailable
-from .executor import Finish, call_handler, write_all
+from .executor import Finish, call_handler, job_of, write_all
 from .handler import Job
-from .outcome import Outcome
+from .outcome import Outcome, unreadable
 from .runner import KILL_GRACE_SECONDS, START_TIMEOUT_SECONDS, JobProcess
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ class SlotPool:
         self._backlog = False
         self._min_batch = max(1, slots // 2)
         self._stopping = threading.Event()
+        self.failed = threading.Event()  # the loop itself broke: the worker must exit non-zero
         self._cutting_off = False
         self._cut_reason: str | None = None
         self._wake_r, self._wake_w = os.pipe()
@@ -188,9 +189,13 @@ class SlotPool:
                         self._dispatch(row)
                 self._wait()
         except Exception:  # never die silently: the worker would hang with its slots
-            log.exception("the worker's job loop failed; the worker stops")
+            # Rows are guarded one by one (`_dispatch`, `_read`, `_one_by_one`), so this is
+            # the loop itself (a claim the database refuses, a bug): the process must exit
+            # non-zero so that its supervisor starts a new one, never stay up looking alive.
+            log.exception("the worker's job loop failed; the worker exits with status 1")
             self.executor.accepting = False
             self._stopping.set()
+            self.failed.set()
         finally:
             self._close()
 
@@ -235,13 +240,13 @@ class SlotPool:
                       "their leases will expire and recover-stale takes them back", len(plans))
             return []
         except Exception as exc:
-            if classify(exc) != "refused":  # e.g. deadlocks that persisted: try again soon
+            if classify(exc) == "transient":  # deadlocks that persisted: try again soon
                 log.error("writing outcomes and claiming jobs failed (%s: %.300s); trying "
                           "again in 1 s", type(exc).__name__, exc)
                 self._plans = plans + self._plans
                 self.executor.stopped.wait(1.0)
                 return []
-            finals, rows, drained = self._one_by_one(plans), [], set()
+            finals, rows, drained = self._apart(plans, wants)
         self.commits += 1
         for plan, final in zip(plans, finals):
             self.executor.done(plan, final)
@@ -271,6 +276,21 @@ class SlotPool:
                 drained.add(queue)
         return finals, rows, drained
 
+    def _apart(self, plans: list[Finish], wants: list[tuple[str, int]]
+               ) -> tuple[list[str], list[dict], set[str]]:
+        """The transaction was refused, or broke on something that is not a database
+        error: write each outcome alone (only the one it is about becomes `fatal`), then
+        claim alone. A claim that fails alone is the loop's own failure: it raises."""
+        finals = self._one_by_one(plans)
+        try:
+            rows, drained = retry_while_unavailable(
+                lambda: run_in_transaction(self.app.engine,
+                                           lambda conn: self._transaction(conn, [], wants)[1:]),
+                "claiming jobs", give_up_seconds=None, stop=self.executor.stopped)
+        except DatabaseUnavailable:  # stopping while the database is down
+            return finals, [], set()
+        return finals, rows, drained
+
     def _one_by_one(self, plans: list[Finish]) -> list[str]:
         """A batch the database refused: write each outcome alone, so only the one it
         refuses becomes `fatal`."""
@@ -285,8 +305,11 @@ class SlotPool:
         return finals
 
     def _dispatch(self, row: dict) -> None:
-        job = Job.from_row(row)
-        instant = self.executor.prepare(job)
+        """Start the claimed `row` in a job process or a thread. Nothing in one row can
+        stop the loop: a row that cannot be prepared or sent fails alone (`unreadable`)."""
+        job, instant = job_of(row)
+        if instant is None:
+            instant = self.executor.prepare(job)
         if instant is not None:
             self._add_plan(job, instant, 0.0)
             return
@@ -308,6 +331,11 @@ class SlotPool:
                         "pending, attempt not used", job.id, exc, extra={"trace_id": job.id})
             self._ended(proc, Outcome("cut_off", log=f"job process had died before the job "
                                                       f"was sent ({exc}); attempt not used"))
+        except Exception as exc:  # the job cannot be pickled: nothing reached the pipe
+            log.error("job %s could not be sent to its job process (%s: %.300s); failed",
+                      job.id, type(exc).__name__, exc, extra={"trace_id": job.id})
+            proc.state, proc.job = "idle", None
+            self._add_plan(job, unreadable(exc), 0.0)
 
     def _run_in_thread(self, job: Job) -> None:
         started = time.monotonic()
@@ -381,6 +409,15 @@ class SlotPool:
                          + (f": {exc}" if str(exc) else ""))
                 outcome = Outcome("failed", error=error, log=error)
             self._ended(proc, outcome)
+            return
+        except Exception as exc:  # an answer that cannot be unpickled: trust the process no more
+            error = (f"the job process's answer could not be read ({type(exc).__name__}: "
+                     f"{str(exc)[:300]})")
+            log.error("%s; process replaced", error)
+            if proc.state == "starting" or proc.job is None:
+                self._replace(proc, error)
+            else:
+                self._ended(proc, Outcome("fatal", error=error, log=error))
             return
         if message == READY:
             proc.state = "idle"

@@ -71,7 +71,7 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
 
     Raises:
         InvalidJob: bad argument, with a one-line reason naming it: payload not a JSON
-            object or over 1,000,000 bytes of JSON, type over 160 characters, queue over
+            object, over 1,000,000 bytes of JSON or nested over 100 levels, type over 160 characters, queue over
             64 or with characters outside `[A-Za-z0-9_.-]`, key over 191, title over 255
             (limits: `cronjobs.limits`), parent missing, ...
         DatabaseUnavailable: the database cannot be reached.
@@ -180,6 +180,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     payload = {} if payload is None else payload
     if not isinstance(payload, dict):
         raise InvalidJob(f"payload must be a JSON object (dict), got {payload.__class__.__name__}: {payload!r:.80}")
+    limits.check_json_depth(payload, "payload")
     try:
         payload_json = json.dumps(payload, allow_nan=False, sort_keys=True)
     except (TypeError, ValueError) as exc:

@@ -15,7 +15,8 @@ log = logging.getLogger("cronjobs.serve")
 
 def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout: float = 30,
           signals: Signals | None = None, on_ready=None) -> int:  # noqa: ANN001
-    """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop.
+    """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop, 1 when the
+    worker's job loop broke (the process must be restarted).
 
     When no uptime URLs or checks are configured, the built-in uptime task checks this
     server's own `/health`, so a fresh install does real work with no internet. On loopback
@@ -41,9 +42,10 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
           f"{login_hint(url, generated)}", flush=True)
     if on_ready is not None:
         on_ready(url)
-    signals.stop.wait()
+    while not signals.stop.wait(0.2) and not worker.failed:
+        pass
     log.info("stopping: scheduler, worker, web")
     scheduler.shutdown(wait=True)
     worker.shutdown(shutdown_timeout, signals.urgent)
     server.shutdown()
-    return 0
+    return 1 if worker.failed else 0

@@ -155,6 +155,11 @@ class WorkerProcess:
                        self.executor.jobs_done, self.pool.running_ids(),
                        memory_mb=round(self.memory_mb(), 1))
 
+    @property
+    def failed(self) -> bool:
+        """True when the job loop itself broke: the process must exit non-zero."""
+        return self.pool.failed.is_set()
+
     def _after_job(self) -> None:
         if self.limits.max_jobs is not None and self.executor.jobs_done >= self.limits.max_jobs:
             self._recycle(f"max-jobs {self.limits.max_jobs} reached")
@@ -237,15 +242,20 @@ def run_worker(app: App, queues: list[str], threads: int = 8, *, limits: Limits 
                shutdown_timeout: float = 30, signals: Signals | None = None,
                isolate: bool = True, prefetch: int | None = None,
                isolation: str = "handler") -> int:
-    """Consume `queues` in this process until a signal or a recycling limit; returns 0."""
+    """Consume `queues` in this process until a signal or a recycling limit.
+
+    Returns:
+        0 after a signal or a recycling limit; 1 when the job loop itself broke (so that
+        supervisor/systemd start a new process instead of keeping one that looks alive).
+    """
     signals = signals or Signals().install()
     process = WorkerProcess(app, queues, threads, limits=limits, isolate=isolate,
                             prefetch=prefetch, isolation=isolation)
     process.start()
-    while not signals.stop.is_set() and not process.recycle.is_set():
+    while not signals.stop.is_set() and not process.recycle.is_set() and not process.failed:
         signals.stop.wait(0.2)
     process.shutdown(shutdown_timeout, signals.urgent)
-    return 0
+    return 1 if process.failed else 0
 
 
 _RESTART_WAIT = tenacity.wait_exponential(multiplier=1, max=30)

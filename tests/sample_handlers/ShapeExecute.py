@@ -32,6 +32,15 @@ class ShapeExecute(CronJobHandler):
             raise ValueError("big " + "x" * payload["size"] + "\x00\udc80 سلام 🎉 end")
         if shape == "retry_later":
             raise RetryLater(payload.get("delay", 30), payload.get("reason", "rate limited"))
+        if shape == "deep_result":  # a result nested payload["depth"] levels
+            deep = {}
+            for _ in range(payload["depth"] - 1):
+                deep = {"d": deep}
+            return {"success": True, "result": deep}
+        if shape == "unpicklable":  # JSON can hold its text (default=str), pickle cannot
+            import threading
+
+            return {"success": True, "result": {"lock": threading.Lock()}}
         if shape == "none":
             return None
         if shape == "string":

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .. import limits
 from ..errors import HandlerNotFound
 from .base import JOB_ID, _app, _dump, _parse_time, _registry, main
 
@@ -29,8 +30,12 @@ def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id
     try:
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON ({exc.msg}): {payload!r}",
+        raise click.BadParameter(f"not valid JSON ({exc.msg}): {payload!r:.200}",
                                  param_hint="--payload") from None
+    except RecursionError:
+        raise click.BadParameter(f"nested more than {limits.JSON_MAX_DEPTH} levels deep "
+                                 f"(objects and arrays inside each other); the limit is "
+                                 f"{limits.JSON_MAX_DEPTH}", param_hint="--payload") from None
     if not isinstance(data, dict):
         raise click.BadParameter(f"must be a JSON object like '{{\"key\": 1}}', got {payload!r}",
                                  param_hint="--payload")
@@ -61,7 +66,10 @@ def get(job_id: int, columns: str | None) -> None:
         raise JobNotFound(f"no job with id {job_id}")
     for key in ("payload", "result_payload"):
         if row.get(key):
-            row[key] = json.loads(row[key])
+            try:
+                row[key] = json.loads(row[key])
+            except (ValueError, RecursionError):  # stored as it came: shown as the text
+                pass
     click.echo(_dump(row))
 
 

@@ -34,3 +34,14 @@ def new_handler(name: str, discover: bool, folder: str | None) -> None:
         click.echo(f"wrote {path}")
     test = next(p for p in contents if p.startswith("test_"))
     click.echo(f"next: cronjobs list-handlers; python -m pytest {folder}/{test}")
+    if not _have_pytest():
+        click.echo("pytest is not installed here: pip install 'cronjobs[testing]'")
+
+
+def _have_pytest() -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("pytest") is not None
+    except (ImportError, ValueError):  # a module blocked in sys.modules
+        return False
