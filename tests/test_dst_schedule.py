@@ -148,19 +148,31 @@ def test_rows_started_are_cronsims_fire_instants(make_app, night, caplog):
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+# (night, first minute of the second pass (UTC), fixed-time tasks in the repeated hour,
+#  the */15 line's second-pass keys)
+SECOND_PASSES = [
+    ("berlin-fall", datetime(2026, 10, 25, 1), ["dst-two", "dst-twothirty"],
+     ["202610250200+0100", "202610250215+0100", "202610250230+0100", "202610250245+0100"]),
+    ("newyork-fall", datetime(2026, 11, 1, 6), ["dst-onethirty"],
+     ["202611010100-0500", "202611010115-0500", "202611010130-0500", "202611010145-0500"]),
+]
+
+
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-def test_the_second_pass_of_a_fixed_time_line_is_already_run(make_app):
-    tz, start, end = NIGHTS["berlin-fall"]
+@pytest.mark.parametrize("night, begin, fixed, quarter_keys", SECOND_PASSES,
+                         ids=["berlin", "newyork"])
+def test_the_second_pass_runs_wildcard_lines_and_finds_fixed_ones_already_run(
+        make_app, night, begin, fixed, quarter_keys):
+    tz, start, end = NIGHTS[night]
     clock = FrozenClock(start)
     app = make_app(clock=clock, timezone=tz, handler_paths=HANDLER_PATHS)
     reports = drive(app, clock, start, end)
-    second_pass = [r for r in reports if datetime(2026, 10, 25, 1) <= r.now < datetime(2026, 10, 25, 2)]
+    second_pass = [r for r in reports if begin <= r.now < begin + timedelta(hours=1)]
     assert len(second_pass) == 60
-    assert {r.skipped["dst-twothirty"] for r in second_pass} == {"already-run"}
-    assert {r.skipped["dst-two"] for r in second_pass} == {"already-run"}
+    for task in fixed:
+        assert {r.skipped[task] for r in second_pass} == {"already-run"}, task
     quarter = [key for r in second_pass for t, key, _ in r.started if t == "dst-quarter"]
-    assert quarter == ["202610250200+0100", "202610250215+0100", "202610250230+0100",
-                       "202610250245+0100"]
+    assert quarter == quarter_keys
 
 
 # (zone, last tick before the downtime, first tick after it, second-pass key of */15 then)

@@ -92,11 +92,17 @@ def is_cron(frequency: str) -> bool:
 
 
 def current_slot(frequency: str, now: datetime, tz: str = "UTC") -> Slot:
-    """The latest slot that has begun at `now` (naive UTC).
+    """The latest slot that has begun at `now`.
 
-    For cron this is the latest fire instant at or before `now`'s minute; `next_at` is
-    the fire instant after it (one real hour after `0 * * * *`'s first 02:00 of a night
-    that repeats 02:00-03:00 comes its second 02:00).
+    Args:
+        frequency: a named frequency, a cron line or a macro (see `check_frequency`).
+        now: naive UTC.
+        tz: the IANA zone cron lines are read in; named frequencies ignore it.
+
+    Returns:
+        A `Slot`. For cron, `at` is the latest fire instant at or before `now`'s minute
+        and `next_at` the fire instant after it, in real time: in a night that repeats
+        02:00-03:00, the first 02:00 of `0 * * * *` is followed by its second 02:00.
     """
     frequency = expand(frequency)
     if frequency in _FORMATS:
