@@ -3,12 +3,14 @@ frequency validation, DST rules and the count of skipped slots."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from bisect import bisect_right
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
+from cronsim import CronSim
 
-from cronjobs.slots import (Slot, check_frequency, cron_key, current_slot, is_cron,
+from cronjobs.slots import (Slot, check_frequency, cron_key, current_slot, expand, is_cron,
                             slot_start, slots_between)
 
 BERLIN = "Europe/Berlin"
@@ -232,6 +234,41 @@ def test_cron_slot_brackets_now_across_dst(frequency, start, end):
         if previous is not None:
             assert slot.at >= previous.at and slot.next_at >= previous.next_at, (now, slot)
         previous = slot
+
+
+def cronsim_instants(frequency: str, tz: str, start: datetime, end: datetime) -> list[datetime]:
+    """cronsim's own fire instants (naive UTC) from a day before `start` to a day after `end`."""
+    zone = ZoneInfo(tz)
+    begin = (start - timedelta(days=1)).replace(tzinfo=timezone.utc).astimezone(zone)
+    out = []
+    for fire in CronSim(expand(frequency), begin):
+        out.append(fire.astimezone(timezone.utc).replace(tzinfo=None))
+        if out[-1] > end + timedelta(days=1):
+            return out
+    return out
+
+
+@pytest.mark.parametrize("frequency", ["0 * * * *", "*/15 * * * *", "@hourly", "30 2 * * *",
+                                       "0 2 * * *", "30 1 * * *", "*/7 2 * * *",
+                                       "15,45 * * * *", "5 0-23 * * *", "0 0 * * *"])
+@pytest.mark.parametrize("tz, start", [
+    (BERLIN, datetime(2026, 10, 24, 22)), ("America/New_York", datetime(2026, 11, 1, 3)),
+    (BERLIN, datetime(2026, 3, 28, 22)), ("America/New_York", datetime(2026, 3, 8, 4)),
+    ("America/Santiago", datetime(2026, 4, 5, 1)),  # DST ends at midnight there
+], ids=["berlin-fall", "newyork-fall", "berlin-spring", "newyork-spring", "santiago-fall"])
+def test_cron_slot_is_cronsims_fire_instant_at_every_minute(frequency, tz, start):
+    """At each minute of five hours around a transition, the slot is the latest of
+    cronsim's fire instants at or before it and `next_at` the one after; each instant has
+    one key, which reads back as that instant."""
+    end = start + timedelta(hours=5)
+    fires = cronsim_instants(frequency, tz, start, end)
+    keys: dict[str, datetime] = {}
+    for now in minutes(start, end):
+        slot = current_slot(frequency, now, tz)
+        index = bisect_right(fires, now) - 1
+        assert (slot.at, slot.next_at) == (fires[index], fires[index + 1]), (now, slot)
+        assert keys.setdefault(slot.key, slot.at) == slot.at, (now, slot)
+        assert slot_start(frequency, slot.key, tz) == slot.at
 
 
 # -- slots_between ----------------------------------------------------------------------
