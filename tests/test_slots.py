@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
+from cronjobs import limits
 from cronjobs.slots import (Slot, check_frequency, cron_key, current_slot, expand, is_cron,
                             slot_start, slots_between)
 
@@ -202,6 +203,14 @@ def test_cron_key_names_each_instant_and_reads_back(at, tz, key):
     assert cron_key(at, ZoneInfo(tz)) == key
     assert slot_start("*/15 * * * *", key, tz) == at
     assert len(key) <= 32  # the slot column
+
+
+def test_the_longest_cron_key_fits_the_slot_column_and_the_run_key():
+    """A second-pass key has 17 characters; with the longest task name the run's
+    idempotency key `cronjobs:<task>:<slot>` still fits its column."""
+    longest = cron_key(datetime(2026, 10, 25, 1, 15), ZoneInfo(BERLIN))
+    assert len(longest) == 17 <= 32
+    assert len(f"cronjobs:{'t' * limits.TYPE_MAX_CHARS}:{longest}") <= limits.KEY_MAX_CHARS
 
 
 @pytest.mark.parametrize("key", ["202610250215+01", "202610250215 0100", "202610250215+01:00",
