@@ -49,6 +49,11 @@ def calendar(macro: str, tz: str, year: int) -> list[str]:
                 roundtrip = wall.replace(tzinfo=zone).astimezone(timezone.utc).astimezone(zone)
                 if roundtrip.replace(tzinfo=None) == wall:
                     out.append(wall.strftime("%Y%m%d%H%M"))
+                # an hour that DST repeats happens twice: a wildcard hour field fires in
+                # both passes, the second one keyed with its UTC offset
+                second = wall.replace(tzinfo=zone, fold=1).astimezone(timezone.utc).astimezone(zone)
+                if second.fold and second.replace(tzinfo=None, fold=0) == wall:
+                    out.append(wall.strftime("%Y%m%d%H%M") + second.strftime("%z"))
             day += timedelta(days=1)
         return out
     days = [datetime(year, 1, 1) + timedelta(days=n) for n in range(366)]
@@ -64,7 +69,8 @@ def test_macro_fires_like_its_five_field_form_over_a_year(macro, tz):
     fires = fire_times(macro, tz, 2026)
     assert fires == fire_times(FIVE_FIELD[macro], tz, 2026)
     assert [key for key, _ in fires] == calendar(macro, tz, 2026)
-    expected = {"@hourly": 8760 - (1 if tz == "America/New_York" else 0), "@daily": 365,
+    # a year of real hours: New York's skipped 02:00 and its second 01:00 cancel out
+    expected = {"@hourly": 8760, "@daily": 365,
                 "@weekly": 52, "@monthly": 12, "@yearly": 1}[macro]
     assert len(fires) == expected
 

@@ -3,11 +3,16 @@ frequency validation, DST rules and the count of skipped slots."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from bisect import bisect_right
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
+from cronsim import CronSim
 
-from cronjobs.slots import Slot, check_frequency, current_slot, is_cron, slots_between
+from cronjobs import limits
+from cronjobs.slots import (Slot, check_frequency, cron_key, current_slot, expand, is_cron,
+                            slot_start, slots_between)
 
 BERLIN = "Europe/Berlin"
 
@@ -156,19 +161,70 @@ def test_spring_forward_daily_fire_in_the_skipped_hour_runs_once_at_three():
     assert current_slot("30 2 * * *", datetime(2026, 3, 30, 0, 30), BERLIN).key == "202603300230"
 
 
-def test_autumn_repeated_hour_gives_one_slot_key_per_wall_time():
+def test_autumn_repeated_hour_fires_both_passes_of_a_wildcard_line():
     """2026-10-25: 03:00 CEST goes back to 02:00 CET, so 02:00 and 02:30 happen twice.
-    Both instants share one slot key, so each repeated wall time runs once."""
+    `*/30 * * * *` keeps its 30-minute interval: eight fire instants in four real hours,
+    each with a key of its own; the second pass carries its UTC offset."""
     start, end = datetime(2026, 10, 24, 23, 0), datetime(2026, 10, 25, 3, 0)
-    instants = {current_slot("*/30 * * * *", now, BERLIN).at for now in minutes(start, end)}
-    keys = list(first_seen("*/30 * * * *", start, end, BERLIN))
-    assert len(instants) == 8          # eight fire instants in four real hours ...
-    assert keys == ["202610250100", "202610250130", "202610250200", "202610250230",
-                    "202610250300", "202610250330"]   # ... but six wall times, six keys
+    seen = first_seen("*/30 * * * *", start, end, BERLIN)
+    assert list(seen) == ["202610250100", "202610250130", "202610250200", "202610250230",
+                          "202610250200+0100", "202610250230+0100", "202610250300",
+                          "202610250330"]
+    assert list(seen.values()) == [start + timedelta(minutes=30 * n) for n in range(8)]
     first = current_slot("*/30 * * * *", datetime(2026, 10, 25, 0, 10), BERLIN)
     second = current_slot("*/30 * * * *", datetime(2026, 10, 25, 1, 10), BERLIN)
-    assert first.key == second.key == "202610250200"
-    assert (first.at, second.at) == (datetime(2026, 10, 25, 0, 0), datetime(2026, 10, 25, 1, 0))
+    assert (first.key, first.at, first.next_at) == (
+        "202610250200", datetime(2026, 10, 25, 0, 0), datetime(2026, 10, 25, 0, 30))
+    assert (second.key, second.at, second.next_at) == (
+        "202610250200+0100", datetime(2026, 10, 25, 1, 0), datetime(2026, 10, 25, 1, 30))
+
+
+def test_autumn_repeated_hour_fires_a_fixed_time_line_once():
+    """`30 2 * * *` fires at the first 02:30 (00:30 UTC) only; in the second pass the
+    current slot is still that one, so a tick there finds it already run."""
+    start, end = datetime(2026, 10, 24, 23, 0), datetime(2026, 10, 25, 3, 0)
+    seen = first_seen("30 2 * * *", start, end, BERLIN)
+    assert seen == {"202610240230": start, "202610250230": datetime(2026, 10, 25, 0, 30)}
+    second_pass = current_slot("30 2 * * *", datetime(2026, 10, 25, 1, 40), BERLIN)
+    assert (second_pass.key, second_pass.at, second_pass.next_at) == (
+        "202610250230", datetime(2026, 10, 25, 0, 30), datetime(2026, 10, 26, 1, 30))
+
+
+@pytest.mark.parametrize("at, tz, key", [
+    (datetime(2026, 10, 25, 0, 15), BERLIN, "202610250215"),              # first pass
+    (datetime(2026, 10, 25, 1, 15), BERLIN, "202610250215+0100"),         # second pass
+    (datetime(2026, 10, 25, 2, 15), BERLIN, "202610250315"),
+    (datetime(2026, 11, 1, 5, 30), "America/New_York", "202611010130"),
+    (datetime(2026, 11, 1, 6, 30), "America/New_York", "202611010130-0500"),
+    (datetime(2026, 4, 4, 15, 15), "Australia/Lord_Howe", "202604050145+1030"),  # 30 min
+    (datetime(2026, 10, 25, 1, 15), "UTC", "202610250115"),
+])
+def test_cron_key_names_each_instant_and_reads_back(at, tz, key):
+    assert cron_key(at, ZoneInfo(tz)) == key
+    assert slot_start("*/15 * * * *", key, tz) == at
+    assert len(key) <= 32  # the slot column
+
+
+def test_the_longest_cron_key_fits_the_slot_column_and_the_run_key():
+    """A second-pass key has 17 characters; with the longest task name the run's
+    idempotency key `cronjobs:<task>:<slot>` still fits its column."""
+    longest = cron_key(datetime(2026, 10, 25, 1, 15), ZoneInfo(BERLIN))
+    assert len(longest) == 17 <= 32
+    assert len(f"cronjobs:{'t' * limits.TYPE_MAX_CHARS}:{longest}") <= limits.KEY_MAX_CHARS
+
+
+@pytest.mark.parametrize("key", ["202610250215+01", "202610250215 0100", "202610250215+01:00",
+                                 "2026102502150100", "20261025021+0100", "202613250215"])
+def test_slot_start_refuses_a_malformed_cron_key(key):
+    assert slot_start("*/15 * * * *", key, BERLIN) is None
+
+
+def test_second_pass_keys_sort_wrongly_as_strings_so_slots_compare_instants():
+    """The reason slot order is never decided on keys: the second 02:15 sorts before
+    the first 02:30 as a string, but comes an hour later."""
+    second_215 = slot_start("*/15 * * * *", "202610250215+0100", BERLIN)
+    first_230 = slot_start("*/15 * * * *", "202610250230", BERLIN)
+    assert "202610250215+0100" < "202610250230" and second_215 > first_230
 
 
 @pytest.mark.parametrize("frequency", ["*/30 * * * *", "30 2 * * *", "0 2 * * *",
@@ -189,6 +245,41 @@ def test_cron_slot_brackets_now_across_dst(frequency, start, end):
         previous = slot
 
 
+def cronsim_instants(frequency: str, tz: str, start: datetime, end: datetime) -> list[datetime]:
+    """cronsim's own fire instants (naive UTC) from a day before `start` to a day after `end`."""
+    zone = ZoneInfo(tz)
+    begin = (start - timedelta(days=1)).replace(tzinfo=timezone.utc).astimezone(zone)
+    out = []
+    for fire in CronSim(expand(frequency), begin):
+        out.append(fire.astimezone(timezone.utc).replace(tzinfo=None))
+        if out[-1] > end + timedelta(days=1):
+            return out
+    return out
+
+
+@pytest.mark.parametrize("frequency", ["0 * * * *", "*/15 * * * *", "@hourly", "30 2 * * *",
+                                       "0 2 * * *", "30 1 * * *", "*/7 2 * * *",
+                                       "15,45 * * * *", "5 0-23 * * *", "0 0 * * *"])
+@pytest.mark.parametrize("tz, start", [
+    (BERLIN, datetime(2026, 10, 24, 22)), ("America/New_York", datetime(2026, 11, 1, 3)),
+    (BERLIN, datetime(2026, 3, 28, 22)), ("America/New_York", datetime(2026, 3, 8, 4)),
+    ("America/Santiago", datetime(2026, 4, 5, 1)),  # DST ends at midnight there
+], ids=["berlin-fall", "newyork-fall", "berlin-spring", "newyork-spring", "santiago-fall"])
+def test_cron_slot_is_cronsims_fire_instant_at_every_minute(frequency, tz, start):
+    """At each minute of five hours around a transition, the slot is the latest of
+    cronsim's fire instants at or before it and `next_at` the one after; each instant has
+    one key, which reads back as that instant."""
+    end = start + timedelta(hours=5)
+    fires = cronsim_instants(frequency, tz, start, end)
+    keys: dict[str, datetime] = {}
+    for now in minutes(start, end):
+        slot = current_slot(frequency, now, tz)
+        index = bisect_right(fires, now) - 1
+        assert (slot.at, slot.next_at) == (fires[index], fires[index + 1]), (now, slot)
+        assert keys.setdefault(slot.key, slot.at) == slot.at, (now, slot)
+        assert slot_start(frequency, slot.key, tz) == slot.at
+
+
 # -- slots_between ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("frequency, after, now, count", [
@@ -205,10 +296,18 @@ def test_slots_between_counts_skipped_slots(frequency, after, now, count):
     assert slots_between(frequency, after, current_slot(frequency, now)) == count
 
 
-def test_slots_between_counts_a_repeated_wall_time_once():
+def test_slots_between_counts_both_passes_of_a_repeated_hour():
     slot = current_slot("*/30 * * * *", datetime(2026, 10, 25, 2, 0), BERLIN)  # 03:00 CET
     assert slot.key == "202610250300"
-    assert slots_between("*/30 * * * *", "202610250130", slot, BERLIN) == 2  # 02:00, 02:30
+    # 02:00, 02:30 (CEST), 02:00, 02:30 (CET): four instants not run
+    assert slots_between("*/30 * * * *", "202610250130", slot, BERLIN) == 4
+    assert slots_between("*/30 * * * *", "202610250230", slot, BERLIN) == 2
+    assert slots_between("*/30 * * * *", "202610250230+0100", slot, BERLIN) == 0
+    second = current_slot("*/30 * * * *", datetime(2026, 10, 25, 1, 0), BERLIN)
+    assert slots_between("*/30 * * * *", "202610250230", second, BERLIN) == 0
+    # a fixed-time line fires once in the fold: nothing missed in the second pass
+    daily = current_slot("30 2 * * *", datetime(2026, 10, 26, 1, 30), BERLIN)
+    assert slots_between("30 2 * * *", "202610240230", daily, BERLIN) == 1
 
 
 def test_slots_between_over_the_spring_gap():

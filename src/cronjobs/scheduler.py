@@ -3,7 +3,10 @@
 Exactly once per slot, with any number of schedulers: a run needs the unique
 `cronjob_slot(task, slot)` record, inserted in the same transaction as the job row. A
 scheduler that loses the race gets "already claimed" and logs at DEBUG only. Missed slots
-are coalesced: a tick runs the latest slot once and logs how many were skipped.
+are coalesced: a tick runs the latest slot once and logs how many fire instants were
+skipped. Slots are ordered by their instants (`slots.slot_start`), never by their keys: a
+cron fire in the second pass of a repeated DST hour has a key of its own
+(`202610250215+0100`) that sorts before the first pass's `202610250230` but comes later.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ class TickReport:
     Attributes:
         now: the tick's instant (naive UTC).
         started: `(task, slot key, job id)` for each run started by this tick.
-        skipped: task -> reason (`disabled`, `unavailable`, `already-run`, `lost-race`,
-            `not-yet`, `older-slot`: the slot is older than the task's last one — the clock
-            went back, or a late tick).
+        skipped: task -> reason (`disabled`, `unavailable`, `already-run`: the current slot
+            is the task's last one, as in the second pass of a repeated DST hour for a
+            fixed-time cron line; `lost-race`: another scheduler claimed the slot;
+            `not-yet`: a new cron task waits for its next fire time; `older-slot`: the
+            slot began before the task's last one — the clock went back, or a late tick).
     """
 
     now: datetime
@@ -161,8 +166,9 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
 
 
 def _older_than_last(app: App, info: TaskInfo, slot: Slot, tz: str) -> bool:
-    """True when `slot` is older than the task's last started slot; such a slot is never
-    started (a newer one ran). When this host's clock is behind the last run too (an NTP
+    """True when `slot` began before the task's last started slot (compared as instants:
+    keys of a repeated DST hour do not sort in time); such a slot is never started (a newer
+    one ran). When this host's clock is behind the last run too (an NTP
     step back, or another scheduler host ahead), say so once, at WARNING, until the clock
     is ahead again; otherwise (a late tick) only at DEBUG."""
     last = info.runtime["last_slot"]

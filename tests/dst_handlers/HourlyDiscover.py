@@ -1,0 +1,11 @@
+"""DST test task: at minute 0 of every hour, in CRONJOBS_TIMEZONE; does nothing (only the rows it is started for matter)."""
+
+from cronjobs import CronJobHandler
+
+
+class HourlyDiscover(CronJobHandler):
+    TYPE = "dst.hourly.discover"
+    FREQUENCY = "0 * * * *"
+
+    def handle(self, payload, job):
+        return True

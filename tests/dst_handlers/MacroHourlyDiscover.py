@@ -1,0 +1,11 @@
+"""DST test task: the @hourly macro; does nothing (only the rows it is started for matter)."""
+
+from cronjobs import CronJobHandler
+
+
+class MacroHourlyDiscover(CronJobHandler):
+    TYPE = "dst.macrohourly.discover"
+    FREQUENCY = "@hourly"
+
+    def handle(self, payload, job):
+        return True

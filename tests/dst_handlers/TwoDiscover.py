@@ -1,0 +1,11 @@
+"""DST test task: daily at 02:00 local; does nothing (only the rows it is started for matter)."""
+
+from cronjobs import CronJobHandler
+
+
+class TwoDiscover(CronJobHandler):
+    TYPE = "dst.two.discover"
+    FREQUENCY = "0 2 * * *"
+
+    def handle(self, payload, job):
+        return True
