@@ -237,7 +237,7 @@ class Settings(BaseModel):
     health_cache_seconds: float = Field(
         default=2, ge=0, le=60,
         description="`/health` and `/health/ready` serve one report to every caller for "
-                    "this long after it is made (seconds; one run at a time regardless).")
+                    "this long after it is made; one run at a time regardless (seconds).")
     health_stuck_seconds: float = Field(
         default=300, gt=0,
         description="Due rows older than this in a queue that has live workers: the "
