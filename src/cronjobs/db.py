@@ -53,15 +53,13 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
     Args:
         url: an SQLAlchemy URL (`sqlite:///cronjobs.db`, `mysql+pymysql://...`,
             `postgresql+psycopg://...`).
-        pool_size: connections kept open; as many again may be opened for a burst. A
-            worker passes its thread count: a pool smaller than the threads that use it
-            closes and reopens connections all the time. 0: no pool (a connection per use).
-        pool_timeout_seconds: how long a caller waits for a free pooled connection before
+        pool_size: connections kept open, as many again for a burst (a worker passes its
+            thread count); 0: no pool, a connection per use.
+        pool_timeout_seconds: the wait for a free pooled connection, then
             `sqlalchemy.exc.TimeoutError` (classified "unavailable").
-        statement_timeout_seconds: a budget for short-lived readers (the dashboard, the
-            health checks): connecting, a statement and a lock wait each give up after
-            about this long, with an error classified "unavailable" (see
-            `_limit_connections`). None (the worker): no limit.
+        statement_timeout_seconds: the budget of short readers (the dashboard, the health
+            checks): connecting, a statement and a lock wait each end after about this
+            long, as "unavailable" (`_limit_connections`). None (the worker): no limit.
 
     Returns:
         A new Engine.
@@ -174,7 +172,8 @@ def classify(exc: BaseException) -> str | None:
     Returns:
         `"transient"`: deadlock, lock wait timeout, serialization failure, SQLite busy —
         run the whole transaction again now. `"unavailable"`: the server cannot be reached
-        or dropped the connection — wait (back off) and try again. `"refused"`: the server
+        or dropped the connection, no pooled connection came free in time, or a statement
+        ran past its time limit — wait (back off) and try again. `"refused"`: the server
         refused the statement for its content or the schema (too long, bad value, missing
         table, constraint) — retrying cannot help. None: `exc` is not a database error.
     """
