@@ -92,6 +92,8 @@ def test_live_answers_and_ready_refuses_while_the_database_is_down(backend, tmp_
                 assert "did not answer in time" in resp.get_json()["error"], path
             else:
                 assert "did not answer in time" in resp.get_data(as_text=True), path
+        action = client.post("/tasks/cronjobs-cleanup/run", headers=BEARER)  # an action too
+        assert action.status_code == 503, action.get_data(as_text=True)[:300]
         turkish = client.get("/workers?lang=tr", headers=BEARER).get_data(as_text=True)
         assert "Veritabanı zamanında yanıt vermedi" in turkish
     finally:

@@ -233,7 +233,7 @@ class Settings(BaseModel):
         default=3, gt=0, le=60,
         description="A health report answers within this many seconds; a check still "
                     "running then (hung database or broker) is reported as fail; the "
-                    "checks' statements, lock waits and connects end then too (seconds).")
+                    "checks' statements, lock waits and connects end a second later (seconds).")
     health_cache_seconds: float = Field(
         default=2, ge=0, le=60,
         description="`/health` and `/health/ready` serve one report to every caller for "

@@ -8,7 +8,7 @@ missing module, a permission error, a bug) is itself broken: its status is `chec
 which never reads as an outage of what it checks.
 
 The checks read through the health engine (`health_engine`): a small pool of their own
-with statement, lock-wait and connect timeouts of `health_timeout_seconds`.
+whose statements, lock waits and connects end a second after `health_timeout_seconds`.
 """
 
 from __future__ import annotations
@@ -138,12 +138,13 @@ class HealthReport:
 
 
 def health_engine(app: App) -> Engine:
-    """The engine the checks read through: at most 3 + 3 connections, and connecting, a
-    statement, a lock wait and the wait for a free connection each end after
-    `health_timeout_seconds`. Separate from the pages' and the worker's pools."""
+    """The engine the checks read through, apart from the pages' and the worker's pools:
+    at most 3 + 3 connections; the wait for a free one ends after `health_timeout_seconds`,
+    connecting, a statement and a lock wait one second later (so a hung server is reported
+    as "no answer within N s" by the deadline, and its thread ends soon after)."""
     timeout = app.settings.health_timeout_seconds
     return app.side_engine("health", pool_size=3, pool_timeout_seconds=timeout,
-                           statement_timeout_seconds=timeout)
+                           statement_timeout_seconds=timeout + 1)
 
 
 def run_health(app: App, timeout_seconds: float | None = None,
