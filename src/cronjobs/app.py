@@ -39,6 +39,8 @@ class App:
         self.settings = settings or Settings.load()
         self.clock = clock or SystemClock()
         self.engine = engine or make_engine(self.settings.database_url)
+        self._engine_given = engine is not None
+        self._side_engines: dict[str, Engine] = {}
         self._handlers = handlers
         self._broker: Broker | None = None
         self._executor = None
@@ -139,11 +141,63 @@ class App:
         self.engine.dispose()
         self.engine = make_engine(self.settings.database_url, pool_size=connections)
 
+    def side_engine(self, name: str, **options: Any) -> Engine:
+        """An engine of its own for one part of this process, made on first use.
+
+        The dashboard's pages (`"web"`) and the health checks (`"health"`) read through
+        their own small pools with short timeouts, so they neither wait for the worker's
+        connections nor take them (`cronjobs serve` runs all three in one process).
+
+        Args:
+            name: which part (`"web"`, `"health"`); the first call's options are kept.
+            options: keyword arguments of `db.make_engine` (`pool_size`,
+                `pool_timeout_seconds`, `statement_timeout_seconds`).
+
+        Returns:
+            The engine, disposed by `close()`; `self.engine` itself when the App was given
+            its engine or the database is in memory (another engine would be another
+            database).
+        """
+        if self._engine_given or ":memory:" in self.settings.database_url:
+            return self.engine
+        with self._lock:
+            if name not in self._side_engines:
+                self._side_engines[name] = make_engine(self.settings.database_url, **options)
+            return self._side_engines[name]
+
+    def using(self, engine: Engine) -> "App":
+        """This App seen through `engine`: the same settings, clock, handlers and broker,
+        but every query made with the returned object's `.engine` goes to `engine`.
+
+        Returns:
+            A light view (not a copy): setting an attribute on it sets it on this App.
+        """
+        return _AppView(self, engine)
+
     def close(self) -> None:
-        """Close the broker and dispose of the engine."""
+        """Close the broker and dispose of the engines."""
         if self._broker is not None:
             self._broker.close()
+        for engine in self._side_engines.values():
+            engine.dispose()
         self.engine.dispose()
+
+
+class _AppView:
+    """An App with another engine (`App.using`); everything else is the App's own."""
+
+    def __init__(self, app: App, engine: Engine) -> None:
+        self.__dict__.update(_app=app, engine=engine)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_app"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.__dict__["_app"], name, value)
+
+    def using(self, engine: Engine) -> App:
+        """The same App through yet another engine."""
+        return _AppView(self.__dict__["_app"], engine)
 
 
 _current: App | None = None

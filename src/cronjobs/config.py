@@ -231,12 +231,22 @@ class Settings(BaseModel):
         default=False, description="Mark the session cookie Secure (set it behind HTTPS).")
     metrics_public: bool = Field(
         default=False, description="Serve /metrics without the dashboard token.")
+    dashboard_db_timeout_seconds: float = Field(
+        default=5, gt=0, le=60,
+        description="The dashboard's database budget: waiting for one of its connections, "
+                    "connecting, one statement and one lock wait each end after this long, "
+                    "and the page answers 503 (seconds).")
 
     # -- health (issue 7) -------------------------------------------------------------------
     health_timeout_seconds: float = Field(
         default=3, gt=0, le=60,
         description="A health report answers within this many seconds; a check still "
-                    "running then (hung database or broker) is reported as fail (seconds).")
+                    "running then (hung database or broker) is reported as fail; the "
+                    "checks' statements, lock waits and connects end a second later (seconds).")
+    health_cache_seconds: float = Field(
+        default=2, ge=0, le=60,
+        description="`/health` and `/health/ready` serve one report to every caller for "
+                    "this long after it is made; one run at a time regardless (seconds).")
     health_stuck_seconds: float = Field(
         default=300, gt=0,
         description="Due rows older than this in a queue that has live workers: the "

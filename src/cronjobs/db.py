@@ -6,6 +6,7 @@ content is never retried."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Callable, TypeVar
@@ -14,7 +15,7 @@ import tenacity
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.pool import NullPool, QueuePool
 
 from . import limits
 from .errors import ConfigError, DatabaseRefused, DatabaseUnavailable, StoreError
@@ -27,13 +28,18 @@ T = TypeVar("T")
 _MYSQL_TRANSIENT = {1213, 1205}
 _PG_TRANSIENT = {"40P01", "40001", "55P03"}
 # Connection refused/lost, server gone away or shutting down, too many connections,
-# connection killed or timed out by the server.
-_MYSQL_UNAVAILABLE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2014, 2055, 4031}
-# admin/crash shutdown, cannot connect now (classes 08 connection and 53 resources too).
-_PG_UNAVAILABLE = {"57P01", "57P02", "57P03"}
+# connection killed or timed out by the server; a statement past its time limit
+# (MariaDB 1969 max_statement_time, MySQL 3024 max_execution_time): the server is too busy
+# or a lock is held now, so running it again at once would only wait as long again.
+_MYSQL_UNAVAILABLE = {1040, 1053, 1927, 1969, 2002, 2003, 2005, 2006, 2013, 2014, 2055, 3024,
+                      4031}
+# admin/crash shutdown, cannot connect now (classes 08 connection and 53 resources too);
+# 57014 a statement cancelled (statement_timeout, or pg_cancel_backend).
+_PG_UNAVAILABLE = {"57P01", "57P02", "57P03", "57014"}
 
 
-def make_engine(url: str, pool_size: int = 5) -> Engine:
+def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 30,
+                statement_timeout_seconds: float | None = None) -> Engine:
     """Create an engine for `url` with the settings cronjobs relies on.
 
     SQLite: WAL journal, `foreign_keys=ON` on every connection (needed for ON DELETE
@@ -47,28 +53,81 @@ def make_engine(url: str, pool_size: int = 5) -> Engine:
     Args:
         url: an SQLAlchemy URL (`sqlite:///cronjobs.db`, `mysql+pymysql://...`,
             `postgresql+psycopg://...`).
-        pool_size: connections kept open; as many again may be opened for a burst. A worker passes its thread count: a pool smaller than
-            the threads that use it closes and reopens connections all the time.
+        pool_size: connections kept open, as many again for a burst (a worker passes its
+            thread count); 0: no pool, a connection per use.
+        pool_timeout_seconds: the wait for a free pooled connection, then
+            `sqlalchemy.exc.TimeoutError` (classified "unavailable").
+        statement_timeout_seconds: the budget of short readers (the dashboard, the health
+            checks): connecting, a statement and a lock wait each end after about this
+            long, as "unavailable" (`_limit_connections`). None (the worker): no limit.
 
     Returns:
         A new Engine.
     """
+    pool: dict = {"pool_size": pool_size, "max_overflow": pool_size,
+                  "pool_timeout": pool_timeout_seconds} if pool_size else {"poolclass": NullPool}
     if url.startswith("sqlite"):
         # Pooled like the others: opening a file, running the PRAGMAs and (for the last
         # connection to close) checkpointing the WAL cost ~20 ms per transaction.
-        pool = {} if ":memory:" in url else {"poolclass": QueuePool, "pool_size": pool_size,
-                                             "max_overflow": pool_size}
+        if ":memory:" in url:
+            pool = {}
+        elif pool_size:
+            pool["poolclass"] = QueuePool
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
                                **pool)
-        _setup_sqlite(engine)
+        _setup_sqlite(engine, statement_timeout_seconds)
         return engine
-    kwargs: dict = {"pool_recycle": 3600, "pool_size": pool_size, "max_overflow": pool_size}
+    kwargs: dict = {"pool_recycle": 3600, **pool,
+                    "connect_args": _connect_args(url, statement_timeout_seconds)}
     if url.startswith(("mysql", "mariadb")):
         kwargs["isolation_level"] = "READ COMMITTED"
         engine = create_engine(url, **kwargs)
         _check_mysql_packet(engine)
-        return engine
-    return create_engine(url, **kwargs)
+    else:
+        engine = create_engine(url, **kwargs)
+    if statement_timeout_seconds is not None:
+        _limit_connections(engine, statement_timeout_seconds)
+    return engine
+
+
+def _connect_args(url: str, timeout: float | None) -> dict:
+    """Driver options that bound connecting (and, for PyMySQL, reading) by `timeout`."""
+    if timeout is None:
+        return {}
+    if url.startswith(("mysql", "mariadb")):
+        # read_timeout: a server that hangs (accepts, never answers) is given up on too.
+        return {"connect_timeout": timeout, "read_timeout": timeout + 2}
+    if url.startswith("postgresql"):
+        return {"connect_timeout": max(2, math.ceil(timeout))}  # libpq: whole seconds, >= 2
+    return {}
+
+
+def _limit_connections(engine: Engine, timeout: float) -> None:
+    """Give every new connection of `engine` a statement timeout of `timeout` seconds.
+
+    A statement waiting for a lock (`LOCK TABLES`, `LOCK TABLE ... ACCESS EXCLUSIVE`, a
+    row lock) is stopped by the statement timeout, which is an "unavailable" error, never
+    run again at once. The lock waits are one second longer, so the statement timeout is
+    what fires: a lock wait timeout would be "transient" and retried up to 8 times.
+    MariaDB: `max_statement_time`, `lock_wait_timeout`, `innodb_lock_wait_timeout`;
+    MySQL: `max_execution_time` (SELECT only); PostgreSQL: `statement_timeout`, which
+    counts lock waits (committed, so the pool's rollback on return keeps it).
+    """
+    lock_wait = math.ceil(timeout) + 1
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+        cur = dbapi_conn.cursor()
+        if engine.dialect.name == "postgresql":
+            cur.execute(f"SET statement_timeout = {int(timeout * 1000)}")
+            dbapi_conn.commit()
+        elif "mariadb" in dbapi_conn.get_server_info().lower():
+            cur.execute(f"SET SESSION max_statement_time = {timeout:.3f}, "
+                        f"lock_wait_timeout = {lock_wait}, innodb_lock_wait_timeout = {lock_wait}")
+        else:
+            cur.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}, "
+                        f"lock_wait_timeout = {lock_wait}, innodb_lock_wait_timeout = {lock_wait}")
+        cur.close()
 
 
 def _check_mysql_packet(engine: Engine) -> None:
@@ -88,14 +147,16 @@ def _check_mysql_packet(engine: Engine) -> None:
                 f"to {limits.PAYLOAD_MAX_BYTES:,} bytes): set max_allowed_packet=16M")
 
 
-def _setup_sqlite(engine: Engine) -> None:
+def _setup_sqlite(engine: Engine, timeout: float | None = None) -> None:
+    busy_ms = 30000 if timeout is None else int(timeout * 1000)
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # noqa: ANN001
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
@@ -111,7 +172,8 @@ def classify(exc: BaseException) -> str | None:
     Returns:
         `"transient"`: deadlock, lock wait timeout, serialization failure, SQLite busy —
         run the whole transaction again now. `"unavailable"`: the server cannot be reached
-        or dropped the connection — wait (back off) and try again. `"refused"`: the server
+        or dropped the connection, no pooled connection came free in time, or a statement
+        ran past its time limit — wait (back off) and try again. `"refused"`: the server
         refused the statement for its content or the schema (too long, bad value, missing
         table, constraint) — retrying cannot help. None: `exc` is not a database error.
     """

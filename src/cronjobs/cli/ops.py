@@ -16,18 +16,24 @@ from .base import _app, _dump, _table, main
 def health(as_json: bool, timeout: float | None) -> None:
     """Check database, broker, queues, workers, scheduler, overdue tasks, disk and memory.
 
-    Exit status 0 ok, 1 warn, 2 fail."""
-    from ..health import run_health
+    Exit status 0 ok, 1 warn, 2 fail; 3 when no check failed but a check itself broke
+    (check_error: what it checks is unknown)."""
+    from ..health import CHECK_ERROR, run_health
 
     report = run_health(_app(), timeout)
     if as_json:
         click.echo(_dump(report.as_dict()))
-    else:
-        _table([{"check": c.name, "status": c.status, "message": c.message} for c in report.checks],
-               ["check", "status", "message"])
-        for problem in report.problems:
+        sys.exit(report.exit_code)
+    _table([{"check": c.name, "status": c.status, "message": c.message} for c in report.checks],
+           ["check", "status", "message"])
+    for problem in report.problems:
+        if problem.key.startswith(CHECK_ERROR + ":"):
+            click.echo(f"CHECK_ERROR: {problem.message}")
+        else:
             click.echo(f"{problem.status.upper()}: {problem.message}")
-        click.echo(f"health: {report.status}")
+    broken = report.check_errors
+    click.echo(f"health: {report.status}"
+               + (f" (check_error: {', '.join(broken)} could not run)" if broken else ""))
     sys.exit(report.exit_code)
 
 

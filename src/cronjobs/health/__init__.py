@@ -2,8 +2,12 @@
 
     from cronjobs.health import run_health
     report = run_health(app)          # HealthReport: status ok|warn|fail, checks, problems
+
+`SharedHealth` serves one report to many concurrent callers (the web's probes).
 """
 
-from .report import EXIT_CODES, Check, HealthReport, Problem, run_health
+from .report import CHECK_ERROR, EXIT_CODES, Check, HealthReport, Problem, health_engine, run_health
+from .shared import SharedHealth
 
-__all__ = ["EXIT_CODES", "Check", "HealthReport", "Problem", "run_health"]
+__all__ = ["CHECK_ERROR", "EXIT_CODES", "Check", "HealthReport", "Problem", "SharedHealth",
+           "health_engine", "run_health"]

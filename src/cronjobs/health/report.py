@@ -2,25 +2,37 @@
 
 A check that has not answered by the deadline (a hung database or broker) is reported as
 `fail` with "no answer within N s"; its thread is a daemon and is left behind, so a hung
-server can never hang `cronjobs health`, `/health` or the health task.
+server can never hang `cronjobs health`, `/health` or the health task. A check that raises
+a database or network error found an outage (`fail`); one that raises anything else (a
+missing module, a permission error, a bug) is itself broken: its status is `check_error`,
+which never reads as an outage of what it checks.
+
+The checks read through the health engine (`health_engine`): a small pool of their own
+whose statements, lock waits and connects end a second after `health_timeout_seconds`.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
+from sqlalchemy import Engine
+
 from ..app import App
+from ..db import classify
 
 STATUSES = ("ok", "warn", "fail")
-EXIT_CODES = {"ok": 0, "warn": 1, "fail": 2}
+CHECK_ERROR = "check_error"  # the status of a check that itself broke
+EXIT_CODES = {"ok": 0, "warn": 1, "fail": 2, CHECK_ERROR: 3}
+CheckFn = Callable[[App, "Check"], None]
 
 
 def worst(statuses) -> str:  # noqa: ANN001
-    """The worst of some statuses (`ok` for none)."""
+    """The worst of some statuses `ok`, `warn`, `fail` (`ok` for none)."""
     return max(statuses, key=STATUSES.index, default="ok")
 
 
@@ -29,8 +41,9 @@ class Problem:
     """One thing wrong, with a stable key for alerting (`broker`, `overdue:http-uptime`).
 
     Attributes:
-        key: identifies the problem across health runs (at most 191 characters).
-        status: `warn` or `fail`.
+        key: identifies the problem across health runs (at most 191 characters); a
+            broken check's problem is `check_error:<check>`.
+        status: `warn` or `fail` (a broken check's problem is `warn`).
         message: one line for a person.
     """
 
@@ -45,7 +58,8 @@ class Check:
 
     Attributes:
         name: `database`, `broker`, `queues`, ...
-        status: `ok`, `warn` or `fail` (the worst of its problems).
+        status: `ok`, `warn` or `fail` (the worst of its problems), or `check_error`
+            when the check itself raised (its subsystem's state is unknown).
         message: one line.
         data: figures (JSON-friendly: numbers, strings, lists, dicts).
         problems: what is wrong, one `Problem` per subject (queue, task, ...).
@@ -62,7 +76,18 @@ class Check:
     def problem(self, key: str, status: str, message: str) -> None:
         """Add a problem; the check's status becomes the worst seen."""
         self.problems.append(Problem(key[:191], status, message))
-        self.status = worst([self.status, status])
+        if self.status != CHECK_ERROR:
+            self.status = worst([self.status, status])
+
+    def broke(self, exc: BaseException) -> None:
+        """Record that the check itself raised `exc` (`check_error`, problem
+        `check_error:<name>` at `warn`); problems it found before are kept."""
+        text = str(exc).splitlines()[0][:300] if str(exc) else ""
+        self.message = f"{type(exc).__name__}: {text}"
+        self.problem(f"{CHECK_ERROR}:{self.name}", "warn",
+                     f"the {self.name} check is broken ({self.message}); "
+                     f"the state of {self.name} is unknown")
+        self.status = CHECK_ERROR
 
     def as_dict(self) -> dict:
         """JSON-friendly form."""
@@ -76,7 +101,8 @@ class HealthReport:
     """All checks of one run.
 
     Attributes:
-        status: the worst status of the checks.
+        status: `ok`, `warn` or `fail`: the worst of every problem (a broken check's
+            problem is a `warn`: it is no proof of an outage).
         checks: in a fixed order.
         at: when the run started (naive UTC).
         duration_ms: how long the whole run took.
@@ -93,62 +119,106 @@ class HealthReport:
         return [p for c in self.checks for p in c.problems]
 
     @property
+    def check_errors(self) -> list[str]:
+        """Names of the checks that broke (status `check_error`)."""
+        return [c.name for c in self.checks if c.status == CHECK_ERROR]
+
+    @property
     def exit_code(self) -> int:
-        """0 ok, 1 warn, 2 fail."""
+        """0 ok, 1 warn, 2 fail; 3 when no check failed but one broke (unknown)."""
+        if self.status != "fail" and self.check_errors:
+            return EXIT_CODES[CHECK_ERROR]
         return EXIT_CODES[self.status]
 
     def as_dict(self) -> dict:
         """JSON-friendly form (what `cronjobs health --json` and `/health` print)."""
         return {"status": self.status, "at": self.at.isoformat() + "Z",
-                "duration_ms": round(self.duration_ms, 1),
+                "duration_ms": round(self.duration_ms, 1), "check_errors": self.check_errors,
                 "checks": [c.as_dict() for c in self.checks]}
 
 
+def health_engine(app: App) -> Engine:
+    """The engine the checks read through, apart from the pages' and the worker's pools:
+    at most 3 + 3 connections; the wait for a free one ends after `health_timeout_seconds`,
+    connecting, a statement and a lock wait one second later (so a hung server is reported
+    as "no answer within N s" by the deadline, and its thread ends soon after)."""
+    timeout = app.settings.health_timeout_seconds
+    return app.side_engine("health", pool_size=3, pool_timeout_seconds=timeout,
+                           statement_timeout_seconds=timeout + 1)
+
+
 def run_health(app: App, timeout_seconds: float | None = None,
-               checks: list[tuple[str, Callable[[App, Check], None]]] | None = None) -> HealthReport:
+               checks: list[tuple[str, CheckFn]] | None = None, *,
+               running: dict[str, threading.Thread] | None = None) -> HealthReport:
     """Run every check at the same time and collect what answered within the deadline.
 
     Args:
-        app: the system to check.
+        app: the system to check (its database is read through `health_engine(app)`).
         timeout_seconds: the deadline for the whole run (default
             `settings.health_timeout_seconds`).
         checks: `(name, fn(app, check))` pairs (default: `checks.ALL`).
+        running: the check threads of earlier runs by check name (`SharedHealth` keeps
+            them): a check whose earlier thread is still running is not started again
+            but reported `fail` at once, so a hung server never piles up threads.
 
     Returns:
-        A `HealthReport`. It never raises: a check that raises is `fail` with the error.
+        A `HealthReport`. It never raises: a check that raises a database or network
+        error is `fail`, one that raises anything else is `check_error`.
     """
     from .checks import ALL
 
     timeout = app.settings.health_timeout_seconds if timeout_seconds is None else timeout_seconds
+    checks = checks or ALL
+    running = {} if running is None else running
+    view = app.using(health_engine(app))
     started, at = time.monotonic(), app.clock.now()
-    results = [Check(name) for name, _ in (checks or ALL)]
-    threads = []
-    for check, (_, fn) in zip(results, checks or ALL):
-        thread = threading.Thread(target=_run_one, args=(fn, app, check), daemon=True,
-                                  name=f"cronjobs-health-{check.name}")
-        thread.start()
-        threads.append(thread)
+    results, threads = [], []
+    for name, fn in checks:
+        check, earlier = Check(name), running.get(name)
+        if earlier is not None and earlier.is_alive():
+            threads.append(None)
+        else:
+            running[name] = thread = threading.Thread(
+                target=_run_one, args=(fn, view, check), daemon=True,
+                name=f"cronjobs-health-{name}")
+            thread.start()
+            threads.append(thread)
+        results.append(check)
     deadline = started + timeout
     final = []
     for check, thread in zip(results, threads):
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            late = Check(check.name, duration_ms=timeout * 1000)
-            late.message = f"no answer within {timeout:g} s"
-            late.problem(check.name, "fail", f"{check.name}: no answer within {timeout:g} s")
-            final.append(late)
-        else:
-            final.append(check)
-    return HealthReport(worst(c.status for c in final), final, at,
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        final.append(_late(check.name, timeout, thread is None)
+                     if thread is None or thread.is_alive() else check)
+    return HealthReport(worst(p.status for c in final for p in c.problems), final, at,
                         (time.monotonic() - started) * 1000)
 
 
-def _run_one(fn: Callable[[App, Check], None], app: App, check: Check) -> None:
+def _late(name: str, timeout: float, earlier: bool) -> Check:
+    late = Check(name, duration_ms=timeout * 1000)
+    late.message = (f"no answer within {timeout:g} s"
+                    + (" (its previous run has not answered yet)" if earlier else ""))
+    late.problem(name, "fail", f"{name}: {late.message}")
+    return late
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when a check's exception is what the check looks for (a database or network
+    error: the subsystem is down); False when the check itself broke."""
+    return classify(exc) is not None or isinstance(
+        exc, (ConnectionError, TimeoutError, socket.gaierror, socket.herror))
+
+
+def _run_one(fn: CheckFn, app: App, check: Check) -> None:
     started = time.monotonic()
     try:
         fn(app, check)
-    except Exception as exc:  # a check that breaks is a failed check, never a crash
-        text = str(exc).splitlines()[0][:300] if str(exc) else ""
-        check.message = f"{type(exc).__name__}: {text}"
-        check.problem(check.name, "fail", f"{check.name}: {check.message}")
+    except Exception as exc:  # a check that breaks is reported, never a crash
+        if is_outage(exc):
+            text = str(exc).splitlines()[0][:300] if str(exc) else ""
+            check.message = f"{type(exc).__name__}: {text}"
+            check.problem(check.name, "fail", f"{check.name}: {check.message}")
+        else:
+            check.broke(exc)
     check.duration_ms = (time.monotonic() - started) * 1000

@@ -1,7 +1,8 @@
 """The automation dashboard (SPEC §8): a Flask app with one blueprint per page group.
 
 Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`), Workers (`/workers`), Failed
-(`/failed`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`; `/health`, `/metrics`.
+(`/failed`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`; `/metrics`; the probes
+`/health`, `/health/live`, `/health/ready` (`health.py`).
 Templates (Jinja2, autoescape on), static files and the message catalogs ship in this
 package. Auth and CSRF: `cronjobs.web.auth`.
 """
@@ -79,10 +80,11 @@ def create_app(app: App) -> Flask:
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
-    from . import api, auth, failed, jobs, tasks, view, workers
+    from . import api, auth, failed, health, jobs, tasks, view, workers
 
     view.install(web)
     for blueprint in (auth.bp, tasks.bp, jobs.bp, workers.bp, failed.bp, api.bp):
         web.register_blueprint(blueprint)
+    health.install(web)
     auth.install(web)
     return web

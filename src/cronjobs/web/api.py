@@ -1,4 +1,4 @@
-"""JSON routes, `/health` and `/metrics`."""
+"""JSON routes and `/metrics` (the probes are in `health.py`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from datetime import datetime
 from flask import Blueprint, Response, abort, current_app, jsonify
 
 from .. import store
-from ..health import run_health
 from ..taskrows import task_rows
-from .auth import authenticated
 from .jobs import queue_filters
 from .view import cronjobs_app
 
@@ -54,14 +52,6 @@ def job(job_id: int):  # noqa: ANN201
     if row is None:
         abort(404, f"no job with id {job_id}")
     return jsonify(_clean(row))
-
-
-@bp.get("/health")
-def health():  # noqa: ANN201
-    """`{"status": ...}` for anyone; the full report with the token. 503 on fail."""
-    report = run_health(cronjobs_app())
-    body = report.as_dict() if authenticated() else {"status": report.status}
-    return jsonify(body), 503 if report.status == "fail" else 200
 
 
 @bp.get("/metrics")

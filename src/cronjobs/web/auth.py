@@ -2,7 +2,8 @@
 through the login form (a session cookie: HttpOnly, SameSite=Lax).
 
 Every page, JSON route and action needs it; `/health` answers its status without it
-(the full report with it) and `/metrics` is public only when `metrics_public` is set.
+(the full report with it), `/health/live` and `/health/ready` answer anyone, and
+`/metrics` is public only when `metrics_public` is set.
 Actions are POST only (a GET gets 405). A POST from a cookie session must carry the
 session's CSRF token (Flask-WTF), or it gets 403 and changes nothing; a Bearer request
 needs none (a browser cannot add that header to a forged cross-site request). No CORS
@@ -20,7 +21,7 @@ from flask_wtf.csrf import CSRFError
 from .view import cronjobs_app
 
 bp = Blueprint("auth", __name__)
-PUBLIC = {"auth.login", "static", "api.health"}
+PUBLIC = {"auth.login", "static", "health.report", "health.live", "health.ready"}
 
 
 def _fingerprint(token: str) -> str:
