@@ -23,6 +23,8 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sqlalchemy import Connection
+
 from .. import store
 from ..app import App
 from ..db import run_in_transaction
@@ -109,8 +111,13 @@ def observations(report: HealthReport) -> tuple[dict[str, tuple[Problem, str]], 
     return failing, answered
 
 
-def _decide(conn, failing: dict, answered: set[str], now: datetime, policy: Policy,  # noqa: ANN001
+def _decide(conn: Connection, failing: dict, answered: set[str], now: datetime, policy: Policy,
             claim: datetime) -> list[dict]:
+    """Count the run for every row under row locks; claim the rows owed a message.
+
+    Returns:
+        The entries (`alerttext.entry`) of the claimed rows.
+    """
     fresh = {k: alertstate.new_row(p, check, now) for k, (p, check) in failing.items()}
     entries = []
     for key, before in store.alerts.lock_rows(conn, fresh).items():

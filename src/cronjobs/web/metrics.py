@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                   Metric)
 
 from .. import heartbeat, store
 from ..app import App
@@ -117,7 +119,7 @@ class Metrics:
             self._gauges = self._read()
             return generate_latest(self.registry)
 
-    def collect(self):  # noqa: ANN201
+    def collect(self) -> Iterator[Metric]:
         """The families of the last `render` (prometheus_client's collector protocol)."""
         yield from self._gauges
         yield from self.tally.families()
