@@ -110,10 +110,14 @@ def test_two_dashboard_processes_give_the_same_gauges(make_app):
     assert a[("cronjobs_completed_execute_rows", (("window", "1h"),))] == 4
     assert a[("cronjobs_completed_execute_rows", (("window", "24h"),))] == 5
     assert a[("cronjobs_failed_rows_last_hour", ())] == 3
+    assert a[("cronjobs_status_rows", (("status", "completed"),))] == 7
     with first.engine.connect() as conn:  # the figures the dashboard shows
         speed = store.views.throughput(conn, clock.now())
         failed = store.views.failed_counts(conn, clock.now() - timedelta(hours=1))
+        counts = store.views.count_by_status(conn)
     assert (speed["hour"][0], speed["day"][0], failed["since"][0]) == (4, 5, 3)
+    assert {s: n for s, (n, _) in counts.items()} == \
+        {dict(k[1])["status"]: v for k, v in a.items() if k[0] == "cronjobs_status_rows"}
     # counters count what finished while their process ran: they differ, and say so
     shape = (("status", "completed"), ("type", "test.shape.execute"))
     assert a[("cronjobs_jobs_finished_total", shape)] == 4

@@ -4,7 +4,7 @@ Two kinds of series, and the HELP text of each says which:
 
 - **From the database** (gauges; every dashboard process gives the same values at the same
   instant): rows per queue and status (`pending`, `running`, `failed`; capped at 10,000 per
-  queue), due rows and the oldest due age per queue, live workers, `.execute` rows completed
+  queue), rows per status (the Queue page's counts), due rows and the oldest due age per queue, live workers, `.execute` rows completed
   in the last hour and day (the Queue page's throughput), rows failed in the last hour (what
   the health check warns about).
 - **Per process** (counters and the duration histogram): rows that finished since this
@@ -132,6 +132,7 @@ class Metrics:
         with self.app.engine.connect() as conn:
             counts = store.views.rows_by_queue_status(conn, queues=queues, other=OTHER)
             due = store.views.due_by_queue(conn, now, queues=queues, other=OTHER)
+            statuses = store.views.count_by_status(conn)
             speed = store.views.throughput(conn, now)
             failed = store.views.failed_counts(conn, now - timedelta(hours=1))["since"][0]
             while True:
@@ -144,6 +145,9 @@ class Metrics:
                     break
         return [*_queue_gauges(counts, due, now),
                 _gauge("cronjobs_live_workers", "Workers with a fresh heartbeat.", [], {(): len(workers.live)}),
+                _gauge("cronjobs_status_rows", "Rows per status, all queues (capped at 10,000; "
+                       "the Queue page's counts).", ["status"],
+                       {(status,): n for status, (n, _) in statuses.items()}),
                 _gauge("cronjobs_completed_execute_rows", "Execute rows completed within the last "
                        "window (1h, 24h; the Queue page's throughput; capped at 100,000).",
                        ["window"], {("1h",): speed["hour"][0], ("24h",): speed["day"][0]}),
