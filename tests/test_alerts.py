@@ -1,55 +1,24 @@
-"""Alerts (issue 7, point 7): the built-in health task alerts a local HTTP server (webhook
-and Telegram Bot API) and a local SMTP server (aiosmtpd) exactly once for a problem that
-lasts three health runs, and once when it clears; a reminder after an hour; a failed
-delivery is tried again at the next run."""
+"""The built-in health task alerts a local HTTP server (webhook and Telegram Bot API) and a
+local SMTP server (aiosmtpd) exactly once for a problem that lasts three health runs (at
+its second), and once after it has passed two runs; a reminder an hour after the alert; a
+failed delivery is tried again at the next run."""
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import sqlalchemy as sa
 from aiosmtpd.controller import Controller
 
+from alert_helpers import Inbox, free_port
 from cronjobs.health import alerts, run_health
 from cronjobs.models import cronjob_alert, cronjob_queue, cronjob_worker
 from cronjobs.scheduler import tick
 from cronjobs.testing import FrozenClock, drain
 from dashboard_helpers import add_row, db_now, recent_t0
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-
-
-class Inbox:
-    """A local HTTP server that records every POST (path, JSON body)."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[str, dict]] = []
-        inbox = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                inbox.posts.append((self.path, json.loads(body)))
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args) -> None:  # noqa: ANN002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class Mailbox:
@@ -61,12 +30,6 @@ class Mailbox:
     async def handle_DATA(self, server, session, envelope):  # noqa: ANN001, ANN201, N802
         self.messages.append((envelope.rcpt_tos, envelope.content.decode()))
         return "250 OK"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -122,14 +85,14 @@ def test_one_alert_for_a_problem_lasting_three_runs_and_one_recovery(make_app, c
     orphan = add_row(app, queue="orphaned")  # due work that no worker consumes
     results = [health_run(app, clock, m) for m in (5, 10, 15)]
     assert [r["status"] for r in results] == ["fail"] * 3
-    assert [r["alerted"] for r in results] == [1, 0, 0]
+    assert [r["alerted"] for r in results] == [0, 1, 0]
     assert [p["key"] for p in results[0]["problems"]] == ["workers:orphaned"]
 
     with app.engine.begin() as conn:
         conn.execute(cronjob_queue.delete().where(cronjob_queue.c.id == orphan))
-    recovered = health_run(app, clock, 20)
-    assert recovered["status"] == "ok" and recovered["alerted"] == 1
-    assert health_run(app, clock, 25)["alerted"] == 0
+    passing = [health_run(app, clock, m) for m in (20, 25, 30)]
+    assert [r["status"] for r in passing] == ["ok"] * 3
+    assert [r["alerted"] for r in passing] == [0, 1, 0]
 
     hooks = [body for path, body in inbox.posts if path == "/hook"]
     telegram = [body for path, body in inbox.posts if path == "/bot123:abc/sendMessage"]
@@ -146,8 +109,11 @@ def test_one_alert_for_a_problem_lasting_three_runs_and_one_recovery(make_app, c
     assert to1 == to2 == ["ops@example.test"]
     assert "FAIL: 1 problem(s)" in mail1 and "orphaned" in mail1
     assert "recovered: 1 problem(s)" in mail2
-    with app.engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(cronjob_alert)).scalar() == 0
+    assert "was failing since" in telegram[1]["text"] and "for 15 min)" in telegram[1]["text"]
+    with app.engine.connect() as conn:  # watched for flapping a while longer, not alerted
+        rows = conn.execute(sa.select(cronjob_alert)).mappings().all()
+    assert [(r["problem"], r["state"], r["alerted_at"]) for r in rows] == \
+        [("workers:orphaned", "pass", None)]
 
 
 def test_a_problem_still_open_after_an_hour_is_alerted_again(make_app, channels):
@@ -156,11 +122,11 @@ def test_a_problem_still_open_after_an_hour_is_alerted_again(make_app, channels)
     clock = FrozenClock(T0)
     app = make_app(clock=clock, **alert_settings(inbox, smtp_port))
     sent = []
-    for minutes in (0, 30, 59, 61, 90, 122):
+    for minutes in (0, 5, 30, 64, 65, 100, 125):
         clock.set(T0 + timedelta(minutes=minutes))
         sent.append(alerts.process(app, run_health(app)).problems != [])
-    # a new problem set at 0; reminders at 61 (>= 60 min later) and 122
-    assert sent == [True, False, False, True, False, True]
+    # problems seen at 0, alerted at their second run (5); reminders at 65 and 125
+    assert sent == [False, True, False, False, True, False, True]
 
 
 def test_when_every_channel_fails_the_next_run_tries_again(make_app, channels):
@@ -168,7 +134,7 @@ def test_when_every_channel_fails_the_next_run_tries_again(make_app, channels):
     T0 = recent_t0()
     clock = FrozenClock(T0)
     app = make_app(clock=clock, alert_webhook_url=f"http://127.0.0.1:{free_port()}/down",
-                   alert_timeout_seconds=2)
+                   alert_timeout_seconds=2, alert_after_runs=1)
     first = alerts.process(app, run_health(app))
     assert first.problems and first.delivered == [] and "webhook" in first.failed
     clock.set(T0 + timedelta(minutes=5))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -25,7 +27,7 @@ def test_head_matches_models_and_round_trips(backend, tmp_path):
     try:
         assert current(engine) is None
         upgrade(engine)
-        assert current(engine) == "0003"
+        assert current(engine) == "0005"
         assert _diff(engine) == []
         downgrade(engine)
         assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}
@@ -43,3 +45,30 @@ def test_migrations_ship_with_the_package():
     path = migrations_path()
     assert (path / "env.py").is_file()
     assert (path / "versions" / "0001_initial.py").is_file()
+
+
+def test_open_alerts_carry_over_to_the_streak_columns(backend, tmp_path):
+    url, drop = new_database(backend, tmp_path)
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0003")
+        seen, sent = datetime(2026, 3, 1, 14, 3), datetime(2026, 3, 1, 14, 8)
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO cronjob_alert (problem, status, message, first_seen_at, last_seen_at,"
+                " last_sent_at) VALUES ('disk', 'fail', 'disk 95 % used', :seen, :sent, :sent)"),
+                {"seen": seen, "sent": sent})
+        upgrade(engine)
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT state, runs, state_since, alerted_at, changes "
+                                       "FROM cronjob_alert")).mappings().one()
+        # an open problem stays failing since it was first seen, alerted when a message went
+        assert (row["state"], row["runs"], row["changes"]) == ("fail", 1, None)
+        assert [_naive(row["state_since"]), _naive(row["alerted_at"])] == [seen, sent]
+    finally:
+        engine.dispose()
+        drop()
+
+
+def _naive(value) -> datetime:  # noqa: ANN001
+    return datetime.fromisoformat(value) if isinstance(value, str) else value

@@ -264,7 +264,20 @@ class Settings(BaseModel):
 
     # -- alerts (issue 7): the built-in health task sends to every channel configured here --
     alert_repeat_minutes: float = Field(
-        default=60, gt=0, description="Alert again about a problem still open after this long (minutes).")
+        default=60, gt=0, description="Alert again about a problem still open (or flapping) "
+                                      "after this long (minutes).")
+    alert_after_runs: int = Field(
+        default=2, ge=1, description="Alert about a problem seen failing in this many health "
+                                     "runs in a row (runs; 1 alerts at the first).")
+    alert_recover_after_runs: int = Field(
+        default=2, ge=1, description="Send the recovery of an alerted problem after this many "
+                                     "passing health runs in a row (runs).")
+    alert_flap_changes: int = Field(
+        default=3, ge=2, description="A problem whose state (failing/passing) changed this many "
+                                     "times within alert_flap_window_minutes is flapping (changes).")
+    alert_flap_window_minutes: float = Field(
+        default=60, gt=0, description="The window in which state changes are counted for "
+                                      "flapping (minutes).")
     alert_timeout_seconds: float = Field(
         default=10, gt=0, description="Timeout of one notification (seconds).")
     alert_webhook_url: str | None = Field(

@@ -131,16 +131,25 @@ cronjob_worker = Table(
     **MYSQL_TABLE_ARGS,
 )
 
-# One row per open health problem (SPEC §9 alerts): when it was first seen, and when an
-# alert about it was last sent (at most once an hour); deleted when the problem clears.
+# One row per health problem being watched (SPEC §9 alerts; the rules are in
+# cronjobs/health/alertstate.py): its state over health runs, its recent state changes
+# (flapping), and what was delivered. Deleted once it passes quietly.
 cronjob_alert = Table(
     "cronjob_alert",
     metadata,
     Column("problem", String(191), primary_key=True),
     Column("status", String(16), nullable=False),
     Column("message", Text, nullable=False),
-    Column("first_seen_at", UtcDateTime, nullable=False),
-    Column("last_seen_at", UtcDateTime, nullable=False),
-    Column("last_sent_at", UtcDateTime, nullable=True),
+    Column("first_seen_at", UtcDateTime, nullable=False),  # the episode's first failing run
+    Column("last_seen_at", UtcDateTime, nullable=False),  # the last failing run
+    Column("last_sent_at", UtcDateTime, nullable=True),  # the last message about it
+    # migration 0005: streaks, flapping, recoveries retried until delivered
+    Column("check_name", String(64), nullable=True),  # its check (did that check answer?)
+    Column("state", String(8), nullable=False, server_default="fail"),  # fail | pass
+    Column("runs", Integer, nullable=False, server_default="1"),  # runs in a row in `state`
+    Column("state_since", UtcDateTime, nullable=True),
+    Column("changes", Text, nullable=True),  # JSON list of state-change times in the window
+    Column("alerted_at", UtcDateTime, nullable=True),  # first delivery; None after recovery
+    Column("sending_until", UtcDateTime, nullable=True),  # claimed by a sending pass
     **MYSQL_TABLE_ARGS,
 )

@@ -19,8 +19,10 @@ _SUMMARY = Environment(autoescape=True).from_string(
 class HealthCheck(CronJobHandler):
     """Runs the health report (`cronjobs health`) and alerts the configured channels.
 
-    A new problem is alerted at once, again at most once an hour while it lasts, and a
-    recovery message is sent when it clears (`cronjobs.health.alerts`). Alerts go only to
+    A problem is alerted after `CRONJOBS_ALERT_AFTER_RUNS` (2) failing runs in a row, again
+    at most once an hour while it lasts, once as "flapping" when it comes and goes, and
+    its recovery after `CRONJOBS_ALERT_RECOVER_AFTER_RUNS` (2) passing runs
+    (`cronjobs.health.alertstate`). Alerts go only to
     channels the operator configured (`CRONJOBS_ALERT_*`), so the task ships enabled.
     Result: `{"status", "checks": {name: status}, "problems": [...], "alerted", "delivered"}`.
     """

@@ -1,10 +1,19 @@
-"""Alerts: compare a health report with the open problems in `cronjob_alert`, and notify.
+"""Alerts: count each health run for every problem, and notify what is owed.
 
-Rules: a new problem is alerted at once; a problem still open is alerted again at most
-once per `alert_repeat_minutes` (60), or at once when it gets worse (warn -> fail); a
-problem that clears gets one recovery message (if it had been alerted). The decision is
-written before sending (under row locks, so two health runs never both send); when every
-channel fails, the sent mark is taken back so the next run tries again.
+The rules (alert after N failing runs, recovery after M passing runs, flapping, hourly
+reminders) are pure functions in `alertstate`; the words in `alerttext`. One pass:
+
+1. in one transaction, lock every row of `cronjob_alert` (inserting the rows of new
+   problems), count this run for each problem, and claim the rows that are owed a message
+   (`sending_until`): the decision is written under the row locks before anything is
+   sent, so two passes at once send one message;
+2. send one message to every configured channel;
+3. record the delivery: problems become alerted, recoveries end the alert. When every
+   channel failed, the claim is released and the next pass sends again (a recovery too).
+
+A problem whose check did not answer this run (it raised or passed the deadline: the
+check reports a problem keyed by its own name, or a status other than ok/warn/fail) is
+neither failing nor passing: the run is not counted for it.
 """
 
 from __future__ import annotations
@@ -12,13 +21,17 @@ from __future__ import annotations
 import logging
 import socket
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection
 
 from .. import store
 from ..app import App
 from ..db import run_in_transaction
+from . import alertstate, alerttext
+from .alertstate import Policy
 from .notifiers import notifiers
-from .report import STATUSES, HealthReport
+from .report import STATUSES, HealthReport, Problem
 
 log = logging.getLogger("cronjobs.alerts")
 
@@ -28,9 +41,10 @@ class AlertRun:
     """What one alert pass did.
 
     Attributes:
-        problems: problems alerted now (new, worse, or due for a reminder): dicts with
-            key, status, message.
-        recovered: problems that cleared and were alerted before.
+        problems: problems in the message (kind `problem`, `flapping` or `reminder`):
+            dicts of `alerttext.entry` (key, kind, status, message, since, duration_seconds,
+            line).
+        recovered: recoveries in the message (kind `recovered`).
         delivered: names of the channels that took the message.
         failed: `{channel: error}` of channels that did not.
     """
@@ -47,43 +61,26 @@ class AlertRun:
 
 
 def process(app: App, report: HealthReport) -> AlertRun:
-    """Update the open problems from `report` and send what is due.
+    """Count `report` as one health run for every problem and send what is owed.
+
+    Args:
+        app: settings (`CRONJOBS_ALERT_*`), engine.
+        report: this run's health report; its `at` is the run's time (naive UTC).
 
     Returns:
-        An `AlertRun`.
+        An `AlertRun`. Channel errors are logged and returned, never raised; database
+        errors are raised (`cronjobs.errors.StoreError` and subclasses).
     """
-    now = report.at
-    repeat = timedelta(minutes=app.settings.alert_repeat_minutes)
-    current = {p.key: p for p in report.problems}
-    run = AlertRun()
-
-    def decide(conn) -> None:  # noqa: ANN001
-        run.problems.clear()
-        run.recovered.clear()
-        known = store.alerts.open_problems(conn)
-        for key, problem in current.items():
-            row = known.get(key)
-            entry = {"key": key, "status": problem.status, "message": problem.message}
-            if row is None:
-                store.alerts.open_problem(conn, key, problem.status, problem.message, now)
-                due = True
-            else:
-                worse = STATUSES.index(problem.status) > STATUSES.index(row["status"])
-                due = worse or row["last_sent_at"] is None or now - row["last_sent_at"] >= repeat
-            if due:
-                run.problems.append(entry)
-            store.alerts.touch_problem(conn, key, problem.status, problem.message, now, sent=due)
-        for key, row in known.items():
-            if key not in current:
-                store.alerts.close_problem(conn, key)
-                if row["last_sent_at"] is not None:
-                    run.recovered.append({"key": key, "status": "ok", "message": row["message"]})
-
-    run_in_transaction(app.engine, decide)
-    if not (run.problems or run.recovered):
+    now, policy, channels = report.at, Policy.from_settings(app.settings), notifiers(app.settings)
+    claim = now + timedelta(seconds=app.settings.alert_timeout_seconds * max(1, len(channels)) + 60)
+    failing, answered = observations(report)
+    entries = run_in_transaction(
+        app.engine, lambda conn: _decide(conn, failing, answered, now, policy, claim))
+    run = AlertRun([e for e in entries if e["kind"] != "recovered"],
+                   [e for e in entries if e["kind"] == "recovered"])
+    if not entries:
         return run
-    channels = notifiers(app.settings)
-    alert = _message(report, run)
+    alert = alerttext.message(entries, now, socket.gethostname())
     for channel in channels:
         try:
             channel.send(alert)
@@ -91,23 +88,51 @@ def process(app: App, report: HealthReport) -> AlertRun:
         except Exception as exc:
             run.failed[channel.name] = f"{type(exc).__name__}: {str(exc)[:200]}"
             log.warning("alert via %s failed: %s", channel.name, run.failed[channel.name])
-    if channels and not run.delivered and run.problems:
-        keys = [p["key"] for p in run.problems]
-        run_in_transaction(app.engine, lambda c: store.alerts.unsend(c, keys))
+    delivered = bool(run.delivered) or not channels
+    claims = {e["key"]: e["kind"] for e in entries}
+    run_in_transaction(app.engine,
+                       lambda conn: store.alerts.settle(conn, claims, claim, now, delivered))
     return run
 
 
-def _message(report: HealthReport, run: AlertRun) -> dict:
-    host = socket.gethostname()
-    lines = [f"{p['status'].upper()}: {p['message']}" for p in run.problems]
-    lines += [f"RECOVERED: {p['message']}" for p in run.recovered]
-    if run.problems:
-        subject = (f"[cronjobs {host}] {report.status.upper()}: {len(run.problems)} problem(s)"
-                   + (f", {len(run.recovered)} recovered" if run.recovered else ""))
-    else:
-        subject = f"[cronjobs {host}] recovered: {len(run.recovered)} problem(s)"
-    event = "problem" if run.problems else "recovered"
-    return {"event": event, "status": report.status, "host": host,
-            "at": report.at.isoformat() + "Z", "problems": run.problems,
-            "recovered": run.recovered, "subject": subject,
-            "text": subject + "\n" + "\n".join(lines)}
+def observations(report: HealthReport) -> tuple[dict[str, tuple[Problem, str]], set[str]]:
+    """What the run saw.
+
+    Returns:
+        `({problem key: (problem, check name)}, {names of the checks that answered})`.
+    """
+    failing, answered = {}, set()
+    for check in report.checks:
+        broke = check.status not in STATUSES or any(p.key == check.name for p in check.problems)
+        if not broke:  # a problem keyed by the check's own name (absent here) passes too
+            answered.add(check.name)
+        for problem in check.problems:
+            failing[problem.key] = (problem, check.name)
+    return failing, answered
+
+
+def _decide(conn: Connection, failing: dict, answered: set[str], now: datetime, policy: Policy,
+            claim: datetime) -> list[dict]:
+    """Count the run for every row under row locks; claim the rows owed a message.
+
+    Returns:
+        The entries (`alerttext.entry`) of the claimed rows.
+    """
+    fresh = {k: alertstate.new_row(p, check, now) for k, (p, check) in failing.items()}
+    entries = []
+    for key, before in store.alerts.lock_rows(conn, fresh).items():
+        after = before
+        if key in failing:
+            problem, check = failing[key]
+            after = alertstate.observe({**before, "check_name": check}, problem, now, policy)
+        elif before["check_name"] is None or before["check_name"] in answered:
+            after = alertstate.observe(before, None, now, policy)
+        kind = alertstate.owed(before, after, now, policy)
+        if kind is not None:
+            after = {**after, "sending_until": claim}
+            entries.append(alerttext.entry(kind, after, now, policy))
+        if alertstate.quiet(after, now, policy):
+            store.alerts.delete(conn, key)
+        elif after != before:
+            store.alerts.save(conn, after)
+    return entries

@@ -265,27 +265,45 @@ def pending_queues(conn: Connection) -> list[str]:
 DUE_CAP = 1_000
 
 
-def due_by_queue(conn: Connection, now: datetime, cap: int = DUE_CAP) -> dict[str, dict]:
+def due_by_queue(conn: Connection, now: datetime, cap: int = DUE_CAP,
+                 queues: set[str] | None = None, other: str = "other") -> dict[str, dict]:
     """Due `pending` rows per queue: count (capped) and the oldest due time.
 
     Shared by `health`, `/metrics` and the Workers page (queues with due rows and no
     live worker). The oldest due time is taken among the first `cap` due rows in claim
     order (priority, then id), so it is exact unless more than `cap` rows wait.
 
+    Args:
+        queues: when given, only these queues are reported one by one; the pending rows
+            of every other queue are read together (one statement, `queue IN (...)`) and
+            reported under `other`, so `/metrics` runs a bounded number of statements and
+            labels whatever queue names the rows hold.
+
     Returns:
         `{queue: {"due": n, "capped": bool, "oldest_due_at": naive UTC or None}}` for
         every queue with pending rows.
     """
     out = {}
-    due_at = func.coalesce(q.c.scheduled_at, q.c.created_at)
-    for queue in pending_queues(conn):
-        inner = (select(due_at.label("due_at")).where(
-            q.c.queue == queue, q.c.status == "pending",
-            (q.c.scheduled_at.is_(None)) | (q.c.scheduled_at <= now))
-            .order_by(q.c.priority, q.c.id).limit(cap + 1).subquery())
-        n, oldest = conn.execute(select(func.count(), func.min(inner.c.due_at))).one()
-        out[queue] = {"due": min(n, cap), "capped": n > cap, "oldest_due_at": oldest}
+    present = pending_queues(conn)
+    for queue in present:
+        if queues is None or queue in queues:
+            out[queue] = _due(conn, now, [queue], cap)
+    rest = [queue for queue in present if queues is not None and queue not in queues]
+    if rest:
+        out[other] = _due(conn, now, rest, cap)
     return out
+
+
+def _due(conn: Connection, now: datetime, queues: list[str], cap: int) -> dict:
+    due_at = func.coalesce(q.c.scheduled_at, q.c.created_at)
+    inner = select(due_at.label("due_at")).where(
+        q.c.queue == queues[0] if len(queues) == 1 else q.c.queue.in_(queues), q.c.status == "pending",
+        (q.c.scheduled_at.is_(None)) | (q.c.scheduled_at <= now))
+    if len(queues) == 1:  # the claim index's order: the first `cap` rows a worker would take
+        inner = inner.order_by(q.c.priority, q.c.id)
+    inner = inner.limit(cap + 1).subquery()
+    n, oldest = conn.execute(select(func.count(), func.min(inner.c.due_at))).one()
+    return {"due": min(n, cap), "capped": n > cap, "oldest_due_at": oldest}
 
 
 def first_slot_at(conn: Connection, task: str) -> datetime | None:
@@ -325,13 +343,26 @@ def finished_since(conn: Connection, since: datetime, after_id: int, limit: int 
 
 
 def rows_by_queue_status(conn: Connection, statuses: tuple[str, ...] = ("pending", "running", "failed"),
-                         cap: int = COUNT_CAP) -> dict[tuple[str, str], int]:
-    """Row counts per (queue, status) for the live states (each capped at `cap`)."""
+                         cap: int = COUNT_CAP, queues: set[str] | None = None,
+                         other: str = "other") -> dict[tuple[str, str], int]:
+    """Row counts per (queue, status) for the live states (each capped at `cap`).
+
+    Args:
+        queues: when given, only these queues are counted one by one; the rows of every
+            other queue are counted together (`queue IN (...)` on the claim index, one
+            statement per status) under `other`.
+    """
     out = {}
-    for queue in _queues(conn):
-        for status in statuses:
-            out[(queue, status)] = capped_count(conn, q.c.queue == queue, q.c.status == status,
-                                                cap=cap)[0]
+    present = _queues(conn)
+    rest = [queue for queue in present if queues is not None and queue not in queues]
+    for queue in present:
+        if queues is None or queue in queues:
+            for status in statuses:
+                out[(queue, status)] = capped_count(conn, q.c.queue == queue, q.c.status == status,
+                                                    cap=cap)[0]
+    for status in statuses if rest else ():
+        out[(other, status)] = capped_count(conn, q.c.queue.in_(rest), q.c.status == status,
+                                            cap=cap)[0]
     return out
 
 
