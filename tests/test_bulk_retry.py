@@ -262,3 +262,18 @@ def test_cli_retry_runs_the_batches_here_and_prints_progress(app, db_url, tmp_pa
     empty = run_cli(["failed", "--retry", "--type", KIND], cli_env(db_url), cwd=tmp_path)
     assert empty.returncode == 0 and empty.stdout == f"retried 0 failed row(s) of type {KIND}\n"
     assert bulk.get(app, 2)["status"] == "done"  # an empty snapshot is done at once
+
+
+def test_a_runner_that_lost_its_operation_writes_nothing(app):
+    add_failed(app, 600)
+    first = bulk.start(app, "retry", bulk.Selection("failed"), who="cli")
+    age_lease(app, first.operation["id"])  # its process hung past the lease
+    second = bulk.start(app, "retry", bulk.Selection("failed"), who="cli")
+    assert second.resumed and second.operation["id"] == first.operation["id"]
+    late = bulk.run(app, first)  # the hung runner wakes: its first batch is rolled back
+    assert (late["status"], late["done_rows"], late["owner"]) == ("running", 0, second.owner)
+    assert all(r["status"] == "failed" and "retried by" not in r["process_logs"]
+               for r in rows_of(app))
+    op = bulk.run(app, second)
+    assert (op["status"], op["done_rows"], op["changed_rows"]) == ("done", 600, 600)
+    assert [r["process_logs"].count("retried by cli") for r in rows_of(app)] == [1] * 600

@@ -230,6 +230,10 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
                 lambda: run_in_transaction(app.engine, lambda c: _batch(
                     c, app, op_id, started.owner, action, who)),
                 f"running operation {op_id}", give_up_seconds=LEASE_SECONDS)
+        except _Lost:
+            log.warning("operation %s was taken over by another runner; %s stops",
+                        op_id, started.owner)
+            return _get(app, op_id)
         except Exception as exc:
             if not isinstance(exc, DatabaseUnavailable):  # unreachable: left to stall
                 _fail(app, op_id, started.owner, exc)
@@ -242,19 +246,25 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
             return operation
 
 
+class _Lost(Exception):
+    """Raised inside a batch's transaction when its runner no longer holds the operation:
+    the batch's row changes are rolled back."""
+
+
 def _batch(conn: Connection, app: App, op_id: int, owner: str, action: Action,
            who: str) -> tuple[list[dict], dict]:
     now = app.clock.now()
-    if not store.operations.renew(conn, op_id, owner, LEASE_SECONDS, now):
-        return [], store.operations.get_operation(conn, op_id)
     batch = store.operations.next_batch(conn, op_id)
     changed: list[dict] = []
-    if batch is None:
-        store.operations.finish(conn, op_id, now)
+    if batch is None:  # nothing left (a resumed operation whose last batch had committed)
+        if not store.operations.finish(conn, op_id, now, owner=owner):
+            raise _Lost()
     else:
         seq, ids = batch
         changed = action.apply(conn, ids, now, who)
-        store.operations.record_batch(conn, op_id, seq, len(ids), len(changed), now)
+        if not store.operations.record_batch(conn, op_id, owner, seq, len(ids), len(changed),
+                                             LEASE_SECONDS, now):
+            raise _Lost()
     return changed, store.operations.get_operation(conn, op_id)
 
 

@@ -5,8 +5,8 @@ after) is unique, so of two starters (two dashboards, a dashboard and the CLI) o
 and the other finds the row. The runner holds a lease on the database's clock
 (`lease_until`, as the worker's leases: hosts' clocks cannot disagree about it), renewed
 by every batch; an operation whose lease ran out is stalled and may be taken over
-(`take_over`, a compare-and-set on the lease). Every batch is fenced by `owner`: a runner
-that lost its operation to a takeover writes nothing more.
+(`take_over`, a compare-and-set on the lease). Every batch is fenced by `owner`
+(`record_batch`): a runner that lost its operation to a takeover writes nothing more.
 """
 
 from __future__ import annotations
@@ -79,20 +79,6 @@ def set_total(conn: Connection, operation_id: int, total: int, now: datetime) ->
     conn.execute(op.update().where(op.c.id == operation_id).values(**values))
 
 
-def renew(conn: Connection, operation_id: int, owner: str, lease_seconds: float,
-          now: datetime) -> bool:
-    """Extend the lease of `owner` on its running operation (and lock the row until commit,
-    so the batch that follows is the only one of this operation).
-
-    Returns:
-        False when `owner` no longer holds it (taken over, finished or failed).
-    """
-    result = conn.execute(op.update().where(
-        op.c.id == operation_id, op.c.owner == owner, op.c.status == "running").values(
-        lease_until=db_now(conn, lease_seconds), updated_at=now))
-    return result.rowcount == 1
-
-
 def next_batch(conn: Connection, operation_id: int) -> tuple[int, list[int]] | None:
     """The lowest batch left of `operation_id`: `(seq, ids)`, or None when all are done."""
     row = conn.execute(select(ob.c.seq, ob.c.ids).where(ob.c.operation_id == operation_id)
@@ -102,16 +88,30 @@ def next_batch(conn: Connection, operation_id: int) -> tuple[int, list[int]] | N
     return row.seq, [int(i) for i in row.ids.split(",")]
 
 
-def record_batch(conn: Connection, operation_id: int, seq: int, looked_at: int, changed: int,
-                 now: datetime) -> None:
-    """Batch `seq` is applied: delete it, add to the counts, and finish the operation when
-    no batch is left (all in the caller's transaction, with the batch's row changes)."""
-    conn.execute(ob.delete().where(ob.c.operation_id == operation_id, ob.c.seq == seq))
-    conn.execute(op.update().where(op.c.id == operation_id).values(
+def record_batch(conn: Connection, operation_id: int, owner: str, seq: int, looked_at: int,
+                 changed: int, lease_seconds: float, now: datetime) -> bool:
+    """Batch `seq` of `owner`'s operation is applied: add to the counts, renew the lease,
+    delete the batch, and finish the operation when no batch is left. All of it in the
+    caller's transaction, with the batch's row changes.
+
+    The fence is here, at the end, so that the operation's row is locked only for the
+    commit, not while the batch waits for row locks (a start of the same selection would
+    wait for it).
+
+    Returns:
+        False when `owner` no longer holds the operation (it was taken over): nothing was
+        written here, and the caller must roll back its batch.
+    """
+    result = conn.execute(op.update().where(
+        op.c.id == operation_id, op.c.owner == owner, op.c.status == "running").values(
         done_rows=op.c.done_rows + looked_at, changed_rows=op.c.changed_rows + changed,
-        updated_at=now))
+        lease_until=db_now(conn, lease_seconds), updated_at=now))
+    if result.rowcount != 1:
+        return False
+    conn.execute(ob.delete().where(ob.c.operation_id == operation_id, ob.c.seq == seq))
     if next_batch(conn, operation_id) is None:
-        finish(conn, operation_id, now)
+        finish(conn, operation_id, now, owner=owner)
+    return True
 
 
 def finish(conn: Connection, operation_id: int, now: datetime, error: str | None = None,
