@@ -277,3 +277,29 @@ def test_a_runner_that_lost_its_operation_writes_nothing(app):
     op = bulk.run(app, second)
     assert (op["status"], op["done_rows"], op["changed_rows"]) == ("done", 600, 600)
     assert [r["process_logs"].count("retried by cli") for r in rows_of(app)] == [1] * 600
+
+
+def test_an_error_in_a_batch_fails_the_operation_and_frees_its_selection(app, monkeypatch):
+    add_failed(app, 1200)
+    calls = []
+
+    def retry_then_break(conn, ids, now, who):  # noqa: ANN001
+        calls.append(len(ids))
+        if len(calls) == 2:
+            raise ValueError("boom in batch 2")
+        return store.actions.retry_failed(conn, ids, now, who)
+
+    monkeypatch.setitem(bulk.ACTIONS, "retry", bulk.Action("retry", "retried", retry_then_break,
+                                                           ring=False))
+    started = bulk.start(app, "retry", bulk.Selection("failed"), who="cli")
+    with pytest.raises(ValueError):
+        bulk.run(app, started)
+    op = bulk.get(app, started.operation["id"])
+    assert (op["status"], op["done_rows"], op["error"]) == ("failed", 500, "ValueError: boom in batch 2")
+    assert [r["status"] for r in rows_of(app)].count("pending") == 500  # batch 2 rolled back
+    page = web_client(app).get(f"/operations/{op['id']}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert "ValueError: boom in batch 2" in page.get_data(as_text=True)
+    monkeypatch.undo()
+    again = bulk.start(app, "retry", bulk.Selection("failed"), who="cli")  # the selection is free
+    assert again.operation["id"] != op["id"] and again.operation["total_rows"] == 700
+    assert bulk.run(app, again)["changed_rows"] == 700

@@ -149,13 +149,13 @@ def start(app: App, action: str, selection: Selection, who: str) -> Started:
     for _ in range(3):  # the running one may finish between our insert and our look
         op_id = run_in_transaction(app.engine, lambda c: _create(c, app, action, selection, who, owner))
         if op_id is not None:
-            return Started(_get(app, op_id), owner)
+            return Started(get(app, op_id), owner)
         took = run_in_transaction(app.engine, lambda c: store.operations.take_over(
             c, owner, LEASE_SECONDS, app.clock.now(), running_key=selection.running_key()))
         if took is not None:
             log.info("operation %s (%s %s) stalled; taken over by %s", took, action,
                      selection.key(), owner)
-            return Started(_get(app, took), owner, resumed=True)
+            return Started(get(app, took), owner, resumed=True)
         with app.engine.connect() as conn:
             running = store.operations.running_operation(conn, selection.running_key())
         if running is not None:
@@ -186,14 +186,17 @@ def _create(conn: Connection, app: App, action: str, selection: Selection, who: 
 def resume(app: App, operation_id: int) -> Started:
     """Take over stalled operation `operation_id` (the operation page's Resume).
 
+    Returns:
+        `Started` (resumed); pass it to `run` or `run_in_background`.
+
     Raises:
         OperationRunning: it is running with a live lease.
-        JobStateError: it is not running (done or failed): nothing to resume.
+        OperationNotRunning: it is done or failed (nothing to resume), or does not exist.
     """
     owner = new_owner()
     took = run_in_transaction(app.engine, lambda c: store.operations.take_over(
         c, owner, LEASE_SECONDS, app.clock.now(), operation_id=operation_id))
-    operation = _get(app, operation_id)
+    operation = get(app, operation_id)
     if took is not None:
         return Started(operation, owner, resumed=True)
     if operation is None:
@@ -233,7 +236,7 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
         except _Lost:
             log.warning("operation %s was taken over by another runner; %s stops",
                         op_id, started.owner)
-            return _get(app, op_id)
+            return get(app, op_id)
         except Exception as exc:
             if not isinstance(exc, DatabaseUnavailable):  # unreachable: left to stall
                 _fail(app, op_id, started.owner, exc)
@@ -316,11 +319,8 @@ def run_in_background(app: App, started: Started) -> threading.Thread:
 
 
 def get(app: App, operation_id: int) -> dict | None:
-    """Operation `operation_id` (with `stalled`), or None."""
-    return _get(app, operation_id)
-
-
-def _get(app: App, operation_id: int) -> dict | None:
+    """Operation `operation_id` (its columns, and `stalled`: running with its lease run
+    out), or None."""
     with app.engine.connect() as conn:
         return store.operations.get_operation(conn, operation_id)
 
