@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import datetime
 
 import sqlalchemy as sa
 
+from cronjobs import bulk
 from cronjobs.app import App
 from cronjobs.models import cronjob_queue
 from cronjobs.web import create_app
@@ -93,3 +95,15 @@ def db_now(app) -> datetime:  # noqa: ANN001
 
     with app.engine.connect() as conn:
         return store.database_now(conn)
+
+
+def wait_operation(app: App, operation_id: int, timeout: float = 60.0) -> dict:
+    """Wait until bulk operation `operation_id` is no longer running (its batches run in a
+    background thread of the dashboard); returns its row."""
+    deadline = time.monotonic() + timeout
+    while True:
+        op = bulk.get(app, operation_id)
+        if op["status"] != "running":
+            return op
+        assert time.monotonic() < deadline, f"operation still running after {timeout} s: {op}"
+        time.sleep(0.02)

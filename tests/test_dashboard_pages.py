@@ -14,7 +14,7 @@ from cronjobs.models import cronjob_runtime, cronjob_worker
 from cronjobs.scheduler import set_enabled, task_infos
 from cronjobs.taskrows import task_rows
 from dashboard_helpers import (BEARER, TOKEN, add_row, add_rows, count, db_now, login, row,
-                               web_client)
+                               wait_operation, web_client)
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 XSS = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>', '"onmouseover=alert(1) x="']
@@ -251,7 +251,9 @@ def test_retry_cancel_and_failed_groups(app):
     text = page(client, "/failed")
     assert "HTTP 500" in text and "timeout" in text and "Retry all 2" in text
     resp = client.post("/failed/retry", data={"csrf_token": csrf, "job": str(a2)})
-    assert resp.status_code == 303 and resp.headers["Location"] == "/failed?retried=2"
+    assert resp.status_code == 303 and resp.headers["Location"] == "/operations/1"
+    assert wait_operation(app, 1)["changed_rows"] == 2  # a bulk operation, run in a thread
+    assert "2 of 2 done" in page(client, "/operations/1")
     assert [row(app, i)["status"] for i in (a1, a2, b1)] == ["pending", "pending", "failed"]
     assert row(app, a1)["attempts"] == 0 and "retried by dashboard" in row(app, a1)["process_logs"]
     assert client.post(f"/jobs/{b1}/retry", data={"csrf_token": csrf}).status_code == 303

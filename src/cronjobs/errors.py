@@ -70,3 +70,23 @@ class ManualRunPending(JobStateError):
     def __init__(self, message: str, job_id: int) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class OperationRunning(JobStateError):
+    """A bulk operation of the same selection is running: a second one is refused.
+
+    Attributes:
+        operation: the running operation's row (`id`, `action`, `selection`, `total_rows`,
+            `done_rows`, `created_by`, `created_host`, ...).
+    """
+
+    def __init__(self, operation: dict) -> None:
+        super().__init__(
+            f"a {operation['action']} of this selection is already running (operation "
+            f"{operation['id']}, {operation['done_rows']:,} of {operation['total_rows']:,} "
+            f"done, started by {operation['created_by']} on {operation['created_host']})")
+        self.operation = operation
+
+
+class OperationNotRunning(JobStateError):
+    """A stalled operation was to be resumed, but it is done, failed or does not exist."""

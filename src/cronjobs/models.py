@@ -153,3 +153,45 @@ cronjob_alert = Table(
     Column("sending_until", UtcDateTime, nullable=True),  # claimed by a sending pass
     **MYSQL_TABLE_ARGS,
 )
+
+# Bulk operations (retry now; cancel and delete later) on a snapshot of rows: one row per
+# click or `cronjobs failed --retry`. `running_key` is the hash of the selection while the
+# operation runs and NULL after: its unique constraint lets one operation run per selection
+# (NULLs do not collide on any backend). `lease_until` is on the database's clock.
+cronjob_operation = Table(
+    "cronjob_operation",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("action", String(32), nullable=False),
+    Column("selection", Text, nullable=False),
+    Column("running_key", String(64), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("total_rows", Integer, nullable=False, server_default="0"),
+    Column("done_rows", Integer, nullable=False, server_default="0"),
+    Column("changed_rows", Integer, nullable=False, server_default="0"),
+    Column("created_by", String(64), nullable=False),
+    Column("created_host", String(limits.WORKER_ID_MAX_CHARS), nullable=False),
+    Column("owner", String(limits.WORKER_ID_MAX_CHARS), nullable=True),
+    Column("lease_until", UtcDateTime, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime, nullable=True),
+    UniqueConstraint("running_key", name="uq_cronjob_operation_running"),
+    sqlite_autoincrement=True,
+    **MYSQL_TABLE_ARGS,
+)
+
+# The snapshot of an operation: its row ids in batches (ascending, comma-separated), taken
+# at the click. A batch is deleted in the transaction that applies it, so what is left is
+# what is left to do, and a resumed operation goes on where its last commit ended.
+cronjob_operation_batch = Table(
+    "cronjob_operation_batch",
+    metadata,
+    Column("operation_id", Id, ForeignKey("cronjob_operation.id", ondelete="CASCADE",
+                                          name="fk_cronjob_operation_batch_operation"),
+           primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("ids", Text, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)

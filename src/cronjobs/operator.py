@@ -1,4 +1,5 @@
-"""Operator actions, shared by the dashboard's buttons and `cronjobs failed`: retry, cancel."""
+"""Operator actions on one row, for the dashboard's buttons: retry, cancel. Many rows at
+once (Retry all, `cronjobs failed --retry`) are a bulk operation: `cronjobs.bulk`."""
 
 from __future__ import annotations
 
@@ -24,36 +25,6 @@ def retry(app: App, job_id: int, who: str = "operator") -> None:
     if not changed:
         _refuse(app, job_id, "failed", "retried")
     _send(app, changed)
-
-
-def retry_failed(app: App, *, job_type: str | None = None, error: str | None = None,
-                 who: str = "operator", batch: int = 500) -> int:
-    """Retry every failed row (of `job_type`, with error key `error`: a Failed-page group).
-
-    Works in batches of `batch` rows (one short transaction each) up to the highest id
-    seen when it started, so rows that fail again meanwhile are not retried twice.
-
-    Args:
-        job_type: only rows of this type.
-        error: only rows whose error starts with this group key (`store.views.error_key`).
-
-    Returns:
-        How many rows went back to `pending`.
-    """
-    with app.engine.connect() as conn:
-        top = store.views.max_id(conn) or 0
-    after, total = 0, 0
-    while True:
-        with app.engine.connect() as conn:
-            ids = [i for i in store.views.failed_ids(conn, job_type=job_type, error=error,
-                                                      after_id=after, batch=batch) if i <= top]
-        if not ids:
-            return total
-        now = app.clock.now()
-        changed = run_in_transaction(app.engine, lambda c: store.actions.retry_failed(c, ids, now, who))
-        _send(app, changed)
-        total += len(changed)
-        after = ids[-1]
 
 
 def cancel(app: App, job_id: int, who: str = "operator") -> None:

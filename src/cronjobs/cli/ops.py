@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .base import _app, _dump, _table, main
+from .base import _app, _dump, _fail, _table, main
 
 
 @main.command()
@@ -39,19 +39,18 @@ def health(as_json: bool, timeout: float | None) -> None:
 
 @main.command()
 @click.option("--type", "job_type", help="Only failed rows of this job type.")
-@click.option("--retry", is_flag=True, help="Put every failed row shown back to pending "
-                                            "(attempts reset).")
+@click.option("--retry", is_flag=True,
+              help="Put every failed row (of --type) back to pending, attempts reset: one bulk "
+                   "operation, 500 rows a batch, progress on stderr. Refused (exit 2) while a "
+                   "retry of the same rows runs elsewhere; resumes one whose process died.")
 def failed(job_type: str | None, retry: bool) -> None:
     """Failed rows grouped by type and error (the newest 5,000 grouped); --retry retries them."""
-    from ..operator import retry_failed
+    from .. import store
 
     app = _app()
     if retry:
-        n = retry_failed(app, job_type=job_type, who="cli")
-        click.echo(f"retried {n} failed row(s)" + (f" of type {job_type}" if job_type else ""))
+        _retry_all(app, job_type)
         return
-    from .. import store
-
     with app.engine.connect() as conn:
         groups = store.views.failed_groups(conn, job_type)
     if not groups:
@@ -60,6 +59,28 @@ def failed(job_type: str | None, retry: bool) -> None:
     _table([{"count": g["count"], "type": g["type"], "newest": g["newest_id"],
              "error": (g["error"] or "").splitlines()[0][:100] if g["error"] else ""}
             for g in groups], ["count", "type", "newest", "error"])
+
+
+def _retry_all(app, job_type: str | None) -> None:  # noqa: ANN001
+    """`failed --retry`: the dashboard's bulk retry, run here in the foreground."""
+    from .. import bulk
+
+    started = bulk.start(app, "retry", bulk.Selection("failed", job_type), who="cli")
+    op = started.operation
+    verb = "resuming stalled" if started.resumed else "started"
+    click.echo(f"{verb} operation {op['id']}: retry {op['selection']} "
+               f"({op['done_rows']:,} of {op['total_rows']:,} done)", err=True)
+    try:
+        op = bulk.run(app, started, on_batch=lambda o: click.echo(
+            f"operation {o['id']}: {o['done_rows']:,} of {o['total_rows']:,} done", err=True))
+    except KeyboardInterrupt:
+        bulk.release(app, started)
+        _fail(f"interrupted: operation {op['id']} stopped; `cronjobs failed --retry` resumes it", 1)
+    if op["status"] != "done":  # this run stalled past its lease and another runner took it
+        _fail(f"operation {op['id']} was taken over by {op['owner']}; it goes on there", 1)
+    skipped = op["done_rows"] - op["changed_rows"]
+    click.echo(f"retried {op['changed_rows']} failed row(s)" + (f" of type {job_type}" if job_type else "")
+               + (f"; {skipped} skipped (no longer failed)" if skipped else ""))
 
 
 @main.command()

@@ -237,16 +237,12 @@ def failed_groups(conn: Connection, job_type: str | None = None,
     return groups
 
 
-def failed_ids(conn: Connection, *, job_type: str | None = None, error: str | None = None,
-               after_id: int = 0, batch: int = 500) -> list[int]:
-    """Ids of failed rows (of `job_type`, with error key `error`) above `after_id`, ascending."""
-    stmt = (select(q.c.id).where(q.c.status == "failed", q.c.id > after_id)
-            .order_by(q.c.id).limit(batch))
-    if job_type:
-        stmt = stmt.where(q.c.type == job_type)
-    if error is not None:
-        stmt = stmt.where(error_key() == error)
-    return [r[0] for r in conn.execute(stmt)]
+def failed_total(conn: Connection, job_type: str | None = None,
+                 cap: int = COUNT_CAP) -> tuple[int, bool]:
+    """Failed rows (of `job_type`), counted up to `cap`: `(n, capped)` (the Failed page's
+    "Retry all N"). A range of the `(status, id)` or `(type, status, id)` index."""
+    conds = [q.c.status == "failed"] + ([q.c.type == job_type] if job_type else [])
+    return capped_count(conn, *conds, cap=cap)
 
 
 def group_of(conn: Connection, job_id: int) -> tuple[str, str] | None:

@@ -80,10 +80,10 @@ def create_app(app: App) -> Flask:
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
-    from . import api, auth, failed, health, jobs, tasks, view, workers
+    from . import api, auth, failed, health, jobs, operations, tasks, view, workers
 
     view.install(web)
-    for blueprint in (auth.bp, tasks.bp, jobs.bp, workers.bp, failed.bp, api.bp):
+    for blueprint in (auth.bp, tasks.bp, jobs.bp, workers.bp, failed.bp, operations.bp, api.bp):
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)

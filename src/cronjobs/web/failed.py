@@ -1,11 +1,13 @@
-"""Failed page: failed rows grouped by type and error; retry one row or a whole group."""
+"""Failed page: failed rows grouped by type and error; retry a group, or every failed row
+(of the page's type), as a bulk operation that runs outside the request."""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, redirect, render_template, request
+from flask import Blueprint, abort, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
-from .. import operator, store
+from .. import bulk, store
+from ..errors import OperationRunning
 from .view import cronjobs_app
 
 bp = Blueprint("failed", __name__)
@@ -13,30 +15,48 @@ bp = Blueprint("failed", __name__)
 
 @bp.get("/failed")
 def failed():  # noqa: ANN201
-    """The groups, biggest first (the newest 5,000 failed rows are grouped)."""
+    """The groups, biggest first (the newest 5,000 failed rows are grouped), the count of
+    all failed rows (capped) and the newest bulk operations."""
     app = cronjobs_app()
     job_type = (request.args.get("type") or "").strip() or None
     with app.engine.connect() as conn:
         groups = store.views.failed_groups(conn, job_type)
-    return render_template("failed.html", groups=groups, type=job_type,
-                           done=request.args.get("retried", type=int))
+        total = store.views.failed_total(conn, job_type)
+    return render_template("failed.html", groups=groups, type=job_type, total=total,
+                           operations=bulk.recent(app, 5))
 
 
-@bp.post("/failed/retry")
-def retry_group():  # noqa: ANN201
-    """Retry every failed row of the group of row `job` (same type, same error key).
-
-    The group is named by one of its rows, not by its error text: form encoding turns
-    newlines into CRLF, which would no longer match the stored text.
-    """
+def _selection() -> bulk.Selection:
+    """The rows of the form: `job` names a group by one of its rows (form encoding turns
+    newlines into CRLF, so the error text itself would no longer match the stored text);
+    `all=1` (with an optional `type`) is every failed row (of that type)."""
+    if request.form.get("all") == "1":
+        job_type = (request.form.get("type") or "").strip() or None
+        return bulk.Selection("failed", job_type)
     try:
         job_id = int(request.form.get("job", ""))
     except ValueError:
         abort(400, _("job must be a row id"))
-    app = cronjobs_app()
-    with app.engine.connect() as conn:
+    with cronjobs_app().engine.connect() as conn:
         key = store.views.group_of(conn, job_id)
     if key is None:
         abort(404, f"no failed job with id {job_id}")
-    n = operator.retry_failed(app, job_type=key[0], error=key[1], who="dashboard")
-    return redirect(f"/failed?retried={n}", 303)
+    return bulk.Selection("failed", key[0], key[1])
+
+
+@bp.post("/failed/retry")
+def retry_group():  # noqa: ANN201
+    """Start a bulk retry of a group (or of every failed row) and open its progress page.
+
+    The snapshot of ids is taken here; the batches run in a background thread. A retry of
+    the same selection that is already running (in any process) refuses this one: 409,
+    with that operation's progress.
+    """
+    app = cronjobs_app()
+    try:
+        started = bulk.start(app, "retry", _selection(), who="dashboard")
+    except OperationRunning as exc:
+        return render_template("operation.html", op=exc.operation, refused=True), 409
+    if started.operation["status"] == "running":
+        bulk.run_in_background(app, started)
+    return redirect(url_for("operations.operation", operation_id=started.operation["id"]), 303)
