@@ -219,7 +219,14 @@ class Settings(BaseModel):
     dashboard_session_hours: float = Field(
         default=12, gt=0, description="How long a dashboard login lasts (hours).")
     dashboard_secure_cookie: bool = Field(
-        default=False, description="Mark the session cookie Secure (set it behind HTTPS).")
+        default=False, description="Always mark the session cookie Secure (it is Secure "
+                                   "anyway on a request that came over HTTPS).")
+    dashboard_proxy: int = Field(
+        default=0, ge=0, le=10,
+        description="Reverse proxies in front of the dashboard whose X-Forwarded-For, "
+                    "-Proto, -Host and -Prefix headers are trusted (Werkzeug's ProxyFix): 1 "
+                    "behind one nginx serving it under a prefix such as `/cronjobs/`; 0 "
+                    "ignores those headers.")
     metrics_public: bool = Field(
         default=False, description="Serve /metrics without the dashboard token.")
 

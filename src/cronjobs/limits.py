@@ -16,6 +16,9 @@ refuses a statement for its size:
 | error | 16,000 bytes | cut, with a marker |
 | one process-log line | 2,000 characters | cut, with a marker |
 | process log of a row | 64,000 bytes | oldest lines dropped, with a marker |
+| dashboard: one text of a row shown | 65,536 bytes (64 KB) | the first 64 KB shown, with the size and a download link |
+| dashboard: a result given to `render_summary` | 1,000,000 bytes | no summary, the size said |
+| dashboard: HTML from `render_summary` | 262,144 characters | an error box, the size said |
 
 Names must not contain NUL characters or lone surrogates (PostgreSQL and MariaDB refuse
 them); free texts (errors, logs) have them replaced instead.
@@ -38,6 +41,11 @@ ERROR_MAX_BYTES = 16_000  # the error column is TEXT: 65,535 bytes on MySQL
 LOG_LINE_MAX_CHARS = 2_000
 LOG_MAX_BYTES = 64_000
 LOG_DROPPED = "[older lines dropped]\n"
+# The dashboard shows at most this much of a payload, result, error or process log (a row
+# written before these limits, or by other means, may hold far more); the rest downloads.
+DISPLAY_MAX_BYTES = 65_536
+SUMMARY_MAX_BYTES = RESULT_MAX_BYTES  # a larger stored result gets no Results-tab summary
+SUMMARY_HTML_MAX_CHARS = 4 * DISPLAY_MAX_BYTES  # more HTML from render_summary is refused
 MIN_MYSQL_PACKET_BYTES = 4 * 1024 * 1024  # a payload, a result and the rest in one statement
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")

@@ -43,12 +43,13 @@ def _request_locale() -> str | None:
     return str(get_locale()) if has_request_context() else None
 
 
-def create_app(app: App) -> Flask:
+def create_app(app: App, token: str | None = None) -> Flask:
     """Build the dashboard for `app`.
 
     Args:
-        app: the system to show; `app.settings.dashboard_token` must be set (the
-            commands generate one on loopback when none is configured).
+        app: the system to show.
+        token: the dashboard token; default `app.settings.dashboard_token` (the commands
+            pass the database's generated token on loopback when none is configured).
 
     Returns:
         The Flask application (WSGI).
@@ -56,7 +57,7 @@ def create_app(app: App) -> Flask:
     Raises:
         ConfigError: no dashboard token.
     """
-    token = app.settings.dashboard_token
+    token = token or app.settings.dashboard_token
     if not token:
         raise ConfigError("the dashboard needs a token: set CRONJOBS_DASHBOARD_TOKEN")
     web = Flask("cronjobs.web", template_folder=str(HERE / "templates"),
@@ -76,13 +77,15 @@ def create_app(app: App) -> Flask:
         MAX_CONTENT_LENGTH=64 * 1024,
     )
     web.extensions["cronjobs_app"] = app
+    web.extensions["cronjobs_token"] = token
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
-    from . import api, auth, failed, jobs, tasks, view, workers
+    from . import api, auth, failed, fields, jobs, proxy, tasks, view, workers
 
     view.install(web)
-    for blueprint in (auth.bp, tasks.bp, jobs.bp, workers.bp, failed.bp, api.bp):
+    proxy.install(web, app.settings.dashboard_proxy)
+    for blueprint in (auth.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp, api.bp):
         web.register_blueprint(blueprint)
     auth.install(web)
     return web

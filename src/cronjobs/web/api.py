@@ -46,7 +46,7 @@ def jobs():  # noqa: ANN201
     return response
 
 
-@bp.get("/api/jobs/<int:job_id>")
+@bp.get("/api/jobs/<id:job_id>")
 def job(job_id: int):  # noqa: ANN201
     """One whole row (payload and result as stored JSON text)."""
     with cronjobs_app().engine.connect() as conn:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, redirect, render_template, request
+from flask import Blueprint, abort, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
 from .. import operator, store
-from .view import cronjobs_app
+from .view import ROW_ID_MAX, cronjobs_app
 
 bp = Blueprint("failed", __name__)
 
@@ -33,10 +33,12 @@ def retry_group():  # noqa: ANN201
         job_id = int(request.form.get("job", ""))
     except ValueError:
         abort(400, _("job must be a row id"))
+    if not 1 <= job_id <= ROW_ID_MAX:
+        abort(404, f"no failed job with id {job_id}")
     app = cronjobs_app()
     with app.engine.connect() as conn:
         key = store.views.group_of(conn, job_id)
     if key is None:
         abort(404, f"no failed job with id {job_id}")
     n = operator.retry_failed(app, job_type=key[0], error=key[1], who="dashboard")
-    return redirect(f"/failed?retried={n}", 303)
+    return redirect(url_for("failed.failed", retried=n), 303)
