@@ -14,7 +14,7 @@ from werkzeug.routing import IntegerConverter
 
 from .. import limits
 from ..app import App
-from ..errors import CronjobsError
+from ..errors import CronjobsError, JobNotFound
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -149,7 +149,8 @@ def _http_error(exc: HTTPException):  # noqa: ANN202
 
 
 def _our_error(exc: CronjobsError):  # noqa: ANN202
-    return render_template("error.html", code=400, message=str(exc)), 400
+    code = 404 if isinstance(exc, JobNotFound) else 400
+    return render_template("error.html", code=code, message=str(exc)), code
 
 
 def install(web: Flask) -> None:
