@@ -92,7 +92,7 @@ def safe_next(target: str | None) -> str:
     if not target or _UNSAFE.search(target):
         return "/"
     parts = urlsplit(target)
-    path = parts.path
+    path = target.split("?", 1)[0].split("#", 1)[0]  # urlsplit would fold `///x` to `/x`
     for _ in range(4):
         path, before = unquote(path), path
         if path == before:
