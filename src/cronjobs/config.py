@@ -107,8 +107,9 @@ class Settings(BaseModel):
     # -- web front ------------------------------------------------------------------
     dashboard_token: str | None = Field(
         None,
-        description="Token required as `Authorization: Bearer` on every page but `/health`; "
-                    "unset means no authentication (bind to 127.0.0.1 then).")
+        description="Token required as `Authorization: Bearer` (or to log in) on every page "
+                    "but `/health`. Unset: on loopback the dashboard prints a token generated "
+                    "once and kept in the database; on any other address it refuses to start.")
     dashboard_host: str = Field(
         "127.0.0.1", description="Address `cronjobs serve` listens on.")
     dashboard_port: int = Field(
