@@ -262,7 +262,7 @@ def test_retry_cancel_and_failed_groups(app):
     assert row(app, pend)["status"] == "cancelled"
     resp = client.post(f"/jobs/{running}/cancel", data={"csrf_token": csrf})
     assert resp.status_code == 400 and row(app, running)["status"] == "running"
-    assert client.post("/jobs/999999/cancel", data={"csrf_token": csrf}).status_code == 400
+    assert client.post("/jobs/999999/cancel", data={"csrf_token": csrf}).status_code == 404  # no such row
 
 
 @SQLITE
