@@ -131,3 +131,21 @@ def test_download_needs_the_token_and_is_404_for_a_missing_row(app):
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
     page = utf8_page(client, f"/jobs/{job}")
     assert "12 bytes." in page and "The first" not in page  # small: shown whole, size given
+
+
+def test_a_download_in_progress_does_not_hold_up_writers(app):
+    from cronjobs import store
+
+    text = "x" * (3 * store.fields.CHUNK_CHARS)
+    job = add_row(app, status="running", payload="{}")
+    append(app, job, "process_logs", text)
+    other = add_row(app, status="pending")
+    chunks = store.fields.field_chunks(app.engine, job, "process_logs")
+    first = next(chunks)  # the download has begun and is waiting for its reader
+    with app.engine.begin() as conn:  # a worker's write goes through meanwhile
+        conn.execute(sa.update(cronjob_queue).where(cronjob_queue.c.id == other)
+                     .values(status="running"))
+    rest = b"".join(chunks)
+    assert first + rest == text.encode()
+    assert list(store.fields.field_chunks(app.engine, other, "process_logs")) == []  # NULL
+    assert list(store.fields.field_chunks(app.engine, other + 1, "payload")) == []  # no row

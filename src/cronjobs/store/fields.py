@@ -1,33 +1,42 @@
 """The large texts of a row (payload, result, error, process log) read in bounded pieces.
 
-The Job page reads the first characters of each with `SUBSTR` and its whole size with
-an octet length, never the whole value; a download reads it in chunks of characters, so
-a 30 MB result never sits whole in the dashboard's memory. `SUBSTR` counts characters on
-all three backends (MariaDB and PostgreSQL on text columns, SQLite on text values).
+The Job page reads the first characters of each and its whole size, never the whole
+value; a download reads it in chunks, so a 30 MB result never sits whole in the
+dashboard's memory. MariaDB and PostgreSQL: `SUBSTR` (characters) and `OCTET_LENGTH` in
+the query, the server does the cutting. SQLite runs inside the dashboard's process, and
+its `SUBSTR` and `LENGTH` load the whole value there; so it reads the stored UTF-8 bytes
+through SQLite's incremental blob I/O (`blobopen`), which reads only the pages asked for
+and knows the size without reading any.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, LargeBinary, cast, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from ..models import cronjob_queue as q
 
 FIELDS = ("payload", "result_payload", "error", "process_logs")
-CHUNK_CHARS = 1 << 19  # characters per statement of a download (at most 2 MiB of UTF-8,
-#                       within the smallest max_allowed_packet MariaDB is allowed, 4 MiB)
+# Characters per statement of a download: at most 2 MiB of UTF-8, within the smallest
+# max_allowed_packet a MariaDB server may have for cronjobs (4 MiB).
+CHUNK_CHARS = 1 << 19
 
 
-def octet_length(conn: Connection, column):  # noqa: ANN001, ANN201
-    """SQL expression: the UTF-8 size of `column` in bytes (NULL for NULL).
+def _check(field: str) -> None:
+    if field not in FIELDS:
+        raise ValueError(f"field must be one of {', '.join(FIELDS)}, got {field!r}")
 
-    SQLite before 3.43 has no OCTET_LENGTH; the length of the value cast to a BLOB is its
-    size in bytes there (the database is UTF-8).
-    """
-    if conn.dialect.name == "sqlite":
-        return func.length(cast(column, LargeBinary))
-    return func.octet_length(column)
+
+def _blob(conn: Connection, job_id: int, field: str) -> sqlite3.Blob | None:
+    """SQLite: the stored bytes of `field` of row `job_id`, opened for reading; None for
+    NULL or a missing row."""
+    raw = conn.connection.driver_connection
+    try:
+        return raw.blobopen(q.name, field, job_id, readonly=True)
+    except sqlite3.OperationalError:  # "cannot open value of type null", "no such rowid"
+        return None
 
 
 def job_heads(conn: Connection, job_id: int, head_chars: int) -> dict | None:
@@ -38,11 +47,23 @@ def job_heads(conn: Connection, job_id: int, head_chars: int) -> dict | None:
         `head_chars` characters and `<field>_bytes` its whole size (bytes, None for NULL);
         None when there is no such row.
     """
+    sqlite = conn.dialect.name == "sqlite"
     columns = [c for c in q.columns if c.name not in FIELDS]
-    columns += [func.substr(q.c[f], 1, head_chars).label(f) for f in FIELDS]
-    columns += [octet_length(conn, q.c[f]).label(f + "_bytes") for f in FIELDS]
-    row = conn.execute(select(*columns).where(q.c.id == job_id)).mappings().first()
-    return dict(row) if row else None
+    if not sqlite:
+        columns += [func.substr(q.c[f], 1, head_chars).label(f) for f in FIELDS]
+        columns += [func.octet_length(q.c[f]).label(f + "_bytes") for f in FIELDS]
+    found = conn.execute(select(*columns).where(q.c.id == job_id)).mappings().first()
+    if found is None:
+        return None
+    row = dict(found)
+    for field in FIELDS if sqlite else ():
+        blob = _blob(conn, job_id, field)
+        row[field] = row[field + "_bytes"] = None
+        if blob is not None:
+            with blob:
+                row[field + "_bytes"] = len(blob)
+                row[field] = blob.read(4 * head_chars).decode("utf-8", "ignore")[:head_chars]
+    return row
 
 
 def field_size(conn: Connection, job_id: int, field: str) -> tuple[bool, int | None]:
@@ -51,37 +72,56 @@ def field_size(conn: Connection, job_id: int, field: str) -> tuple[bool, int | N
     Raises:
         ValueError: `field` is not one of `FIELDS`.
     """
-    if field not in FIELDS:
-        raise ValueError(f"field must be one of {', '.join(FIELDS)}, got {field!r}")
-    found = conn.execute(select(octet_length(conn, q.c[field]))
-                         .where(q.c.id == job_id)).first()
+    _check(field)
+    if conn.dialect.name == "sqlite":
+        exists = conn.execute(select(q.c.id).where(q.c.id == job_id)).first() is not None
+        blob = _blob(conn, job_id, field) if exists else None
+        if blob is None:
+            return exists, None
+        with blob:
+            return True, len(blob)
+    found = conn.execute(select(func.octet_length(q.c[field])).where(q.c.id == job_id)).first()
     return (found is not None, found[0] if found else None)
 
 
-def field_chunks(engine: Engine, job_id: int, field: str,
-                 chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:
-    """Yield the whole `field` of row `job_id`, `chunk_chars` characters at a time.
+def field_chunks(engine: Engine, job_id: int, field: str) -> Iterator[bytes]:
+    """Yield the whole `field` of row `job_id` as UTF-8, a bounded chunk at a time.
 
-    One connection (and on PostgreSQL and MariaDB one REPEATABLE READ snapshot) serves
-    every chunk, so a row changed meanwhile is read as it was at the first chunk there;
-    the connection is given back when the iterator ends or is closed. Yields nothing for a
-    NULL value or a missing row.
+    One connection serves every chunk and is given back when the iterator ends or is
+    closed. PostgreSQL and MariaDB read in one REPEATABLE READ snapshot. SQLite reads
+    outside any transaction (the engine begins each one IMMEDIATE, which would hold the
+    write lock for as long as the download lasts); a row rewritten meanwhile ends the
+    download with an error. Yields nothing for a NULL value or a missing row.
 
     Raises:
         ValueError: `field` is not one of `FIELDS`.
     """
-    if field not in FIELDS:
-        raise ValueError(f"field must be one of {', '.join(FIELDS)}, got {field!r}")
-    with engine.connect() as conn:
-        if conn.dialect.name != "sqlite":
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+    _check(field)
+    if engine.dialect.name == "sqlite":
+        yield from _sqlite_chunks(engine, job_id, field)
+        return
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         with conn.begin():
             start = 1
             while True:
-                chunk = conn.execute(select(func.substr(q.c[field], start, chunk_chars))
+                chunk = conn.execute(select(func.substr(q.c[field], start, CHUNK_CHARS))
                                      .where(q.c.id == job_id)).scalar()
                 if chunk:
-                    yield chunk
-                if chunk is None or len(chunk) < chunk_chars:
+                    yield chunk.encode("utf-8")
+                if chunk is None or len(chunk) < CHUNK_CHARS:
                     return
-                start += chunk_chars
+                start += CHUNK_CHARS
+
+
+def _sqlite_chunks(engine: Engine, job_id: int, field: str) -> Iterator[bytes]:
+    raw = engine.raw_connection()
+    try:
+        try:
+            blob = raw.driver_connection.blobopen(q.name, field, job_id, readonly=True)
+        except sqlite3.OperationalError:  # NULL or no such row
+            return
+        with blob:
+            while chunk := blob.read(2 * CHUNK_CHARS):
+                yield chunk
+    finally:
+        raw.close()

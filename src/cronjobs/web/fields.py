@@ -86,7 +86,6 @@ def raw(job_id: int, field: str):  # noqa: ANN201
         exists, _size = store.fields.field_size(conn, job_id, column)
     if not exists:
         abort(404, f"no job with id {job_id}")
-    chunks = store.fields.field_chunks(app.engine, job_id, column)
-    body = (chunk.encode("utf-8", "replace") for chunk in chunks)
+    body = store.fields.field_chunks(app.engine, job_id, column)
     return Response(body, mimetype=mimetype, headers={
         "Content-Disposition": f'attachment; filename="job-{job_id}-{field}.{suffix}"'})
