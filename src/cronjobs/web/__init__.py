@@ -1,7 +1,8 @@
 """The automation dashboard (SPEC §8): a Flask app with one blueprint per page group.
 
-Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`), Workers (`/workers`), Failed
-(`/failed`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`; `/health`, `/metrics`.
+Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`, its texts whole at
+`/jobs/<id>/raw/<field>`), Workers (`/workers`), Failed (`/failed`); JSON: `/api/tasks`,
+`/api/jobs`, `/api/jobs/<id>`; `/health`, `/metrics`. Behind a reverse proxy: `proxy`.
 Templates (Jinja2, autoescape on), static files and the message catalogs ship in this
 package. Auth and CSRF: `cronjobs.web.auth`.
 """
