@@ -5,7 +5,9 @@ fall back to the home page, with or without a proxy's URL prefix."""
 from __future__ import annotations
 
 import pytest
+from werkzeug.test import TestResponse
 
+from cronjobs.app import App
 from cronjobs.web import create_app
 from cronjobs.web.auth import safe_next
 from dashboard_helpers import TOKEN, csrf_of, web_client
@@ -50,7 +52,7 @@ HOSTILE = [
     "",
     "   ",
 ]
-def log_in(app, target: str, prefix: str):  # noqa: ANN001, ANN201
+def log_in(app: App, target: str, prefix: str) -> tuple[str, TestResponse]:
     """GET the login form with `?next=target`, POST it with `next=target`; returns
     (the form's HTML, the POST's response). Cookies are carried by hand: under a prefix
     the session cookie's path is the prefix, which the test client's paths lack."""

@@ -17,6 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from playwright.sync_api import Page
 
 from conftest import cli_env
 from cronjobs.models import cronjob_queue
@@ -51,7 +52,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert_file, key_file
 
 
-def insert(db_url: str, **values) -> int:  # noqa: ANN003
+def insert(db_url: str, **values: object) -> int:
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     row = {"type": "test.summary.execute", "queue": "default", "status": "failed",
            "priority": 5, "payload": "{}", "attempts": 1, "max_attempts": 1,
@@ -97,7 +98,7 @@ def behind_proxy(db_url, tmp_path):
     assert dashboard.stop() == 0
 
 
-def page_urls(page) -> list[str]:  # noqa: ANN001
+def page_urls(page: Page) -> list[str]:
     """Every href, src and form action of the page, as written in it."""
     found = []
     for selector in LINKS:
@@ -192,7 +193,7 @@ def test_every_url_and_redirect_carries_the_prefix(behind_proxy, tls):
     assert f'href="{PREFIX}/jobs/{ids["done"]}/raw/result"' in request(
         base + f"/jobs/{ids['done']}", cookie=cookie).text
 
-    def post(path: str, **data) -> str:  # noqa: ANN003
+    def post(path: str, **data: str) -> str:
         answer = request(base + path, "POST", headers=BEARER, data=data)
         assert answer.status == 303, (path, answer.status, answer.text[:300])
         return answer.headers["Location"]

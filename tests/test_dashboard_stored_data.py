@@ -10,8 +10,10 @@ import json
 
 import pytest
 import sqlalchemy as sa
+from flask.testing import FlaskClient
 
 from cronjobs import limits
+from cronjobs.app import App
 from cronjobs.models import cronjob_queue
 from dashboard_helpers import BEARER, TOKEN, add_row, web_client
 
@@ -25,7 +27,7 @@ def app(make_app):
     return make_app(dashboard_token=TOKEN)
 
 
-def utf8_page(client, path: str) -> str:  # noqa: ANN001
+def utf8_page(client: FlaskClient, path: str) -> str:
     resp = client.get(path, headers=BEARER)
     assert resp.status_code == 200, (path, resp.get_data()[:2000])
     return resp.get_data().decode("utf-8")  # strict: the page is valid UTF-8
@@ -36,7 +38,7 @@ def big(n: int, fill: str) -> str:
     return json.dumps({"blob": fill * (n // len(fill.encode()))}, ensure_ascii=False)
 
 
-def append(app, job_id: int, column: str, text: str, chunk: int = 4_000_000) -> None:  # noqa: ANN001
+def append(app: App, job_id: int, column: str, text: str, chunk: int = 4_000_000) -> None:
     """Store `text` in `column` piecewise (one statement stays below MariaDB's packet)."""
     q = cronjob_queue
     with app.engine.begin() as conn:

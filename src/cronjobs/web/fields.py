@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flask import Blueprint, Response, abort
+from sqlalchemy import Connection
 
 from .. import limits, store
 from .view import cronjobs_app, head_bytes, pretty_json, valid_text
@@ -62,7 +63,7 @@ def shown(name: str, head: str | None, size: int | None) -> Shown | None:
     return Shown(name, valid_text(text), size, cut)
 
 
-def page_row(conn, job_id: int) -> dict | None:  # noqa: ANN001
+def page_row(conn: Connection, job_id: int) -> dict | None:
     """Row `job_id` for the Job page: every column, and under `shown` the `Shown` of each
     large text by URL name (absent when empty). None when there is no such row."""
     row = store.fields.job_heads(conn, job_id, limits.DISPLAY_MAX_BYTES)
@@ -77,7 +78,7 @@ def page_row(conn, job_id: int) -> dict | None:  # noqa: ANN001
 
 
 @bp.get("/jobs/<id:job_id>/raw/<any(payload, result, error, log):field>")
-def raw(job_id: int, field: str):  # noqa: ANN201
+def raw(job_id: int, field: str) -> Response:
     """The whole stored text of one field, as an attachment, streamed from the database
     in chunks (a NULL value is an empty file)."""
     app = cronjobs_app()

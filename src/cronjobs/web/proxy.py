@@ -20,11 +20,13 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 class SessionInterface(SecureCookieSessionInterface):
     """Flask's signed cookie session; Secure and path follow the request (see above)."""
 
-    def get_cookie_secure(self, app: Flask) -> bool:  # noqa: D102
+    def get_cookie_secure(self, app: Flask) -> bool:
+        """Secure when configured so, or when this request came over HTTPS."""
         return bool(super().get_cookie_secure(app)
                     or (has_request_context() and request.is_secure))
 
-    def get_cookie_path(self, app: Flask) -> str:  # noqa: D102
+    def get_cookie_path(self, app: Flask) -> str:
+        """`SESSION_COOKIE_PATH` when set, else the prefix the proxy reports (or `/`)."""
         if app.config["SESSION_COOKIE_PATH"] or not has_request_context():
             return super().get_cookie_path(app)
         return request.script_root or "/"

@@ -31,8 +31,8 @@ class RowIdConverter(IntegerConverter):
 
     regex = r"[0-9]{1,19}"
 
-    def __init__(self, map, *args, **kwargs) -> None:  # noqa: A002, ANN001, ANN002, ANN003
-        super().__init__(map, min=1, max=ROW_ID_MAX)
+    def __init__(self, url_map, *_args, **_kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        super().__init__(url_map, min=1, max=ROW_ID_MAX)
 
 
 def valid_text(value):  # noqa: ANN001, ANN201
