@@ -155,15 +155,24 @@ def test_security_headers(app):
 def test_listening_beyond_loopback_needs_a_token(tmp_path):
     from cronjobs.app import App
     from cronjobs.config import Settings
+    from cronjobs.migrate import upgrade
 
-    app = App(Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}"))
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    app = App(Settings(database_url=url))
+    configured = App(Settings(database_url=url, dashboard_token=TOKEN))
     try:
         assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
         assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.1")
         with pytest.raises(ConfigError, match="0.0.0.0 without a token"):
             ensure_token(app, "0.0.0.0")
-        generated = ensure_token(app, "127.0.0.1")
-        assert generated and len(generated) >= 20 and app.settings.dashboard_token == generated
-        assert ensure_token(app, "0.0.0.0") is None  # now configured
+        with pytest.raises(ConfigError, match="run `cronjobs migrate`"):
+            ensure_token(app, "127.0.0.1")  # the generated token is kept in the database
+        upgrade(app.engine)
+        token, generated = ensure_token(app, "127.0.0.1")
+        assert generated and len(token) >= 20
+        assert app.settings.dashboard_token is None  # passed on explicitly, settings untouched
+        assert ensure_token(app, "localhost") == (token, True)  # the one kept in the database
+        assert ensure_token(configured, "0.0.0.0") == (TOKEN, False)
     finally:
         app.close()
+        configured.close()

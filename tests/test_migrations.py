@@ -33,7 +33,7 @@ def test_head_matches_models_and_round_trips(backend, tmp_path):
         assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}
         upgrade(engine)
         assert {"cronjob_queue", "cronjob_runtime", "cronjob_slot", "cronjob_worker",
-         "cronjob_alert", "cronjob_operation", "cronjob_operation_batch"} <= set(
+         "cronjob_alert", "cronjob_operation", "cronjob_operation_batch", "cronjob_secret"} <= set(
             sa.inspect(engine).get_table_names())
         assert _diff(engine) == []
     finally:

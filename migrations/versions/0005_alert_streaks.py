@@ -1,7 +1,7 @@
 """Alerts: failing/passing streaks, flap detection, recoveries retried until delivered.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-10
 """
 import sqlalchemy as sa
@@ -9,7 +9,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

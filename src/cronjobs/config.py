@@ -116,8 +116,9 @@ class Settings(BaseModel):
     # -- web front ------------------------------------------------------------------
     dashboard_token: str | None = Field(
         None,
-        description="Token required as `Authorization: Bearer` on every page but `/health`; "
-                    "unset means no authentication (bind to 127.0.0.1 then).")
+        description="Token required as `Authorization: Bearer` (or to log in) on every page "
+                    "but `/health`. Unset: on loopback the dashboard prints a token generated "
+                    "once and kept in the database; on any other address it refuses to start.")
     dashboard_host: str = Field(
         "127.0.0.1", description="Address `cronjobs serve` listens on.")
     dashboard_port: int = Field(
@@ -228,7 +229,14 @@ class Settings(BaseModel):
     dashboard_session_hours: float = Field(
         default=12, gt=0, description="How long a dashboard login lasts (hours).")
     dashboard_secure_cookie: bool = Field(
-        default=False, description="Mark the session cookie Secure (set it behind HTTPS).")
+        default=False, description="Always mark the session cookie Secure (it is Secure "
+                                   "anyway on a request that came over HTTPS).")
+    dashboard_proxy: int = Field(
+        default=0, ge=0, le=10,
+        description="Reverse proxies in front of the dashboard whose X-Forwarded-For, "
+                    "-Proto, -Host and -Prefix headers are trusted (Werkzeug's ProxyFix): 1 "
+                    "behind one nginx serving it under a prefix such as `/cronjobs/`; 0 "
+                    "ignores those headers.")
     metrics_public: bool = Field(
         default=False, description="Serve /metrics without the dashboard token.")
     dashboard_db_timeout_seconds: float = Field(

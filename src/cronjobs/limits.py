@@ -1,4 +1,5 @@
-"""Size limits of everything written to a row, checked in Python before any SQL.
+"""Size limits of everything written to a row, checked in Python before any SQL, and of
+what the dashboard reads back.
 
 One limit per text, the same on SQLite, MariaDB and PostgreSQL (docs/architecture.md,
 "Limits"), so a row that fits on one backend fits on all of them and the database never
@@ -16,6 +17,16 @@ refuses a statement for its size:
 | error | 16,000 bytes | cut, with a marker |
 | one process-log line | 2,000 characters | cut, with a marker |
 | process log of a row | 64,000 bytes | oldest lines dropped, with a marker |
+
+A row written before these limits, or by other means, may hold far more; the dashboard
+reads only a bounded part of it, with SUBSTR in the query and the size from OCTET_LENGTH:
+
+| read back | limit | over the limit |
+|---|---|---|
+| dashboard: one text of a row shown | 65,536 bytes (64 KB) | the first 64 KB shown, with the size and a download link |
+| dashboard: a result given to `render_summary` | 1,000,000 bytes | no summary, the size said |
+| dashboard: HTML from `render_summary` | 262,144 characters | an error box, the size said |
+| `/api/jobs/ID`: one text of a row | 1,000,000 bytes | cut, listed under `"cut"` with its size and download URL |
 
 Names must not contain NUL characters or lone surrogates (PostgreSQL and MariaDB refuse
 them); free texts (errors, logs) have them replaced instead.
@@ -42,6 +53,12 @@ ERROR_MAX_BYTES = 16_000  # the error column is TEXT: 65,535 bytes on MySQL
 LOG_LINE_MAX_CHARS = 2_000
 LOG_MAX_BYTES = 64_000
 LOG_DROPPED = "[older lines dropped]\n"
+# The dashboard shows at most this much of a payload, result, error or process log (a row
+# written before these limits, or by other means, may hold far more); the rest downloads.
+DISPLAY_MAX_BYTES = 65_536
+SUMMARY_MAX_BYTES = RESULT_MAX_BYTES  # a larger stored result gets no Results-tab summary
+SUMMARY_HTML_MAX_CHARS = 4 * DISPLAY_MAX_BYTES  # more HTML from render_summary is refused
+API_TEXT_MAX_BYTES = 1_000_000  # /api/jobs/ID cuts a larger payload, result, error or log
 MIN_MYSQL_PACKET_BYTES = 4 * 1024 * 1024  # a payload, a result and the rest in one statement
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")

@@ -195,3 +195,15 @@ cronjob_operation_batch = Table(
     Column("ids", Text, nullable=False),
     **MYSQL_TABLE_ARGS,
 )
+
+# Secrets made once per database and shared by every process (migration 0004): the
+# dashboard token generated when none is configured, so that two dashboards on one
+# database sign and accept the same session cookies.
+cronjob_secret = Table(
+    "cronjob_secret",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(255), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)

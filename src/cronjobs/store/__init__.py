@@ -37,7 +37,7 @@ from .runtime import (
     update_task_status,
 )
 from .workers import beat, forget, list_workers, prune_workers
-from . import actions, alerts, operations, views  # dashboard reads, operator actions, bulk operations, alert state
+from . import actions, alerts, fields, operations, secrets, views  # dashboard reads, operator actions, bulk operations, alert state
 
 __all__ = [
     "JOB_COLUMNS", "claim_batch", "claim_by_id", "claim_next", "count_children", "delete_job",
@@ -45,5 +45,6 @@ __all__ = [
     "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtime", "ensure_runtimes", "get_runtime", "list_runtimes",
     "record_run", "set_enabled", "update_task_status", "beat", "forget", "list_workers",
-    "prune_workers", "database_now", "db_now", "lock_runtime", "actions", "alerts", "operations", "views",
+    "prune_workers", "database_now", "db_now", "lock_runtime", "actions", "alerts", "fields",
+    "operations", "secrets", "views",
 ]

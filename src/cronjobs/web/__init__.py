@@ -1,8 +1,10 @@
 """The automation dashboard (SPEC §8): a Flask app with one blueprint per page group.
 
-Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`), Workers (`/workers`), Failed
-(`/failed`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`; `/metrics`; the probes
-`/health`, `/health/live`, `/health/ready` (`health.py`).
+Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`, its texts whole at
+`/jobs/<id>/raw/<field>`), Workers (`/workers`), Failed (`/failed`), bulk operations
+(`/operations/<id>`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`; `/metrics`; the
+probes `/health`, `/health/live`, `/health/ready` (`health.py`). Behind a reverse proxy:
+`proxy`.
 Templates (Jinja2, autoescape on), static files and the message catalogs ship in this
 package. Auth and CSRF: `cronjobs.web.auth`.
 """
@@ -44,12 +46,13 @@ def _request_locale() -> str | None:
     return str(get_locale()) if has_request_context() else None
 
 
-def create_app(app: App) -> Flask:
+def create_app(app: App, token: str | None = None) -> Flask:
     """Build the dashboard for `app`.
 
     Args:
-        app: the system to show; `app.settings.dashboard_token` must be set (the
-            commands generate one on loopback when none is configured).
+        app: the system to show.
+        token: the dashboard token; default `app.settings.dashboard_token` (the commands
+            pass the database's generated token on loopback when none is configured).
 
     Returns:
         The Flask application (WSGI).
@@ -57,7 +60,7 @@ def create_app(app: App) -> Flask:
     Raises:
         ConfigError: no dashboard token.
     """
-    token = app.settings.dashboard_token
+    token = token or app.settings.dashboard_token
     if not token:
         raise ConfigError("the dashboard needs a token: set CRONJOBS_DASHBOARD_TOKEN")
     web = Flask("cronjobs.web", template_folder=str(HERE / "templates"),
@@ -77,13 +80,16 @@ def create_app(app: App) -> Flask:
         MAX_CONTENT_LENGTH=64 * 1024,
     )
     web.extensions["cronjobs_app"] = app
+    web.extensions["cronjobs_token"] = token
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
-    from . import api, auth, failed, health, jobs, operations, tasks, view, workers
+    from . import api, auth, failed, fields, health, jobs, operations, proxy, tasks, view, workers
 
     view.install(web)
-    for blueprint in (auth.bp, tasks.bp, jobs.bp, workers.bp, failed.bp, operations.bp, api.bp):
+    proxy.install(web, app.settings.dashboard_proxy)
+    for blueprint in (auth.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
+                      operations.bp, api.bp):
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask import Blueprint, Response, abort, current_app, jsonify
+from flask import Blueprint, Response, abort, current_app, jsonify, url_for
 
-from .. import store
+from .. import limits, store
 from ..taskrows import task_rows
+from .fields import FIELDS
 from .jobs import queue_filters
-from .view import cronjobs_app
+from .view import cronjobs_app, head_bytes
 
 bp = Blueprint("api", __name__)
 
@@ -44,13 +45,27 @@ def jobs():  # noqa: ANN201
     return response
 
 
-@bp.get("/api/jobs/<int:job_id>")
+@bp.get("/api/jobs/<id:job_id>")
 def job(job_id: int):  # noqa: ANN201
-    """One whole row (payload and result as stored JSON text)."""
+    """One whole row (payload and result as stored JSON text).
+
+    A payload, result, error or log larger than `API_TEXT_MAX_BYTES` (1,000,000 bytes,
+    more than cronjobs itself ever writes) comes cut to that size and is listed under
+    `"cut"`: `{column: {"bytes": whole size, "download": URL of the raw value}}`.
+    """
     with cronjobs_app().engine.connect() as conn:
-        row = store.get_job(conn, job_id)
+        row = store.fields.job_heads(conn, job_id, limits.API_TEXT_MAX_BYTES)
     if row is None:
         abort(404, f"no job with id {job_id}")
+    cut = {}
+    for name, (column, _suffix, _mime) in FIELDS.items():
+        size = row.pop(column + "_bytes")
+        if size is not None and size > limits.API_TEXT_MAX_BYTES:
+            row[column] = head_bytes(row[column], limits.API_TEXT_MAX_BYTES)
+            cut[column] = {"bytes": size, "download": url_for("fields.raw", job_id=job_id,
+                                                              field=name)}
+    if cut:
+        row["cut"] = cut
     return jsonify(_clean(row))
 
 

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
+from urllib.parse import unquote, urlsplit
 
-from flask import Blueprint, Flask, g, jsonify, redirect, render_template, request, session
+from flask import (Blueprint, Flask, current_app, g, jsonify, redirect, render_template,
+                   request, session, url_for)
 from flask_wtf.csrf import CSRFError
 
 from .view import cronjobs_app
@@ -28,6 +31,11 @@ def _fingerprint(token: str) -> str:
     return hashlib.sha256(b"cronjobs-login\0" + token.encode()).hexdigest()[:32]
 
 
+def dashboard_token() -> str:
+    """The token of this dashboard (configured, or the database's generated one)."""
+    return current_app.extensions["cronjobs_token"]
+
+
 def _bearer_ok(token: str) -> bool:
     header = request.headers.get("Authorization", "")
     if not header.startswith("Bearer "):
@@ -37,7 +45,7 @@ def _bearer_ok(token: str) -> bool:
 
 def authenticated() -> bool:
     """True when this request carries the token (Bearer header or logged-in session)."""
-    token = cronjobs_app().settings.dashboard_token
+    token = dashboard_token()
     if _bearer_ok(token):
         g.via_bearer = True
         return True
@@ -62,16 +70,38 @@ def require_login():  # noqa: ANN201
         return render_template("login.html", next=request.full_path.rstrip("?"),
                                error=None), 401
     if request.method == "POST" and not g.via_bearer:
-        from flask import current_app
-
         current_app.extensions["csrf"].protect()
     return None
 
 
-def _safe_next(target: str | None) -> str:
-    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return "/"
+# Anything a browser may drop or read as a slash: control characters, whitespace,
+# backslashes; and any non-ASCII (a `next` this dashboard makes is ASCII).
+_UNSAFE = re.compile(r"[^\x21-\x7e]|\\")
+
+
+def safe_next(target: str | None) -> str:
+    """`target` if it is a path of this dashboard, else `/`.
+
+    A same-site relative path only: it starts with one `/`, has no scheme or host, and
+    neither it nor its path percent-decoded (repeatedly, so `%252F` counts) holds a
+    control character, whitespace, a backslash or a leading `//` — browsers drop tabs and
+    newlines and read `\\` as `/`, so `/<TAB>/evil.example` would leave the site.
+
+    Returns:
+        The path relative to the dashboard's root (callers add `request.script_root`).
+    """
+    if not target or _UNSAFE.search(target):
+        return "/"
+    parts = urlsplit(target)
+    path = target.split("?", 1)[0].split("#", 1)[0]  # urlsplit would fold `///x` to `/x`
+    for _ in range(4):
+        path, before = unquote(path), path
+        if path == before:
+            break
+    if (parts.scheme or parts.netloc or not path.startswith("/") or path.startswith("//")
+            or _UNSAFE.search(path)):
+        return "/"
+    return target
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -80,11 +110,11 @@ def login():  # noqa: ANN201
     from flask_babel import gettext as _
 
     if request.method == "GET":
-        return render_template("login.html", next=_safe_next(request.args.get("next")), error=None)
-    token = cronjobs_app().settings.dashboard_token
+        return render_template("login.html", next=safe_next(request.args.get("next")), error=None)
+    token = dashboard_token()
     given = request.form.get("token", "")
     if not hmac.compare_digest(given.encode(), token.encode()):
-        return render_template("login.html", next=_safe_next(request.form.get("next")),
+        return render_template("login.html", next=safe_next(request.form.get("next")),
                                error=_("Wrong token.")), 401
     lang = session.get("lang")
     session.clear()
@@ -92,14 +122,14 @@ def login():  # noqa: ANN201
     session["auth"] = _fingerprint(token)
     if lang:
         session["lang"] = lang
-    return redirect(_safe_next(request.form.get("next")), 303)
+    return redirect(request.script_root + safe_next(request.form.get("next")), 303)
 
 
 @bp.post("/logout")
 def logout():  # noqa: ANN201
     """End the session."""
     session.clear()
-    return redirect("/login", 303)
+    return redirect(url_for("auth.login"), 303)
 
 
 def _csrf_failed(exc: CSRFError):  # noqa: ANN202

@@ -8,7 +8,7 @@ from flask_babel import gettext as _
 
 from .. import bulk, store
 from ..errors import OperationRunning
-from .view import cronjobs_app
+from .view import ROW_ID_MAX, cronjobs_app
 
 bp = Blueprint("failed", __name__)
 
@@ -37,6 +37,8 @@ def _selection() -> bulk.Selection:
         job_id = int(request.form.get("job", ""))
     except ValueError:
         abort(400, _("job must be a row id"))
+    if not 1 <= job_id <= ROW_ID_MAX:
+        abort(404, f"no failed job with id {job_id}")
     with cronjobs_app().engine.connect() as conn:
         key = store.views.group_of(conn, job_id)
     if key is None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 
-from flask import Blueprint, abort, current_app, redirect, render_template, request
+from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 
-from .. import operator, store
+from .. import limits, operator, store
 from ..handler import stage_of
 from ..models import STATUSES
+from .fields import page_row
 from .view import cronjobs_app, render_summary
 
 bp = Blueprint("jobs", __name__)
@@ -98,21 +99,25 @@ def queue():  # noqa: ANN201
                            **queue_page(f))
 
 
-@bp.get("/jobs/<int:job_id>")
+@bp.get("/jobs/<id:job_id>")
 def job(job_id: int):  # noqa: ANN201
-    """One row: status, times, error, log, payload, result, children; `?tab=results`."""
+    """One row: status, times, error, log, payload, result, children; `?tab=results`.
+
+    Each large text shows its first 64 KB only (`web.fields`), so the page stays small
+    whatever the row holds.
+    """
     app = cronjobs_app()
+    tab = request.args.get("tab", "overview")
+    if tab not in ("overview", "results"):
+        abort(400, f"tab must be overview or results, got {tab!r}")
     with app.engine.connect() as conn:
-        row = store.get_job(conn, job_id)
+        row = page_row(conn, job_id)
         if row is None:
             abort(404, f"no job with id {job_id}")
         kids = store.views.list_rows(conn, parent_id=job_id, limit=50)
         kid_counts = store.views.children_counts(conn, [job_id]).get(job_id, {})
-    tab = request.args.get("tab", "overview")
-    if tab not in ("overview", "results"):
-        abort(400, f"tab must be overview or results, got {tab!r}")
-    cls = app.resolve(row["type"])
-    summary = render_summary(cls, row["result_payload"]) if tab == "results" else None
+        cls = app.resolve(row["type"])
+        summary = _summary(conn, cls, row) if tab == "results" else None
     now = app.clock.now()
     refresh = row["status"] == "running" or (
         row["status"] == "pending" and (row["scheduled_at"] is None
@@ -122,15 +127,27 @@ def job(job_id: int):  # noqa: ANN201
                            handler_known=cls is not None)
 
 
-@bp.post("/jobs/<int:job_id>/retry")
+def _summary(conn, cls: type | None, row: dict) -> dict:  # noqa: ANN001
+    """The Results tab of `row`: its handler's summary of the whole result, read only
+    when it is at most `SUMMARY_MAX_BYTES` (see `render_summary`)."""
+    result = row["shown"].get("result")
+    if cls is not None and result is not None and result.size > limits.SUMMARY_MAX_BYTES:
+        return {"too_large": result.size, "limit": limits.SUMMARY_MAX_BYTES}
+    text = None
+    if cls is not None and result is not None:
+        text = store.get_job(conn, row["id"], ["result_payload"])["result_payload"]
+    return render_summary(cls, text)
+
+
+@bp.post("/jobs/<id:job_id>/retry")
 def retry(job_id: int):  # noqa: ANN201
     """Failed row back to pending (attempts reset); back to its page."""
     operator.retry(cronjobs_app(), job_id, who="dashboard")
-    return redirect(f"/jobs/{job_id}", 303)
+    return redirect(url_for("jobs.job", job_id=job_id), 303)
 
 
-@bp.post("/jobs/<int:job_id>/cancel")
+@bp.post("/jobs/<id:job_id>/cancel")
 def cancel(job_id: int):  # noqa: ANN201
     """Pending row cancelled; back to its page."""
     operator.cancel(cronjobs_app(), job_id, who="dashboard")
-    return redirect(f"/jobs/{job_id}", 303)
+    return redirect(url_for("jobs.job", job_id=job_id), 303)

@@ -8,8 +8,10 @@ import secrets
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from .. import store
 from ..app import App
-from ..errors import ConfigError
+from ..db import run_in_transaction
+from ..errors import ConfigError, StoreError
 
 log = logging.getLogger("cronjobs.web")
 
@@ -24,31 +26,47 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def ensure_token(app: App, host: str) -> str | None:
-    """Make sure the dashboard has a token before it listens on `host`.
+TOKEN_SECRET = "dashboard_token"  # the name of the generated token in `cronjob_secret`
+
+
+def ensure_token(app: App, host: str) -> tuple[str, bool]:
+    """The token the dashboard needs before it listens on `host`.
+
+    Without a configured token, on loopback only, the token is generated once per database
+    and kept in it (`cronjob_secret`): every dashboard on that database uses the same one,
+    so each accepts the others' session cookies. `app.settings` is left as it is; the
+    token is passed on explicitly (`create_app(app, token)`).
 
     Returns:
-        A token generated for this run (loopback without a configured token), to be
-        printed; None when one was configured.
+        `(token, generated)`: `generated` is True when it is the database's generated
+        token (to be printed), False when it was configured.
 
     Raises:
-        ConfigError: `host` is not loopback and no token is configured.
+        ConfigError: `host` is not loopback and no token is configured; or the database
+            cannot keep the token (not migrated, unreachable).
     """
     if app.settings.dashboard_token:
-        return None
+        return app.settings.dashboard_token, False
     if not is_loopback(host):
         raise ConfigError(f"refusing to serve the dashboard on {host} without a token: set "
                           f"CRONJOBS_DASHBOARD_TOKEN (or listen on 127.0.0.1)")
-    token = secrets.token_urlsafe(18)
-    app.settings = app.settings.model_copy(update={"dashboard_token": token})
-    return token
+    now = app.clock.now()
+    try:
+        token = run_in_transaction(app.engine, lambda conn: store.secrets.get_or_create(
+            conn, TOKEN_SECRET, lambda: secrets.token_urlsafe(18), now))
+    except StoreError as exc:
+        raise ConfigError(f"cannot keep the generated dashboard token in the database "
+                          f"({exc}); run `cronjobs migrate`, or set "
+                          f"CRONJOBS_DASHBOARD_TOKEN") from None
+    return token, True
 
 
 def login_hint(url: str, generated: str | None) -> str:
     """The lines that tell a person how to log in."""
     if generated:
         return (f"  log in at {url}/login with the token {generated}\n"
-                f"  (generated for this run; set CRONJOBS_DASHBOARD_TOKEN to choose one)")
+                f"  (generated once and kept in the database; set CRONJOBS_DASHBOARD_TOKEN "
+                f"to choose one)")
     return f"  log in at {url}/login with CRONJOBS_DASHBOARD_TOKEN"
 
 
@@ -63,13 +81,13 @@ def open_server(app: App, host: str, port: int) -> tuple[BaseWSGIServer, str, st
     """
     from . import create_app
 
-    generated = ensure_token(app, host)
+    token, generated = ensure_token(app, host)
     try:
-        server = make_server(host, port, create_app(app), threaded=True)
+        server = make_server(host, port, create_app(app, token), threaded=True)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
-    return server, f"http://{shown}:{server.server_port}", generated
+    return server, f"http://{shown}:{server.server_port}", token if generated else None
 
 
 def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:  # noqa: ANN001

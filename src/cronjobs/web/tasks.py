@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, redirect, render_template, request
+from flask import Blueprint, abort, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
 from ..errors import TaskRefused
@@ -37,7 +37,7 @@ def run(task: str):  # noqa: ANN201
                           again=True, app=app)
     except TaskRefused as exc:
         return _page(_("Run now refused: %(reason)s", reason=str(exc)), 409)
-    return redirect(f"/jobs/{started.id}", 303)
+    return redirect(url_for("jobs.job", job_id=started.id), 303)
 
 
 @bp.post("/tasks/<task>/enabled")
@@ -50,4 +50,4 @@ def enabled(task: str):  # noqa: ANN201
     if value not in ("0", "1"):
         abort(400, f"enabled must be 0 or 1, got {value!r}")
     set_enabled(task, value == "1", app=app)
-    return redirect("/", 303)
+    return redirect(url_for("tasks.index"), 303)

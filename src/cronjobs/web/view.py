@@ -4,19 +4,22 @@ filters, security headers, error pages (a database that cannot answer now: 503).
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 
-from flask import Flask, current_app, render_template, request
+from flask import Flask, current_app, render_template, request, url_for
 from flask_babel import format_decimal, get_locale
 from flask_babel import gettext as _
 from markupsafe import Markup
 from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import IntegerConverter
 
+from .. import limits
 from ..app import App
 from ..db import classify, driver_message
-from ..errors import CronjobsError, DatabaseRefused, StoreError
+from ..errors import CronjobsError, DatabaseRefused, JobNotFound, StoreError
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -30,6 +33,38 @@ def web_engine(app: App) -> Engine:
     timeout = app.settings.dashboard_db_timeout_seconds
     return app.side_engine("web", pool_size=5, pool_timeout_seconds=timeout,
                            statement_timeout_seconds=timeout)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+ROW_ID_MAX = 2**63 - 1  # BIGINT
+
+
+class RowIdConverter(IntegerConverter):
+    """`<id:name>`: a row id, 1 to 2^63 - 1 in ASCII digits; anything else (negative, too
+    big for BIGINT/SQLite INTEGER) does not match the route, so it answers 404."""
+
+    regex = r"[0-9]{1,19}"
+
+    def __init__(self, url_map, *_args, **_kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        super().__init__(url_map, min=1, max=ROW_ID_MAX)
+
+
+def valid_text(value):  # noqa: ANN001, ANN201
+    """`value` with lone surrogates (text decoded with `surrogateescape`, JSON `\\udcXX`
+    escapes) replaced by U+FFFD, so every page encodes as UTF-8; a `Markup` stays one.
+    Jinja calls it on every `{{ ... }}` output (`finalize`); other values pass unchanged."""
+    if not isinstance(value, str) or value.isascii() or not _SURROGATES.search(value):
+        return value
+    cleaned = _SURROGATES.sub("\ufffd", value)
+    return Markup(cleaned) if isinstance(value, Markup) else cleaned
+
+
+def lang_url(lang: str) -> str:
+    """This page in language `lang` (a GET page; the Tasks page for an error or a POST)."""
+    rule = request.url_rule
+    if request.endpoint and rule is not None and "GET" in (rule.methods or ()):
+        return url_for(request.endpoint, **(request.view_args or {}), lang=lang)
+    return url_for("tasks.index", lang=lang)
 
 
 def cronjobs_app() -> App:
@@ -52,12 +87,13 @@ def fmt_count(value) -> str:  # noqa: ANN001
 
 
 def pretty_json(text: str | None) -> str:
-    """Stored JSON text indented for reading; integers stay exact (no float round trip)."""
+    """Stored JSON text indented for reading; integers stay exact (no float round trip).
+    Text that is not JSON, or nested too deep to parse, is returned as it is."""
     if text in (None, ""):
         return ""
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 
@@ -69,13 +105,23 @@ def duration(row: dict) -> str:
     return f"{(end - start).total_seconds():.3f} s"
 
 
+def head_bytes(text: str, max_bytes: int) -> str:
+    """The longest prefix of `text` whose UTF-8 form has at most `max_bytes` bytes
+    (never half a character)."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode("utf-8", "ignore")
+
+
 def render_summary(cls: type | None, result_text: str | None) -> dict:
     """Call `cls.render_summary(result)` for the Results tab, safely.
 
     Returns:
         `{"html": Markup}` (a `Markup` is trusted HTML; a `str` is escaped and shown in a
-        <pre>), or `{"error": "ExceptionType: message"}` when it raised, or
-        `{"missing": reason}`.
+        <pre>, its first `DISPLAY_MAX_BYTES` only), or `{"error": "ExceptionType:
+        message"}` when it raised or returned more than `SUMMARY_HTML_MAX_CHARS` of HTML,
+        or `{"missing": reason}`.
     """
     if cls is None:
         return {"missing": "handler not installed"}
@@ -83,12 +129,22 @@ def render_summary(cls: type | None, result_text: str | None) -> dict:
         return {"missing": "no result"}
     try:
         result = json.loads(result_text)
+    except (ValueError, RecursionError) as exc:  # nested too deep for the parser
+        return {"error": f"the result cannot be read as JSON: {type(exc).__name__}"}
+    try:
         out = cls.render_summary(result)
     except Exception as exc:  # the handler's bug must not break the page
         return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
     if isinstance(out, Markup):
+        if len(out) > limits.SUMMARY_HTML_MAX_CHARS:
+            return {"error": f"render_summary returned {len(out):,} characters of HTML; the "
+                             f"page shows at most {limits.SUMMARY_HTML_MAX_CHARS:,}"}
         return {"html": out}
-    return {"html": Markup("<pre class=\"summary-text\">{}</pre>").format(str(out))}
+    text = str(out)
+    if len(text) > limits.DISPLAY_MAX_BYTES // 4:
+        shown = head_bytes(text, limits.DISPLAY_MAX_BYTES)
+        text = shown if shown == text else shown + " ... [cut]"
+    return {"html": Markup("<pre class=\"summary-text\">{}</pre>").format(text)}
 
 
 def _security_headers(response):  # noqa: ANN001, ANN202
@@ -108,7 +164,8 @@ def _http_error(exc: HTTPException):  # noqa: ANN202
 
 
 def _our_error(exc: CronjobsError):  # noqa: ANN202
-    return render_template("error.html", code=400, message=str(exc)), 400
+    code = 404 if isinstance(exc, JobNotFound) else 400
+    return render_template("error.html", code=code, message=str(exc)), code
 
 
 def _database_error(exc: Exception):  # noqa: ANN202
@@ -130,8 +187,11 @@ def _database_error(exc: Exception):  # noqa: ANN202
 
 def install(web: Flask) -> None:
     """Register filters, headers and error pages on `web`."""
+    web.url_map.converters["id"] = RowIdConverter  # before any route is added
+    web.jinja_env.finalize = valid_text
     web.jinja_env.filters.update(time=fmt_time, count=fmt_count, pretty_json=pretty_json,
                                  duration=duration)
+    web.jinja_env.globals.update(lang_url=lang_url, display_max_bytes=limits.DISPLAY_MAX_BYTES)
     web.context_processor(lambda: {"get_locale": get_locale})
     web.after_request(_security_headers)
     web.register_error_handler(HTTPException, _http_error)
