@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import report
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenario {sorted(unknown)[0]!r}; choose from {', '.join(SCENARIOS)}")
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     start = time.monotonic()
     scenarios, failed = [], []
     with tempfile.TemporaryDirectory(prefix="cjbench-") as tmp:

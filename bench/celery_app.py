@@ -29,11 +29,11 @@ def make_app(ns: str) -> Celery:
     )
 
     @celery.task(name="noop")
-    def noop(i):  # noqa: ANN001, ANN202
+    def noop(i):
         return None
 
     @celery.task(name="sleep")
-    def sleep(i, ms):  # noqa: ANN001, ANN202
+    def sleep(i, ms):
         time.sleep(ms / 1000)
 
     return celery

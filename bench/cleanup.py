@@ -48,11 +48,11 @@ def _child(url: str, ns: str, cap: float, out: multiprocessing.Queue) -> None:
              "finished": False}
 
     @sa.event.listens_for(app.engine, "before_cursor_execute")
-    def _before(conn, cursor, statement, params, context, many):  # noqa: ANN001
+    def _before(conn, cursor, statement, params, context, many):
         conn.info["bench_t"] = time.perf_counter()
 
     @sa.event.listens_for(app.engine, "after_cursor_execute")
-    def _after(conn, cursor, statement, params, context, many):  # noqa: ANN001
+    def _after(conn, cursor, statement, params, context, many):
         ms = (time.perf_counter() - conn.info.pop("bench_t")) * 1000
         stats["statements"] += 1
         if ms > stats["longest_ms"]:

@@ -75,7 +75,7 @@ def pages(n: int) -> list[str]:
             "/metrics", "/health"]
 
 
-def register_bench_types(registry) -> None:  # noqa: ANN001
+def register_bench_types(registry) -> None:
     """Register the bench rows' types, so the task filter and Results tab know them."""
     from cronjobs import CronJobHandler
 

@@ -19,20 +19,20 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from . import procs, report, stores
 from .stores import NOOP
 
 
-def raw_insert_rate(app, n: int, max_seconds: float = 1e9) -> float:  # noqa: ANN001
+def raw_insert_rate(app, n: int, max_seconds: float = 1e9) -> float:
     """Rows/s of single-row INSERT + COMMIT with the driver's cursor (at most `n` rows or
     `max_seconds` s)."""
     backend = app.engine.dialect.name
     mark = "?" if backend == "sqlite" else "%s"
     sql = ("INSERT INTO cronjob_queue (type, queue, status, priority, payload, attempts, "
            f"max_attempts, idempotency_key, created_at, updated_at) VALUES ({', '.join([mark] * 10)})")
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     raw = app.engine.raw_connection()
     try:
         cur = raw.cursor()
@@ -51,7 +51,7 @@ def raw_insert_rate(app, n: int, max_seconds: float = 1e9) -> float:  # noqa: AN
     return (i + 1) / seconds
 
 
-def keyed_rate(app, n: int, max_seconds: float = 1e9) -> float:  # noqa: ANN001
+def keyed_rate(app, n: int, max_seconds: float = 1e9) -> float:
     """Calls/s of keyed `dispatch` one by one, a new key each (at most `n` calls or
     `max_seconds` s)."""
     from cronjobs import queue
@@ -89,7 +89,7 @@ def race_rate(url: str, ns: str, racers: int, keys: int) -> tuple[float, str]:
     return calls / seconds, check
 
 
-def many_rate(app, batches: int, max_seconds: float = 1e9) -> float:  # noqa: ANN001
+def many_rate(app, batches: int, max_seconds: float = 1e9) -> float:
     """Rows/s of `dispatch_many` in batches of 1,000, no keys (at most `batches` batches
     or `max_seconds` s)."""
     start = time.perf_counter()

@@ -16,7 +16,7 @@ import cronjobs.db as db
 from cronjobs.cli import main
 
 
-def _create_engine(size: int, url, **kwargs):  # noqa: ANN001, ANN202
+def _create_engine(size: int, url, **kwargs):
     if "poolclass" not in kwargs:  # SQLite's NullPool takes no size
         kwargs.update(pool_size=size, max_overflow=size)
     return sqlalchemy.create_engine(url, **kwargs)

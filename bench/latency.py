@@ -27,7 +27,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
-def paced(n: int, rate: float, fn) -> None:  # noqa: ANN001
+def paced(n: int, rate: float, fn) -> None:
     """Call `fn(i)` `n` times at `rate` per second (no drift: each call has its slot)."""
     start = time.monotonic()
     for i in range(n):
@@ -37,7 +37,7 @@ def paced(n: int, rate: float, fn) -> None:  # noqa: ANN001
         fn(i)
 
 
-def _rows(app, ids: list[int]) -> list[dict]:  # noqa: ANN001
+def _rows(app, ids: list[int]) -> list[dict]:
     from sqlalchemy import select
 
     from cronjobs.models import cronjob_queue as q
@@ -48,7 +48,7 @@ def _rows(app, ids: list[int]) -> list[dict]:  # noqa: ANN001
             .where(q.c.id.in_(ids))).mappings()]
 
 
-def _ms(a, b) -> float:  # noqa: ANN001
+def _ms(a, b) -> float:
     return (b - a).total_seconds() * 1000
 
 

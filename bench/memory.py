@@ -21,7 +21,7 @@ from . import celery_app, procs, report, stores
 from .stores import REDIS
 
 
-def _feed(total: int, cap: float, waiting, add, done, running: procs.Procs) -> int:  # noqa: ANN001
+def _feed(total: int, cap: float, waiting, add, done, running: procs.Procs) -> int:
     """Add jobs (`add(k)`) while fewer than 3,000 wait, until `done() >= total` or `cap` s."""
     sent, end = 0, time.monotonic() + cap
     while time.monotonic() < end and done() < total:

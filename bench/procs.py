@@ -12,8 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from .stores import REDIS, ROOT
 
@@ -95,7 +95,7 @@ class Procs(list):
         for proc in self:
             proc.stop()
 
-    def __enter__(self) -> "Procs":
+    def __enter__(self) -> Procs:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -107,7 +107,7 @@ def _connections(engine: sa.Engine) -> int:
         return int(conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Connections'").one()[1])
 
 
-def cpu_window(app, worker: psutil.Process, seconds: float) -> dict:  # noqa: ANN001
+def cpu_window(app, worker: psutil.Process, seconds: float) -> dict:
     """Jobs done and CPU ms per job of each process over `seconds`."""
     servers = {"mariadbd": _server("mariadbd"), "redis-server": _server("redis-server")}
     admin = sa.create_engine(stores.MARIADB + "/test", poolclass=sa.pool.NullPool)

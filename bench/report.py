@@ -16,10 +16,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 RESULTS = Path(__file__).parent / "results"
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b}
@@ -231,7 +231,7 @@ def scenario_main(name: str, doc: str, run: Callable[[argparse.Namespace, Result
     if add_args:
         add_args(parser)
     args = parser.parse_args(argv)
-    results = Results(name, started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    results = Results(name, started=datetime.now(UTC).isoformat(timespec="seconds"))
     results.load_before = [round(x, 2) for x in os.getloadavg()]
     start = time.monotonic()
     run(args, results)

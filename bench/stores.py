@@ -11,9 +11,9 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import sqlalchemy as sa
 
@@ -95,7 +95,7 @@ def redis_namespace() -> Iterator[str]:
         client.close()
 
 
-def settings(url: str, ns: str, broker_url: str = REDIS, **overrides):  # noqa: ANN201
+def settings(url: str, ns: str, broker_url: str = REDIS, **overrides):
     """`Settings` of a benchmark system: the bench handlers, quiet logs."""
     from cronjobs.config import Settings
 
@@ -103,7 +103,7 @@ def settings(url: str, ns: str, broker_url: str = REDIS, **overrides):  # noqa: 
                     handler_paths=(HANDLERS,), log_level="WARNING", **overrides)
 
 
-def make_app(url: str, ns: str, broker_url: str = REDIS, **overrides):  # noqa: ANN201
+def make_app(url: str, ns: str, broker_url: str = REDIS, **overrides):
     """An App on `url` with the bench handlers, installed as this process's App."""
     import registry
     from cronjobs.app import App, use
@@ -134,7 +134,7 @@ def count_rows(engine: sa.Engine, status: str | None = None, since_id: int = 0) 
         return conn.execute(stmt).scalar_one()
 
 
-def dispatch_rows(app, n: int, job_type: str = NOOP, payload: dict | None = None,  # noqa: ANN001
+def dispatch_rows(app, n: int, job_type: str = NOOP, payload: dict | None = None,
                   batch: int = 1000) -> list[int]:
     """Dispatch `n` rows with `dispatch_many` in batches; returns their ids."""
     from cronjobs import queue

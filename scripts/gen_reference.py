@@ -30,7 +30,7 @@ UNITS = {"_seconds": "seconds", "_minutes": "minutes", "_days": "days", "_port":
 NO_VARIABLE = {"tasks"}
 
 
-def type_name(annotation) -> str:  # noqa: ANN001
+def type_name(annotation) -> str:
     """A field's type as a reader of a TOML file thinks of it."""
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -45,7 +45,7 @@ def type_name(annotation) -> str:  # noqa: ANN001
         annotation, getattr(annotation, "__name__", str(annotation)))
 
 
-def default_text(field) -> str:  # noqa: ANN001
+def default_text(field) -> str:
     if field.default_factory is not None:
         return "(none)"
     value = field.default
@@ -128,7 +128,7 @@ def cli_page() -> str:
     return "\n".join(out)
 
 
-def walk(command: click.Command, path: list[str]):  # noqa: ANN201
+def walk(command: click.Command, path: list[str]):
     yield path, command
     if isinstance(command, click.Group):
         for name in sorted(command.commands):

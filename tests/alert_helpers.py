@@ -32,7 +32,7 @@ class Inbox:
         inbox = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if inbox.hold:
                     inbox.arrived.set()
@@ -46,7 +46,7 @@ class Inbox:
                 self.end_headers()
                 self.wfile.write(b"{}")
 
-            def log_message(self, *args) -> None:  # noqa: ANN002
+            def log_message(self, *args) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

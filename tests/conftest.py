@@ -112,7 +112,7 @@ def make_app(db_url: str, namespace: str):
     installed as the current App, with the sample handlers registered."""
     made: list[App] = []
 
-    def factory(clock=None, broker_url: str = "memory://", **overrides) -> App:  # noqa: ANN001
+    def factory(clock=None, broker_url: str = "memory://", **overrides) -> App:
         overrides.setdefault("handler_paths", (SAMPLE_HANDLERS,))
         settings = Settings(database_url=db_url, broker_url=broker_url,
                             broker_namespace=namespace, **overrides)

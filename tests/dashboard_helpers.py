@@ -29,7 +29,7 @@ def csrf_of(html: str) -> str:
     return CSRF.search(html)[1]
 
 
-def login(client) -> str:  # noqa: ANN001
+def login(client) -> str:
     """Log `client` in through the form; returns a CSRF token of its session."""
     page = client.get("/login").get_data(as_text=True)
     resp = client.post("/login", data={"token": TOKEN, "csrf_token": csrf_of(page), "next": "/"})
@@ -37,7 +37,7 @@ def login(client) -> str:  # noqa: ANN001
     return csrf_of(client.get("/").get_data(as_text=True))
 
 
-def add_row(app: App, **values) -> int:  # noqa: ANN003
+def add_row(app: App, **values) -> int:
     """Insert a `cronjob_queue` row directly (defaults: a pending test.summary.execute)."""
     now = app.clock.now()
     row = {"type": "test.summary.execute", "queue": "default", "status": "pending",
@@ -50,7 +50,7 @@ def add_row(app: App, **values) -> int:  # noqa: ANN003
         return conn.execute(cronjob_queue.insert().values(**row)).inserted_primary_key[0]
 
 
-def add_rows(app: App, n: int, **values) -> None:  # noqa: ANN003
+def add_rows(app: App, n: int, **values) -> None:
     """Insert `n` rows in one statement."""
     now = app.clock.now()
     base = {"type": "test.summary.execute", "queue": "default", "status": "pending",
@@ -67,7 +67,7 @@ def row(app: App, job_id: int) -> dict | None:
     return dict(found) if found else None
 
 
-def count(app: App, **where) -> int:  # noqa: ANN003
+def count(app: App, **where) -> int:
     """Rows matching column == value conditions."""
     stmt = sa.select(sa.func.count()).select_from(cronjob_queue)
     for key, value in where.items():
@@ -89,7 +89,7 @@ def recent_t0() -> datetime:
     return now.replace(minute=now.minute - now.minute % 5, second=5, microsecond=0)
 
 
-def db_now(app) -> datetime:  # noqa: ANN001
+def db_now(app) -> datetime:
     """The database clock's now: heartbeats are judged by it (write `last_seen_at` with it)."""
     from cronjobs import store
 

@@ -28,7 +28,7 @@ class Dashboard:
     """
 
     def __init__(self, env: dict, cwd: Path, name: str = "dashboard") -> None:
-        self.log = open(cwd / f"{name}.log", "w")  # noqa: SIM115 - closed in stop()
+        self.log = open(cwd / f"{name}.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "dashboard", "--port", "0"],
                                      env=env, cwd=cwd, text=True, stdout=subprocess.PIPE,
                                      stderr=self.log)
@@ -49,7 +49,7 @@ class Dashboard:
                 self._ready.set()
         self._ready.set()
 
-    def wait_ready(self, timeout: float = 60) -> "Dashboard":
+    def wait_ready(self, timeout: float = 60) -> Dashboard:
         """Wait until it printed its URL and login line."""
         assert self._ready.wait(timeout) and self.url, "".join(self.lines) + self._stderr()
         return self

@@ -50,7 +50,7 @@ def drive(run, pattern: str, start: datetime = T0, every: timedelta = FIVE_MINUT
     return start + len(pattern) * every
 
 
-def alert_rows(app) -> list[dict]:  # noqa: ANN001
+def alert_rows(app) -> list[dict]:
     with app.engine.connect() as conn:
         return [dict(r) for r in conn.execute(sa.select(cronjob_alert)).mappings()]
 

@@ -20,14 +20,13 @@ from cronjobs.testing import FrozenClock, drain
 from dashboard_helpers import add_row, db_now, recent_t0
 
 
-
 class Mailbox:
     """aiosmtpd handler keeping every message."""
 
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], str]] = []
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: ANN001, ANN201, N802
+    async def handle_DATA(self, server, session, envelope):
         self.messages.append((envelope.rcpt_tos, envelope.content.decode()))
         return "250 OK"
 
@@ -49,7 +48,7 @@ def alert_settings(inbox: Inbox, smtp_port: int) -> dict:
             "alert_smtp_to": ("ops@example.test",)}
 
 
-def health_run(app, clock, minutes: int) -> dict:  # noqa: ANN001
+def health_run(app, clock, minutes: int) -> dict:
     """Scheduler ticks every minute up to T0 + minutes (a */5 slot), with a fresh heartbeat
     and a drain after each; returns the result of that slot's health run."""
     done = getattr(app, "_minutes_ticked", -1)

@@ -45,7 +45,7 @@ class Serve:
     """`cronjobs serve --port 0` as a real process; `url` once it prints its line."""
 
     def __init__(self, env: dict, cwd: Path) -> None:
-        self.log = open(cwd / "serve.log", "w")  # noqa: SIM115 - closed in stop()
+        self.log = open(cwd / "serve.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "serve", "--port", "0",
                                       "--threads", "2"], env=env, cwd=cwd, text=True,
                                      stdout=subprocess.PIPE, stderr=self.log)
@@ -76,7 +76,7 @@ class Serve:
             self.log.close()
 
 
-def insert(engine: sa.Engine, **values) -> int:  # noqa: ANN003
+def insert(engine: sa.Engine, **values) -> int:
     now = utcnow()
     row = {"type": "test.summary.execute", "queue": "default", "status": "failed",
            "priority": 5, "payload": "{}", "attempts": 1, "max_attempts": 1, "created_at": now,

@@ -11,7 +11,7 @@ import json
 import socket
 import ssl
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -32,7 +32,7 @@ SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 # The clock is frozen at a real instant: the handshake verifies against the real time,
 # days left are counted from the frozen one.
-NOW = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
+NOW = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
 
 
 def _name(cn: str) -> x509.Name:

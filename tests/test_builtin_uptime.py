@@ -27,7 +27,7 @@ T0 = datetime(2026, 1, 5, 12, 0)
 
 
 class Pages(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path == "/slow":
             time.sleep(2)
         status, body, headers = {
@@ -43,7 +43,7 @@ class Pages(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body.encode())
 
-    def log_message(self, *args) -> None:  # noqa: ANN002
+    def log_message(self, *args) -> None:
         pass
 
 

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from conftest import cli_env, run_cli
 from cronjobs import bulk, store
 from cronjobs.errors import OperationRunning
-from cronjobs.models import cronjob_operation, cronjob_queue as q
+from cronjobs.models import cronjob_operation
+from cronjobs.models import cronjob_queue as q
 from dashboard_helpers import TOKEN, add_row, add_rows, login, wait_operation, web_client
 
 KIND = "test.summary.execute"
@@ -27,29 +28,29 @@ def app(make_app):
     return make_app(dashboard_token=TOKEN)
 
 
-def add_failed(app, n: int, job_type: str = KIND, error: str = "HTTP 503 from upstream") -> None:  # noqa: ANN001
+def add_failed(app, n: int, job_type: str = KIND, error: str = "HTTP 503 from upstream") -> None:
     add_rows(app, n, type=job_type, status="failed", error=error, attempts=3,
              finished_at=app.clock.now(), process_logs="[old] attempt 3/3 failed\n")
 
 
-def rows_of(app, job_type: str = KIND) -> list[dict]:  # noqa: ANN001
+def rows_of(app, job_type: str = KIND) -> list[dict]:
     with app.engine.connect() as conn:
         return [dict(r) for r in conn.execute(
             sa.select(q.c.id, q.c.status, q.c.attempts, q.c.process_logs)
             .where(q.c.type == job_type).order_by(q.c.id)).mappings()]
 
 
-def operations(app) -> list[dict]:  # noqa: ANN001
+def operations(app) -> list[dict]:
     with app.engine.connect() as conn:
         return [dict(r) for r in conn.execute(sa.select(cronjob_operation)).mappings()]
 
 
-def hold_after_first_batch(app) -> threading.Event:  # noqa: ANN001
+def hold_after_first_batch(app) -> threading.Event:
     """The runner thread waits in its first broker send (after batch 1 committed) until the
     returned event is set: the operation is then running at 500 rows, deterministically."""
     gate = threading.Event()
 
-    def on_send(job_id, queue, delay):  # noqa: ANN001
+    def on_send(job_id, queue, delay):
         if threading.current_thread().name.startswith("cronjobs-operation"):
             assert gate.wait(60)
 
@@ -57,7 +58,7 @@ def hold_after_first_batch(app) -> threading.Event:  # noqa: ANN001
     return gate
 
 
-def click(client, csrf: str, **form) -> tuple:  # noqa: ANN001, ANN003
+def click(client, csrf: str, **form) -> tuple:
     began = time.perf_counter()
     resp = client.post("/failed/retry", data={"csrf_token": csrf, **form})
     return resp, time.perf_counter() - began
@@ -162,7 +163,7 @@ class Died(Exception):
     """Stands for a process that dies after its first batch."""
 
 
-def age_lease(app, op_id: int) -> None:  # noqa: ANN001
+def age_lease(app, op_id: int) -> None:
     """Make operation `op_id`'s lease run out, on the database's clock (as leases are judged)."""
     with app.engine.begin() as conn:
         past = store.database_now(conn) - timedelta(seconds=5)
@@ -283,7 +284,7 @@ def test_an_error_in_a_batch_fails_the_operation_and_frees_its_selection(app, mo
     add_failed(app, 1200)
     calls = []
 
-    def retry_then_break(conn, ids, now, who):  # noqa: ANN001
+    def retry_then_break(conn, ids, now, who):
         calls.append(len(ids))
         if len(calls) == 2:
             raise ValueError("boom in batch 2")

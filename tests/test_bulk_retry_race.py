@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from conftest import cli_env
 from cronjobs import bulk
-from cronjobs.models import cronjob_operation, cronjob_queue as q
+from cronjobs.models import cronjob_operation
+from cronjobs.models import cronjob_queue as q
 from dashboard_helpers import add_rows
 
 pytestmark = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)

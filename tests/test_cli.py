@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,7 @@ def env(db_url: str) -> dict:
 def cli(env: dict, tmp_path: Path):
     """`cli(*args)` runs `cronjobs ARGS` in an empty directory (no stray cronjobs.toml)."""
 
-    def call(*args: str, extra_env: dict | None = None):  # noqa: ANN202
+    def call(*args: str, extra_env: dict | None = None):
         return run_cli(list(args), {**env, **(extra_env or {})}, cwd=tmp_path)
 
     return call
@@ -49,20 +49,20 @@ def engine(db_url: str):
     eng.dispose()
 
 
-def ok(proc, code: int = 0) -> str:  # noqa: ANN001
+def ok(proc, code: int = 0) -> str:
     """Assert the exit status (and no traceback); return stdout."""
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.stdout
 
 
-def dispatch(cli, *args: str) -> int:  # noqa: ANN001
+def dispatch(cli, *args: str) -> int:
     out = ok(cli("dispatch", *args))
     assert re.fullmatch(r"\d+\n", out), out
     return int(out)
 
 
-def get(cli, job_id: int) -> dict:  # noqa: ANN001
+def get(cli, job_id: int) -> dict:
     """The row as `cronjobs get` prints it."""
     return json.loads(ok(cli("get", str(job_id))))
 
@@ -80,7 +80,7 @@ def row(engine: sa.Engine, job_id: int) -> dict:
 
 
 def seed_row(engine: sa.Engine, type: str = "test.shape.execute", payload: dict | None = None,
-             **values) -> int:  # noqa: ANN003
+             **values) -> int:
     """Insert one pending row directly (cheaper than `cronjobs dispatch`); return its id."""
     now = utcnow()
     with engine.begin() as conn:
@@ -97,7 +97,7 @@ def table_counts(engine: sa.Engine) -> dict[str, int]:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def parse_table(out: str) -> tuple[list[str], list[dict]]:
@@ -152,7 +152,7 @@ def test_migrate_creates_tables_and_is_repeatable(backend: str, tmp_path: Path) 
 
 # -- list-handlers ----------------------------------------------------------------------
 @SQLITE
-def test_list_handlers_table(cli) -> None:  # noqa: ANN001
+def test_list_handlers_table(cli) -> None:
     names, rows = parse_table(ok(cli("list-handlers")))
     assert names == ["TYPE", "TASK", "CLASS", "SOURCE", "FREQUENCY", "MAX_ATTEMPTS",
                      "MAX_RUNTIME", "AVAILABLE"]
@@ -174,7 +174,7 @@ def test_list_handlers_table(cli) -> None:  # noqa: ANN001
 
 
 @SQLITE
-def test_list_handlers_json(cli) -> None:  # noqa: ANN001
+def test_list_handlers_json(cli) -> None:
     rows = json.loads(ok(cli("list-handlers", "--json")))
     by_type = {r["type"]: r for r in rows}
     assert {"http.uptime.discover", "http.uptime.execute", "test.shape.execute",
@@ -192,7 +192,7 @@ def test_list_handlers_json(cli) -> None:  # noqa: ANN001
 
 # -- dispatch / get -----------------------------------------------------------------------
 @BOTH
-def test_dispatch_prints_id_and_get_prints_row(cli) -> None:  # noqa: ANN001
+def test_dispatch_prints_id_and_get_prints_row(cli) -> None:
     title = "é" * 254 + "\N{SLIGHTLY SMILING FACE}"  # 255 characters, 4-byte UTF-8 at the end
     job_id = dispatch(cli, "test.shape.execute", "--payload", '{"shape": "true", "n": [1, 2]}',
                       "--title", title, "--priority", "3", "--max-attempts", "5",
@@ -219,7 +219,7 @@ def test_dispatch_prints_id_and_get_prints_row(cli) -> None:  # noqa: ANN001
 
 
 @BOTH
-def test_dispatch_same_key_twice_returns_same_id_with_a_note(cli, engine) -> None:  # noqa: ANN001
+def test_dispatch_same_key_twice_returns_same_id_with_a_note(cli, engine) -> None:
     first = cli("dispatch", "test.shape.execute", "--payload", '{"shape": "true"}', "--key", "k-1")
     job_id = int(ok(first))
     assert "note:" not in first.stderr
@@ -234,7 +234,7 @@ def test_dispatch_same_key_twice_returns_same_id_with_a_note(cli, engine) -> Non
 
 # -- run ----------------------------------------------------------------------------------
 @BOTH
-def test_run_completes_a_pending_row(cli, engine) -> None:  # noqa: ANN001
+def test_run_completes_a_pending_row(cli, engine) -> None:
     job_id = seed_row(engine, "test.record.execute", {"tag": "via-cli"})
     out = ok(cli("run", str(job_id)))
     assert re.fullmatch(rf"job {job_id} \(test\.record\.execute\): completed in \d+ ms\n", out), out
@@ -252,7 +252,7 @@ def test_run_completes_a_pending_row(cli, engine) -> None:  # noqa: ANN001
 
 
 @BOTH
-def test_run_exit_status_1_when_the_job_fails(cli, engine) -> None:  # noqa: ANN001
+def test_run_exit_status_1_when_the_job_fails(cli, engine) -> None:
     final = seed_row(engine, payload={"shape": "raise"}, max_attempts=1)
     out = ok(cli("run", str(final)), code=1)
     assert f"job {final} (test.shape.execute): failed" in out
@@ -274,7 +274,7 @@ def test_run_exit_status_1_when_the_job_fails(cli, engine) -> None:  # noqa: ANN
 
 # -- tick and tasks -------------------------------------------------------------------------
 @BOTH
-def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:  # noqa: ANN001
+def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
     assert skipped == {"db-backup": "disabled"}  # destructive: ships disabled
     assert {t: s for t, (s, _) in started.items()} == {
@@ -303,7 +303,7 @@ def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:  # noqa: ANN0
 
 
 @BOTH
-def test_tasks_list_disable_enable_and_run(cli, engine) -> None:  # noqa: ANN001
+def test_tasks_list_disable_enable_and_run(cli, engine) -> None:
     names, rows = parse_table(ok(cli("tasks")))
     assert names[:5] == ["TASK", "TYPE", "FREQUENCY", "ENABLED", "AVAILABLE"]
     by_task = {r["TASK"]: r for r in rows}
@@ -334,7 +334,7 @@ def test_tasks_list_disable_enable_and_run(cli, engine) -> None:  # noqa: ANN001
 
 # -- maintenance ----------------------------------------------------------------------------
 @BOTH
-def test_recover_stale(cli, engine) -> None:  # noqa: ANN001
+def test_recover_stale(cli, engine) -> None:
     gone = utcnow() - timedelta(minutes=1)
     lost = {"status": "running", "attempts": 1, "locked_until": gone, "started_at": gone,
             "worker_id": "lost-host:1"}  # a worker claimed them and died; the lease ran out
@@ -353,7 +353,7 @@ def test_recover_stale(cli, engine) -> None:  # noqa: ANN001
 
 
 @BOTH
-def test_cleanup_dry_run_then_cleanup(cli, engine) -> None:  # noqa: ANN001
+def test_cleanup_dry_run_then_cleanup(cli, engine) -> None:
     now = utcnow()
     ids = {name: seed_row(engine, **({"status": status, "finished_at": now - timedelta(days=age)}
                                      if status else {}))
@@ -372,7 +372,7 @@ def test_cleanup_dry_run_then_cleanup(cli, engine) -> None:  # noqa: ANN001
 
 
 # -- bad input ------------------------------------------------------------------------------
-def assert_bad_input(proc, *needles: str) -> None:  # noqa: ANN001
+def assert_bad_input(proc, *needles: str) -> None:
     """Exit 2, nothing on stdout, no traceback, exactly one error line naming `needles`.
 
     Our own errors are that one `error:` line and nothing else; click's usage errors keep
@@ -443,7 +443,7 @@ def snapshot(engine: sa.Engine) -> dict:
 
 @pytest.mark.parametrize(("backend", "case"), [(b, c) for c, spec in BAD_INPUT.items()
                                                 for b in spec[0]], indirect=["backend"])
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(case: str, cli, engine) -> None:  # noqa: ANN001
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(case: str, cli, engine) -> None:
     existing = seed_row(engine, payload={"shape": "true"})  # a row to leave alone
     before = snapshot(engine)
     _, argv, extra, needles = BAD_INPUT[case]

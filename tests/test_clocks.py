@@ -21,7 +21,7 @@ from cronjobs.scheduler import tick
 HOUR = timedelta(hours=1)
 
 
-def second_app(app: App, clock) -> App:  # noqa: ANN001
+def second_app(app: App, clock) -> App:
     """Another host's view of the same system: same settings and database, its own clock."""
     return App(app.settings, clock=clock, handlers=registry)
 
@@ -88,7 +88,7 @@ def test_heartbeats_are_judged_by_the_database_clock(make_app):
 class _Every5:
     MAX_ATTEMPTS = 1
 
-    def handle(self, payload, job):  # noqa: ANN001, ANN201
+    def handle(self, payload, job):
         return True
 
 

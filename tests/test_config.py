@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
+from conftest import run_cli
 from cronjobs.config import Settings, TaskSettings
 from cronjobs.errors import ConfigError
-from conftest import run_cli
 
 
 @pytest.fixture(autouse=True)

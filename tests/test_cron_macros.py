@@ -4,7 +4,7 @@ zones with and without DST), the same slot keys, and the scheduler starts them a
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -24,8 +24,8 @@ def fire_times(frequency: str, tz: str, year: int) -> list[tuple[str, datetime]]
     """(slot key, fire time in UTC) of every slot whose fire time falls in `year` (local),
     found the way the scheduler finds them: the current slot, then its `next_at`."""
     zone = ZoneInfo(tz)
-    start = datetime(year, 1, 1, tzinfo=zone).astimezone(timezone.utc).replace(tzinfo=None)
-    end = datetime(year + 1, 1, 1, tzinfo=zone).astimezone(timezone.utc).replace(tzinfo=None)
+    start = datetime(year, 1, 1, tzinfo=zone).astimezone(UTC).replace(tzinfo=None)
+    end = datetime(year + 1, 1, 1, tzinfo=zone).astimezone(UTC).replace(tzinfo=None)
     slot = current_slot(frequency, start, tz)
     out = []
     while slot.at < end:
@@ -46,12 +46,12 @@ def calendar(macro: str, tz: str, year: int) -> list[str]:
                 wall = day.replace(hour=hour)
                 # an hour that DST skips does not exist; cronsim runs it at the next
                 # valid time, which is the following hour's fire: same run, once
-                roundtrip = wall.replace(tzinfo=zone).astimezone(timezone.utc).astimezone(zone)
+                roundtrip = wall.replace(tzinfo=zone).astimezone(UTC).astimezone(zone)
                 if roundtrip.replace(tzinfo=None) == wall:
                     out.append(wall.strftime("%Y%m%d%H%M"))
                 # an hour that DST repeats happens twice: a wildcard hour field fires in
                 # both passes, the second one keyed with its UTC offset
-                second = wall.replace(tzinfo=zone, fold=1).astimezone(timezone.utc).astimezone(zone)
+                second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC).astimezone(zone)
                 if second.fold and second.replace(tzinfo=None, fold=0) == wall:
                     out.append(wall.strftime("%Y%m%d%H%M") + second.strftime("%z"))
             day += timedelta(days=1)

@@ -25,7 +25,7 @@ def app(make_app):
     return make_app(dashboard_token=TOKEN)
 
 
-def no_cors(resp) -> None:  # noqa: ANN001
+def no_cors(resp) -> None:
     assert not [h for h in resp.headers.keys() if h.lower().startswith("access-control-")]
 
 

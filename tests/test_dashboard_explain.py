@@ -21,7 +21,7 @@ from dashboard_helpers import BEARER, TOKEN, web_client
 ROWS = 30_000
 
 
-def _bench():  # noqa: ANN202
+def _bench():
     spec = importlib.util.spec_from_file_location("bench_dashboard_pages",
                                                   ROOT / "bench" / "dashboard_pages.py")
     module = importlib.util.module_from_spec(spec)
@@ -41,7 +41,7 @@ def test_every_list_query_uses_an_index(make_app):
         conn.exec_driver_sql("ANALYZE TABLE cronjob_queue").all()
     captured: list[tuple[str, object]] = []
 
-    def capture(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+    def capture(conn, cursor, statement, parameters, context, executemany):
         if statement.lstrip().upper().startswith("SELECT") and "cronjob_queue" in statement:
             captured.append((statement, parameters))
 

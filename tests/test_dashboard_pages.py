@@ -13,8 +13,18 @@ from cronjobs import store
 from cronjobs.models import cronjob_runtime, cronjob_worker
 from cronjobs.scheduler import set_enabled, task_infos
 from cronjobs.taskrows import task_rows
-from dashboard_helpers import (BEARER, TOKEN, add_row, add_rows, count, db_now, login, row,
-                               wait_operation, web_client)
+from dashboard_helpers import (
+    BEARER,
+    TOKEN,
+    add_row,
+    add_rows,
+    count,
+    db_now,
+    login,
+    row,
+    wait_operation,
+    web_client,
+)
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 XSS = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>', '"onmouseover=alert(1) x="']
@@ -26,7 +36,7 @@ def app(make_app):
     return make_app(dashboard_token=TOKEN)
 
 
-def page(client, path: str, code: int = 200, **kw) -> str:  # noqa: ANN001, ANN003
+def page(client, path: str, code: int = 200, **kw) -> str:
     resp = client.get(path, headers={**BEARER, **kw.pop("headers", {})}, **kw)
     assert resp.status_code == code, (path, resp.get_data(as_text=True)[:800])
     return resp.get_data(as_text=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 and its key (PEM files)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=1))
@@ -53,7 +53,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 
 
 def insert(db_url: str, **values: object) -> int:
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     row = {"type": "test.summary.execute", "queue": "default", "status": "failed",
            "priority": 5, "payload": "{}", "attempts": 1, "max_attempts": 1,
            "created_at": now, "updated_at": now, "finished_at": now, **values}

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-
 import re
-
 from datetime import datetime, timedelta, timezone
 
 import pytest

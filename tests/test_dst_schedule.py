@@ -9,7 +9,7 @@ import logging
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -62,10 +62,10 @@ NAMED_FORMATS = {"minute": ("%Y%m%d%H%M", MINUTE), "hour": ("%Y%m%d%H", timedelt
 
 def cronsim_fires(frequency: str, tz: str, start: datetime, end: datetime) -> list[datetime]:
     """cronsim's own fire instants of `frequency` in [start, end), naive UTC."""
-    begin = (start - timedelta(seconds=1)).replace(tzinfo=timezone.utc).astimezone(ZoneInfo(tz))
+    begin = (start - timedelta(seconds=1)).replace(tzinfo=UTC).astimezone(ZoneInfo(tz))
     fires = []
     for fire in CronSim(expand(frequency), begin):
-        at = fire.astimezone(timezone.utc).replace(tzinfo=None)
+        at = fire.astimezone(UTC).replace(tzinfo=None)
         if at >= end:
             return fires
         fires.append(at)
@@ -83,7 +83,7 @@ def utc_periods(frequency: str, start: datetime, end: datetime) -> list[str]:
     return keys
 
 
-def drive(app, clock: FrozenClock, start: datetime, end: datetime) -> list:  # noqa: ANN001
+def drive(app, clock: FrozenClock, start: datetime, end: datetime) -> list:
     """Tick every minute of [start, end) at second 5, the clock moving along."""
     reports, now = [], start
     while now < end:
@@ -93,7 +93,7 @@ def drive(app, clock: FrozenClock, start: datetime, end: datetime) -> list:  # n
     return reports
 
 
-def started_rows(app) -> dict[str, list[tuple[str, datetime, datetime]]]:  # noqa: ANN001
+def started_rows(app) -> dict[str, list[tuple[str, datetime, datetime]]]:
     """Task -> `(slot key, claimed at, job created at)` of every slot record, in claim order,
     each joined to the job row it started."""
     stmt = (sa.select(cronjob_slot.c.task, cronjob_slot.c.slot, cronjob_slot.c.claimed_at,

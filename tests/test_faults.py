@@ -28,12 +28,12 @@ import pytest
 import sqlalchemy as sa
 
 import registry
+from conftest import REDIS, SAMPLE_HANDLERS, cli_env, effects, new_database
 from cronjobs import queue
 from cronjobs.app import App, use
 from cronjobs.config import Settings
 from cronjobs.migrate import upgrade
 from cronjobs.models import cronjob_queue
-from conftest import REDIS, new_database, SAMPLE_HANDLERS, cli_env, effects
 from test_worker_e2e import _tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]

@@ -44,7 +44,7 @@ def beat(app: App, worker_id: str, queues: str, age_seconds: float = 0) -> None:
             last_seen_at=seen, jobs_done=0))
 
 
-def check(report, name: str):  # noqa: ANN001, ANN201
+def check(report, name: str):
     return next(c for c in report.checks if c.name == name)
 
 

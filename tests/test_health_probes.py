@@ -35,7 +35,7 @@ def closed_port() -> int:
         return probe.getsockname()[1]
 
 
-def down_url(backend: str, tmp_path) -> str:  # noqa: ANN001
+def down_url(backend: str, tmp_path) -> str:
     """A database URL of `backend` that cannot be reached."""
     return {"sqlite": f"sqlite:///{tmp_path}/no-such-folder/cronjobs.db",
             "mariadb": f"mysql+pymysql://root@127.0.0.1:{closed_port()}/test",
@@ -54,13 +54,13 @@ def make_healthy(app: App) -> None:
             started_at=seen, last_seen_at=seen, jobs_done=0))
 
 
-def raising(exc: BaseException):  # noqa: ANN201
-    def check(app, check):  # noqa: ANN001, ANN202
+def raising(exc: BaseException):
+    def check(app, check):
         raise exc
     return check
 
 
-def missing_table(app, check) -> None:  # noqa: ANN001
+def missing_table(app, check) -> None:
     """A check whose statement the database refuses (raises a real driver error)."""
     with app.engine.connect() as conn:
         conn.exec_driver_sql("SELECT id FROM no_such_table")

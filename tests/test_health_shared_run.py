@@ -29,7 +29,7 @@ def test_concurrent_callers_share_one_run_and_its_report_for_the_ttl(make_app):
     app = make_app()
     started, release, calls = threading.Event(), threading.Event(), []
 
-    def slow(app, check) -> None:  # noqa: ANN001
+    def slow(app, check) -> None:
         calls.append(threading.current_thread().name)
         started.set()
         release.wait(10)
@@ -62,7 +62,7 @@ def test_a_hung_check_is_not_started_again_while_it_runs(make_app):
     app = make_app(health_timeout_seconds=0.3)
     hung, starts = threading.Event(), []
 
-    def stuck(app, check) -> None:  # noqa: ANN001
+    def stuck(app, check) -> None:
         starts.append(1)
         hung.wait(30)
 

@@ -23,7 +23,7 @@ CALLERS = 40
 
 
 @contextmanager
-def served(app):  # noqa: ANN001, ANN201
+def served(app):
     """The dashboard of `app` on a real threaded server; yields (base URL, Flask app)."""
     server, url, _ = open_server(app, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -81,7 +81,7 @@ def test_forty_concurrent_health_calls_share_one_run_and_leave_the_pages_fast(ma
     assert all('"status":"ok"' in a[1].replace(" ", "") for a in answers)
 
 
-def lock_tables(holder) -> None:  # noqa: ANN001
+def lock_tables(holder) -> None:
     """Lock the tables `/` and `/workers` read, on the connection `holder`."""
     if holder.dialect.name == "postgresql":
         holder.exec_driver_sql("LOCK TABLE cronjob_queue, cronjob_runtime IN ACCESS EXCLUSIVE MODE")
@@ -89,7 +89,7 @@ def lock_tables(holder) -> None:  # noqa: ANN001
         holder.exec_driver_sql("LOCK TABLES cronjob_queue WRITE, cronjob_runtime WRITE")
 
 
-def unlock_tables(holder) -> None:  # noqa: ANN001
+def unlock_tables(holder) -> None:
     if holder.dialect.name != "postgresql":
         holder.exec_driver_sql("UNLOCK TABLES")
     holder.rollback()

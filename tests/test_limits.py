@@ -9,13 +9,13 @@ from datetime import datetime
 import pytest
 import sqlalchemy as sa
 
+from conftest import cli_env, run_cli
 from cronjobs import limits, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.db import classify, run_in_transaction
 from cronjobs.errors import DatabaseRefused
 from cronjobs.models import cronjob_queue as q
 from cronjobs.testing import drain
-from conftest import cli_env, run_cli
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
 SERVERS = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)

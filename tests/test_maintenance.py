@@ -107,7 +107,6 @@ def test_cleanup_keeps_a_cancelled_parent_with_live_children(make_app):
 def test_cleanup_forgets_heartbeats_of_killed_workers(make_app):
     from cronjobs import heartbeat, store
     from cronjobs.db import run_in_transaction
-
     from cronjobs.models import cronjob_worker
 
     clock = FrozenClock(T0)

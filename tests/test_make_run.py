@@ -66,7 +66,7 @@ def test_make_run_serves_dashboard_does_uptime_work_and_stops_cleanly(tmp_path: 
            if not k.startswith("CRONJOBS_") and k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env.update(CRONJOBS_DATABASE_URL=f"sqlite:///{tmp_path / 'run.db'}",
                CRONJOBS_DASHBOARD_PORT="0")
-    stderr = open(tmp_path / "stderr.log", "wb")  # noqa: SIM115 - closed in finally
+    stderr = open(tmp_path / "stderr.log", "wb")
     make = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "run"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=stderr, text=True, start_new_session=True)

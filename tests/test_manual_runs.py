@@ -24,7 +24,7 @@ BOTH = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
 SERVERS = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
 
 
-def cli(env, *args):  # noqa: ANN001, ANN002, ANN202
+def cli(env, *args):
     return subprocess.Popen([sys.executable, "-m", "cronjobs", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -93,7 +93,7 @@ def test_eight_threads_at_once_start_one_manual_run(make_app):
     assert count(app, type="test.count.discover", status="pending") == 1
 
 
-def app_last_manual(app) -> int:  # noqa: ANN001
+def app_last_manual(app) -> int:
     return next(r for r in task_rows(app) if r.task == "test-count").last_manual_job_id
 
 

@@ -20,7 +20,7 @@ SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 BOTH = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
 
 
-def scrape(client) -> dict:  # noqa: ANN001
+def scrape(client) -> dict:
     resp = client.get("/metrics", headers=BEARER)
     assert resp.status_code == 200 and resp.mimetype == "text/plain"
     samples = {}

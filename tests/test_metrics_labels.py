@@ -18,12 +18,12 @@ from dashboard_helpers import BEARER, TOKEN, recent_t0, web_client
 BUCKETS = 13  # 12 bounds and +Inf
 
 
-def scrape(client, statements: list | None = None) -> tuple[dict, dict]:  # noqa: ANN001
+def scrape(client, statements: list | None = None) -> tuple[dict, dict]:
     """`({(sample name, labels): value}, {family name: (type, help)})` of one scrape; the
     SQL it ran is appended to `statements` when given."""
     engine = client.application.extensions["cronjobs_app"].engine
 
-    def record(conn, cursor, statement, *args) -> None:  # noqa: ANN001, ANN002
+    def record(conn, cursor, statement, *args) -> None:
         statements.append(statement)
 
     if statements is not None:
@@ -42,7 +42,7 @@ def scrape(client, statements: list | None = None) -> tuple[dict, dict]:  # noqa
     return samples, families
 
 
-def finished_rows(app, n: int, job_type: str, **values) -> None:  # noqa: ANN001, ANN003
+def finished_rows(app, n: int, job_type: str, **values) -> None:
     """Insert `n` finished rows; `{i}` in `job_type` and in a `queue` value is the row's number."""
     now = app.clock.now()
     base = {"queue": "default", "status": "completed", "priority": 5, "payload": "{}",

@@ -8,10 +8,10 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+from conftest import new_database
 from cronjobs.db import make_engine
 from cronjobs.migrate import current, downgrade, migrations_path, upgrade
 from cronjobs.models import metadata
-from conftest import new_database
 
 
 def _diff(engine) -> list:
@@ -70,5 +70,5 @@ def test_open_alerts_carry_over_to_the_streak_columns(backend, tmp_path):
         drop()
 
 
-def _naive(value) -> datetime:  # noqa: ANN001
+def _naive(value) -> datetime:
     return datetime.fromisoformat(value) if isinstance(value, str) else value

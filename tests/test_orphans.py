@@ -15,9 +15,9 @@ from datetime import datetime
 import pytest
 
 import registry
+from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler, heartbeat, queue
 from cronjobs.clock import FrozenClock
-from conftest import cli_env, run_cli
 from test_worker_e2e import REDIS, wait_for, worker
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -27,7 +27,7 @@ class SpecialExecute(CronJobHandler):
     TYPE = "test.special.execute"
     QUEUE = "special"
 
-    def handle(self, payload, job):  # noqa: ANN001, ANN201
+    def handle(self, payload, job):
         return True
 
 

@@ -12,11 +12,11 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from conftest import REDIS, cli_env, run_cli
 from cronjobs import limits, queue
 from cronjobs.errors import InvalidJob
 from cronjobs.models import cronjob_queue
 from cronjobs.testing import drain
-from conftest import REDIS, cli_env, run_cli
 from test_worker_e2e import _tail, wait_for, worker
 
 SHAPE = "test.shape.execute"

@@ -12,9 +12,9 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from conftest import cli_env, effect_rows
 from cronjobs import queue
 from cronjobs.models import cronjob_queue
-from conftest import cli_env, effect_rows
 from test_faults import report
 from test_worker_e2e import RECORD, all_completed, wait_for, worker
 

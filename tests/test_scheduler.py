@@ -9,14 +9,13 @@ import pytest
 import sqlalchemy as sa
 
 import registry
+from conftest import effect_rows
 from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import HandlerNotFound
 from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
 from cronjobs.scheduler import run_task, set_enabled, tick
 from cronjobs.testing import drain
-
-from conftest import effect_rows
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
 BUILTIN_TASKS = {"cronjobs-cleanup", "cronjobs-health", "cronjobs-recoverstale", "http-uptime",

@@ -48,7 +48,7 @@ def tick_all(procs, now: datetime) -> list[dict]:
     return [json.loads(proc.stdout.readline()) for proc in procs]
 
 
-def run_lockstep(env: dict, between) -> tuple[list[list[dict]], list[list[dict]]]:  # noqa: ANN001
+def run_lockstep(env: dict, between) -> tuple[list[list[dict]], list[list[dict]]]:
     """Start the schedulers and wait until all are ready. Then for each minute: all tick it
     at once; `between()` runs the jobs (the cancelled rows are deleted); all tick the same
     minute again, 30 s later. Returns the reports of both rounds, per minute."""

@@ -4,15 +4,23 @@ frequency validation, DST rules and the count of skipped slots."""
 from __future__ import annotations
 
 from bisect import bisect_right
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 from cronsim import CronSim
 
 from cronjobs import limits
-from cronjobs.slots import (Slot, check_frequency, cron_key, current_slot, expand, is_cron,
-                            slot_start, slots_between)
+from cronjobs.slots import (
+    Slot,
+    check_frequency,
+    cron_key,
+    current_slot,
+    expand,
+    is_cron,
+    slot_start,
+    slots_between,
+)
 
 BERLIN = "Europe/Berlin"
 
@@ -248,10 +256,10 @@ def test_cron_slot_brackets_now_across_dst(frequency, start, end):
 def cronsim_instants(frequency: str, tz: str, start: datetime, end: datetime) -> list[datetime]:
     """cronsim's own fire instants (naive UTC) from a day before `start` to a day after `end`."""
     zone = ZoneInfo(tz)
-    begin = (start - timedelta(days=1)).replace(tzinfo=timezone.utc).astimezone(zone)
+    begin = (start - timedelta(days=1)).replace(tzinfo=UTC).astimezone(zone)
     out = []
     for fire in CronSim(expand(frequency), begin):
-        out.append(fire.astimezone(timezone.utc).replace(tzinfo=None))
+        out.append(fire.astimezone(UTC).replace(tzinfo=None))
         if out[-1] > end + timedelta(days=1):
             return out
     return out

@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import redis
@@ -25,10 +25,10 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from conftest import REDIS, cli_env, effect_rows, effects
 from cronjobs import queue, store
 from cronjobs.db import run_in_transaction
 from cronjobs.models import cronjob_queue
-from conftest import REDIS, cli_env, effect_rows, effects
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 pytestmark = [MARIADB, pytest.mark.slow]
@@ -267,7 +267,7 @@ def test_running_worker_sweep_picks_up_rows_that_never_got_a_message(
         wait_for(lambda: queue.get(warm, ["status"], app=app)["status"] == "completed", 30,
                  "the warm-up job", proc, log)
 
-        def insert(conn) -> list[int]:  # noqa: ANN001
+        def insert(conn) -> list[int]:
             rows = [queue.build_row(app, RECORD, {"tag": f"lost-{i}"}) for i in range(20)]
             return [store.insert_job(conn, values)[0]["id"] for values in rows]
 

@@ -11,12 +11,12 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cronjobs import queue
 from conftest import REDIS, cli_env, effect_rows, run_cli
+from cronjobs import queue
 from test_worker_e2e import RECORD, _tail, all_completed, wait_for, worker
 
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
@@ -40,7 +40,7 @@ def assert_timed_out(app, job_id: int, kind: str, proc, log) -> None:
     start = wait_for(lambda: effect_rows(app, kind), 30, f"{kind} effect", proc, log)[0]
     row = wait_for(lambda: (r := queue.get(job_id, app=app))["error"] and r, 30,
                    "the timeout", proc, log)
-    stopped_after = (row["updated_at"] - datetime.fromtimestamp(start["started"], timezone.utc).replace(tzinfo=None)).total_seconds()
+    stopped_after = (row["updated_at"] - datetime.fromtimestamp(start["started"], UTC).replace(tzinfo=None)).total_seconds()
     assert stopped_after <= 10, stopped_after
     assert row["error"].startswith("timeout after 2 s"), row["error"]
     assert row["status"] == "pending" and row["attempts"] == 1
@@ -159,5 +159,5 @@ def test_heartbeats_and_workers_command(make_app, db_url, namespace, tmp_path):
     after = json.loads(run_cli(["workers", "--json"], env).stdout)
     assert after["live"] == [] and after["dead"] == [], "a clean stop removes the heartbeat"
     files = list((tmp_path / "logs").glob("workers-*.log"))
-    assert len(files) == 1 and files[0].name == f"workers-{datetime.now(timezone.utc):%Y-%m-%d}.log"
+    assert len(files) == 1 and files[0].name == f"workers-{datetime.now(UTC):%Y-%m-%d}.log"
     assert "job 1 finish type=test.record.execute status=completed" in files[0].read_text()

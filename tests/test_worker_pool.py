@@ -14,10 +14,10 @@ import psutil
 import pytest
 import sqlalchemy as sa
 
+from conftest import SAMPLE_HANDLERS, cli_env, effect_rows
 from cronjobs import queue
 from cronjobs.models import cronjob_queue
 from cronjobs.worker import Limits, WorkerProcess
-from conftest import SAMPLE_HANDLERS, cli_env, effect_rows
 from test_worker_e2e import REDIS, all_completed, wait_for
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)

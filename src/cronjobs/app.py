@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -86,7 +87,7 @@ class App:
             return self._broker
 
     @property
-    def executor(self):  # noqa: ANN201
+    def executor(self):
         """This process's `Executor` (built on first use)."""
         with self._lock:
             if self._executor is None:
@@ -165,7 +166,7 @@ class App:
                 self._side_engines[name] = make_engine(self.settings.database_url, **options)
             return self._side_engines[name]
 
-    def using(self, engine: Engine) -> "App":
+    def using(self, engine: Engine) -> App:
         """This App seen through `engine`: the same settings, clock, handlers and broker,
         but every query made with the returned object's `.engine` goes to `engine`.
 

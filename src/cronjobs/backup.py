@@ -153,7 +153,7 @@ def _free_name(folder: Path, prefix: str, now: datetime, ext: str) -> Path:
     return target
 
 
-def _plan(url: URL, backend: str):  # noqa: ANN202
+def _plan(url: URL, backend: str):
     """(database name, method, writer(path)) for the backend of `url`."""
     if backend == "sqlite":
         source = url.database

@@ -8,7 +8,7 @@ priority, and a duplicated or stray message is harmless.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker

@@ -34,15 +34,21 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sqlalchemy import Connection
 
 from . import store
 from .app import App
 from .db import retry_while_unavailable, run_in_transaction
-from .errors import CronjobsError, DatabaseUnavailable, OperationNotRunning, OperationRunning, StoreError
+from .errors import (
+    CronjobsError,
+    DatabaseUnavailable,
+    OperationNotRunning,
+    OperationRunning,
+    StoreError,
+)
 from .queue import DOORBELLS_PER_QUEUE
 
 log = logging.getLogger("cronjobs.bulk")

@@ -7,19 +7,19 @@ so tests drive time explicitly instead of sleeping.
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 
 def utcnow() -> datetime:
     """Return the current time as a naive UTC datetime (microsecond precision)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def as_utc(value: datetime) -> datetime:
     """Convert an aware datetime to naive UTC; a naive one is taken to be UTC already."""
     if value.tzinfo is None:
         return value
-    return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value.astimezone(UTC).replace(tzinfo=None)
 
 
 class SystemClock:

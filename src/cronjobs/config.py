@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
@@ -385,7 +386,7 @@ class Settings(BaseModel):
         return self.tasks.get(name, TaskSettings())
 
     @classmethod
-    def load(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+    def load(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from the TOML file, the environment and keyword overrides.
 
         Args:

@@ -9,7 +9,8 @@ import logging
 import math
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import tenacity
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -116,7 +117,7 @@ def _limit_connections(engine: Engine, timeout: float) -> None:
     lock_wait = math.ceil(timeout) + 1
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_connect(dbapi_conn, _record):
         cur = dbapi_conn.cursor()
         if engine.dialect.name == "postgresql":
             cur.execute(f"SET statement_timeout = {int(timeout * 1000)}")
@@ -135,7 +136,7 @@ def _check_mysql_packet(engine: Engine) -> None:
     the server would drop the connection ("gone away") instead of refusing the row."""
 
     @event.listens_for(engine, "first_connect")
-    def _on_first_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_first_connect(dbapi_conn, _record):
         cur = dbapi_conn.cursor()
         cur.execute("SELECT @@max_allowed_packet")
         packet = int(cur.fetchone()[0])
@@ -151,7 +152,7 @@ def _setup_sqlite(engine: Engine, timeout: float | None = None) -> None:
     busy_ms = 30000 if timeout is None else int(timeout * 1000)
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_connect(dbapi_conn, _record):
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
@@ -161,7 +162,7 @@ def _setup_sqlite(engine: Engine, timeout: float | None = None) -> None:
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn):  # noqa: ANN001
+    def _on_begin(conn):
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 

@@ -16,8 +16,15 @@ from . import limits, store
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import JobNotFound, JobStateError
 from .handler import Job
-from .outcome import (Outcome, Policy, from_exception, from_return, next_state, no_handler,
-                      unreadable)
+from .outcome import (
+    Outcome,
+    Policy,
+    from_exception,
+    from_return,
+    next_state,
+    no_handler,
+    unreadable,
+)
 
 if TYPE_CHECKING:
     from .app import App
@@ -46,7 +53,7 @@ class JobReport:
 class JobContext:
     """What a handler can reach while it runs (`handler.context`)."""
 
-    def __init__(self, app: "App", job: Job) -> None:
+    def __init__(self, app: App, job: Job) -> None:
         self.app = app
         self.job = job
 
@@ -67,7 +74,7 @@ class JobContext:
         return dispatch(job_type, payload, app=self.app, **options)
 
 
-def call_handler(app: "App", job: Job, reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+def call_handler(app: App, job: Job, reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
     """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
     except those of the types in `reraise` (the job process's MAX_RUNTIME alarm)."""
     cls = app.resolve(job.type)
@@ -108,7 +115,7 @@ class Finish:
     duration_ms: float
     now: datetime
 
-    def write(self, conn) -> str:  # noqa: ANN001
+    def write(self, conn) -> str:
         """Write the plan in the caller's transaction; returns the final status
         (`deleted` for a cancelled childless row, `lost` when the lease was taken away)."""
         job, final = self.job, self.status
@@ -121,7 +128,7 @@ class Finish:
         return final
 
 
-def write_all(conn, plans: list[Finish]) -> list[str]:  # noqa: ANN001
+def write_all(conn, plans: list[Finish]) -> list[str]:
     """Write many plans in the caller's transaction; returns their final statuses.
 
     The common ones (not a cancel, not a task run) share two statements
@@ -164,7 +171,7 @@ class Executor:
         worker_id: written to claimed rows (default `host:pid`).
     """
 
-    def __init__(self, app: "App", worker_id: str | None = None) -> None:
+    def __init__(self, app: App, worker_id: str | None = None) -> None:
         self.app = app
         self.worker_id = worker_id or default_worker_id()
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)

@@ -63,7 +63,7 @@ class Job:
     updated_at: datetime
 
     @classmethod
-    def from_row(cls, row: dict, *, decode: bool = True) -> "Job":
+    def from_row(cls, row: dict, *, decode: bool = True) -> Job:
         """Build a Job from a row mapping of `cronjob_queue`.
 
         Args:

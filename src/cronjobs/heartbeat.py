@@ -61,7 +61,7 @@ def view(app: App) -> WorkersView:
     """Read the heartbeats and pending rows; compare them with the registered queues."""
     now = app.clock.now()
 
-    def read(conn) -> tuple[list[dict], dict]:  # noqa: ANN001
+    def read(conn) -> tuple[list[dict], dict]:
         return store.list_workers(conn, LIVE_SECONDS), store.pending_by_queue(conn, now)
 
     rows, pending = run_in_transaction(app.engine, read)

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import io
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Callable, Iterator
 
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po

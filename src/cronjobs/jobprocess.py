@@ -44,7 +44,7 @@ def _preload_builtin_handlers() -> None:
     for info in pkgutil.iter_modules(_builtin_handlers.__path__):
         try:
             importlib.import_module(f"{_builtin_handlers.__name__}.{info.name}")
-        except Exception:  # noqa: BLE001  (the registry reports it when it loads)
+        except Exception:
             pass
 
 
@@ -56,7 +56,7 @@ def _preload_app() -> App | None:
         app = App(Settings.load())
         app.handlers  # noqa: B018
         return app
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 
@@ -74,7 +74,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _on_alarm(signum, frame) -> None:  # noqa: ANN001
+def _on_alarm(signum, frame) -> None:
     raise RuntimeLimit()
 
 

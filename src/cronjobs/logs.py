@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -41,7 +41,7 @@ class DailyFileHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         """Write one formatted line to today's file."""
         try:
-            date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+            date = datetime.now(UTC).strftime("%Y-%m-%d")
             if date != self._date:
                 if self._file is not None:
                     self._file.close()

@@ -97,7 +97,7 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     values = build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
                        title=f"{task} (manual)", idempotency_key=key)
 
-    def start(conn) -> tuple[int, bool]:  # noqa: ANN001
+    def start(conn) -> tuple[int, bool]:
         runtime = store.lock_runtime(conn, task)
         existing = store.select_by_key(conn, key)
         if existing is not None:

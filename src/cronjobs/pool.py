@@ -57,7 +57,7 @@ class SlotPool:
             every job in a thread (tests, debugging).
     """
 
-    def __init__(self, executor: "Executor", slots: int, *, processes: bool = True) -> None:
+    def __init__(self, executor: Executor, slots: int, *, processes: bool = True) -> None:
         self.executor = executor
         self.app = executor.app
         self.slots = slots
@@ -257,7 +257,7 @@ class SlotPool:
         self._backlog = bool(wants) and not drained
         return rows
 
-    def _transaction(self, conn, plans: list[Finish],  # noqa: ANN001
+    def _transaction(self, conn, plans: list[Finish],
                      wants: list[tuple[str, int]]) -> tuple[list[str], list[dict], set[str]]:
         finals = write_all(conn, plans)
         rows: list[dict] = []
@@ -298,7 +298,7 @@ class SlotPool:
         for plan in plans:
             try:
                 final = run_in_transaction(self.app.engine, plan.write)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 plan = self.executor.refused(plan, exc)
                 final = run_in_transaction(self.app.engine, plan.write)
             finals.append(final)

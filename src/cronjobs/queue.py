@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
 
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
@@ -127,7 +127,7 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
         rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
     keyed = any(r["idempotency_key"] for r in rows)
 
-    def insert(conn) -> list[int]:  # noqa: ANN001
+    def insert(conn) -> list[int]:
         if keyed:  # one by one (a taken key gives its holder's id), one transaction
             return [_insert(conn, r)[0]["id"] for r in rows]
         try:
@@ -214,7 +214,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             "created_at": now, "updated_at": now}
 
 
-def _insert(conn, values: dict) -> tuple[dict, bool]:  # noqa: ANN001
+def _insert(conn, values: dict) -> tuple[dict, bool]:
     try:
         return store.insert_job(conn, values)
     except IntegrityError as exc:

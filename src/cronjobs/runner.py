@@ -33,7 +33,7 @@ START_TIMEOUT_SECONDS = 60
 KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
 
 
-def _child_main(conn, settings: Settings) -> None:  # noqa: ANN001
+def _child_main(conn, settings: Settings) -> None:
     from .jobprocess import serve
 
     serve(conn, settings)

@@ -202,7 +202,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dic
                                  idempotency_key=f"cronjobs:{info.task}:{slot.key}")
             for info, slot in due}
 
-    def claim_and_insert(conn) -> dict[str, int]:  # noqa: ANN001
+    def claim_and_insert(conn) -> dict[str, int]:
         won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in due], now)
         mine = [(info, slot) for info, slot in due if info.task in won]
         ids = store.insert_jobs(conn, [rows[info.task] for info, _ in mine])
@@ -243,7 +243,7 @@ def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
     values = build_row(app, info.type, {"slot": slot.key}, title=f"{info.task} {slot.key}",
                        idempotency_key=f"cronjobs:{info.task}:{slot.key}")
 
-    def claim_and_insert(conn) -> int | None:  # noqa: ANN001
+    def claim_and_insert(conn) -> int | None:
         if not store.claim_slot(conn, info.task, slot.key, now):
             return None
         row, _ = _insert(conn, values)

@@ -14,7 +14,7 @@ log = logging.getLogger("cronjobs.serve")
 
 
 def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout: float = 30,
-          signals: Signals | None = None, on_ready=None) -> int:  # noqa: ANN001
+          signals: Signals | None = None, on_ready=None) -> int:
     """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop, 1 when the
     worker's job loop broke (the process must be restarted).
 

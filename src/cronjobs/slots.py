@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
@@ -112,7 +112,7 @@ def current_slot(frequency: str, now: datetime, tz: str = "UTC") -> Slot:
     minute = now.replace(second=0, microsecond=0)
     # Add the 30 s before converting: aware arithmetic resets `fold`, which would put a
     # tick in the repeated DST hour on the first pass of that wall time.
-    local = (minute + timedelta(seconds=30)).replace(tzinfo=timezone.utc).astimezone(zone)
+    local = (minute + timedelta(seconds=30)).replace(tzinfo=UTC).astimezone(zone)
     fire = _utc(next(CronSim(frequency, local, reverse=True)))
     later = fires_after(frequency, fire, tz)
     following = next(later)
@@ -136,7 +136,7 @@ def fires_after(frequency: str, after: datetime, tz: str = "UTC") -> Iterator[da
     """
     zone = ZoneInfo(tz)
     last = after
-    for fire in CronSim(expand(frequency), after.replace(tzinfo=timezone.utc).astimezone(zone)):
+    for fire in CronSim(expand(frequency), after.replace(tzinfo=UTC).astimezone(zone)):
         at = _utc(fire)
         if at > last:  # a fixed-time line is walked in wall time: skip what lies behind
             last = at
@@ -147,7 +147,7 @@ def cron_key(at: datetime, zone: ZoneInfo) -> str:
     """The slot key of the cron fire instant `at` (naive UTC) in `zone`: the local wall
     time `YYYYMMDDHHMM`, with the UTC offset appended (`+0100`, `-0500`) when `at` is the
     second pass of a wall time that DST repeats."""
-    local = at.replace(tzinfo=timezone.utc).astimezone(zone)
+    local = at.replace(tzinfo=UTC).astimezone(zone)
     key = local.strftime("%Y%m%d%H%M")
     if local.fold and local.replace(fold=0).utcoffset() != local.utcoffset():
         key += local.strftime("%z")
@@ -244,4 +244,4 @@ def _next_start(frequency: str, start: datetime) -> datetime:
 
 
 def _utc(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value.astimezone(UTC).replace(tzinfo=None)

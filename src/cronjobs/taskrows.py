@@ -99,7 +99,7 @@ def task_rows(app: App) -> list[TaskRow]:
 
 def cli_row(row: TaskRow) -> dict:
     """The columns of `cronjobs tasks` (empty string for None)."""
-    def text(value) -> str:  # noqa: ANN001
+    def text(value) -> str:
         if value is None:
             return ""
         if isinstance(value, datetime):

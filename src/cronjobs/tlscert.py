@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import ssl
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
@@ -118,4 +118,4 @@ def _describe(der: bytes, verified: bool, verify_error: str | None) -> Certifica
 
 
 def _naive(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value.astimezone(UTC).replace(tzinfo=None)

@@ -56,13 +56,13 @@ class Signals:
         self.stop = threading.Event()
         self.urgent = threading.Event()
 
-    def install(self) -> "Signals":
+    def install(self) -> Signals:
         """Install the handlers (main thread only)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         return self
 
-    def _on_signal(self, signum, _frame) -> None:  # noqa: ANN001
+    def _on_signal(self, signum, _frame) -> None:
         name = signal.Signals(signum).name
         if self.stop.is_set() and signum == signal.SIGINT:
             log.warning("second SIGINT: cutting running jobs off now")

@@ -18,7 +18,7 @@ MAX_BODY_BYTES = 1_000_000
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Report a 3xx as it is (used when a 3xx is the expected status)."""
 
-    def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+    def redirect_request(self, *args, **kwargs):
         return None
 
 

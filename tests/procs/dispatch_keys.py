@@ -10,8 +10,9 @@ import random
 import sys
 import time
 
-from cronjobs import queue
 from _common import bare_app
+
+from cronjobs import queue
 
 
 def main() -> None:

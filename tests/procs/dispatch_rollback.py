@@ -11,10 +11,10 @@ import os
 import sys
 import time
 
+from _common import bare_app
 from sqlalchemy.orm import Session
 
 from cronjobs import queue
-from _common import bare_app
 
 
 def main() -> None:

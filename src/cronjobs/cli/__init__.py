@@ -1,7 +1,13 @@
 """The `cronjobs` command line: `main` and its commands, one module per group of commands."""
 
-from . import handlers, jobs, ops, tasks, workers  # noqa: F401  (each module registers its commands)
-from . import scaffold  # noqa: F401  (issue 9: new-handler)
+from . import (  # noqa: F401  (each module registers its commands)
+    handlers,
+    jobs,
+    ops,
+    scaffold,
+    tasks,
+    workers,
+)
 from .base import main
 
 __all__ = ["main"]

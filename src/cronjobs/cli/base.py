@@ -19,7 +19,7 @@ class Group(click.Group):
     `CronjobsError`s and click's usage errors alike. A database that cannot be reached
     is one line and exit status 1."""
 
-    def invoke(self, ctx: click.Context):  # noqa: ANN201
+    def invoke(self, ctx: click.Context):
         from sqlalchemy.exc import DBAPIError
 
         from ..db import our_error
@@ -40,7 +40,7 @@ class Group(click.Group):
         except CronjobsError as exc:
             _fail(str(exc), EXIT_BAD_INPUT)
 
-    def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+    def main(self, *args, **kwargs):
         """Run the CLI; a usage error is printed as one line (no usage block)."""
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
@@ -59,7 +59,7 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _app(create: bool = False, database: bool = True):  # noqa: ANN202
+def _app(create: bool = False, database: bool = True):
     """The App. A command that uses the database needs an existing SQLite file unless it
     may `create` one (so a typo in the path or the wrong folder is an error, not a new
     empty database)."""
@@ -82,7 +82,7 @@ def _app(create: bool = False, database: bool = True):  # noqa: ANN202
     return app
 
 
-def _registry(app):  # noqa: ANN001, ANN202
+def _registry(app):
     return app.handlers
 
 
@@ -104,7 +104,7 @@ def _parse_time(value: str | None, name: str) -> datetime | None:
     return parsed
 
 
-def _dump(value) -> str:  # noqa: ANN001
+def _dump(value) -> str:
     return json.dumps(value, indent=2, default=lambda v: v.isoformat() + "Z"
                       if isinstance(v, datetime) else str(v))
 

@@ -10,7 +10,8 @@ from .base import _app, _dump, _registry, _table, main
 @main.command()
 def migrate() -> None:
     """Create or upgrade the tables (Alembic, to the newest revision)."""
-    from ..migrate import current as revision, upgrade
+    from ..migrate import current as revision
+    from ..migrate import upgrade
 
     app = _app(create=True)
     upgrade(app.engine)

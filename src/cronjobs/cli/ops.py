@@ -61,7 +61,7 @@ def failed(job_type: str | None, retry: bool) -> None:
             for g in groups], ["count", "type", "newest", "error"])
 
 
-def _retry_all(app, job_type: str | None) -> None:  # noqa: ANN001
+def _retry_all(app, job_type: str | None) -> None:
     """`failed --retry`: the dashboard's bulk retry, run here in the foreground."""
     from .. import bulk
 

@@ -56,7 +56,7 @@ class Policy:
     repeat: timedelta = timedelta(minutes=60)
 
     @classmethod
-    def from_settings(cls, s: Settings) -> "Policy":
+    def from_settings(cls, s: Settings) -> Policy:
         """The policy of `CRONJOBS_ALERT_*` settings."""
         return cls(s.alert_after_runs, s.alert_recover_after_runs, s.alert_flap_changes,
                    timedelta(minutes=s.alert_flap_window_minutes),

@@ -206,13 +206,13 @@ def _scheduled(app: App) -> list:
     return [i for i in task_infos(app) if i.frequency and i.enabled and i.available]
 
 
-def _period(frequency: str, now, tz: str) -> float:  # noqa: ANN001
+def _period(frequency: str, now, tz: str) -> float:
     """Seconds between two slots of `frequency` (the current one and the next)."""
     slot = current_slot(frequency, now, tz)
     return max(60.0, (slot.next_at - slot.at).total_seconds())
 
 
-def _age(now, then) -> float | None:  # noqa: ANN001
+def _age(now, then) -> float | None:
     return None if then is None else max(0.0, (now - then).total_seconds())
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable
 
 from sqlalchemy import Engine
 
@@ -31,7 +31,7 @@ EXIT_CODES = {"ok": 0, "warn": 1, "fail": 2, CHECK_ERROR: 3}
 CheckFn = Callable[[App, "Check"], None]
 
 
-def worst(statuses) -> str:  # noqa: ANN001
+def worst(statuses) -> str:
     """The worst of some statuses `ok`, `warn`, `fail` (`ok` for none)."""
     return max(statuses, key=STATUSES.index, default="ok")
 

@@ -5,6 +5,15 @@ matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), s
 frozen clock drives every backend the same way. Dialect differences are handled here.
 """
 
+from . import (  # dashboard reads, operator actions, bulk operations, alert state
+    actions,
+    alerts,
+    fields,
+    operations,
+    secrets,
+    views,
+)
+from .dialect import database_now, db_now
 from .jobs import (
     JOB_COLUMNS,
     claim_batch,
@@ -21,7 +30,6 @@ from .jobs import (
     renew_leases,
     select_by_key,
 )
-from .dialect import database_now, db_now
 from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
     claim_slot,
@@ -37,7 +45,6 @@ from .runtime import (
     update_task_status,
 )
 from .workers import beat, forget, list_workers, prune_workers
-from . import actions, alerts, fields, operations, secrets, views  # dashboard reads, operator actions, bulk operations, alert state
 
 __all__ = [
     "JOB_COLUMNS", "claim_batch", "claim_by_id", "claim_next", "count_children", "delete_job",

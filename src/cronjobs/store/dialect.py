@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import (Connection, DateTime, Interval, String, Table, func, literal,
-                        literal_column, select, type_coerce)
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Interval,
+    String,
+    Table,
+    func,
+    literal,
+    literal_column,
+    select,
+    type_coerce,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement, Insert
 
@@ -30,7 +40,7 @@ def insert_ignore(conn: Connection, table: Table, conflict_columns: list[str]) -
     return table.insert().prefix_with("IGNORE")
 
 
-def locking_read(conn: Connection, stmt):  # noqa: ANN001, ANN201
+def locking_read(conn: Connection, stmt):
     """Make a SELECT read the latest committed version and lock it (no-op on SQLite).
 
     MySQL/MariaDB: a plain SELECT in REPEATABLE READ could miss a row committed after the
@@ -44,7 +54,7 @@ def locking_read(conn: Connection, stmt):  # noqa: ANN001, ANN201
     return stmt
 
 
-def skip_locked(conn: Connection, stmt):  # noqa: ANN001, ANN201
+def skip_locked(conn: Connection, stmt):
     """Add FOR UPDATE SKIP LOCKED where the backend has row locks (not SQLite)."""
     if name(conn) == "sqlite":
         return stmt  # one writer at a time: the conditional UPDATE decides

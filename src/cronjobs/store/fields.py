@@ -12,7 +12,7 @@ and knows the size without reading any.
 from __future__ import annotations
 
 import sqlite3
-from typing import Iterator
+from collections.abc import Iterator
 
 from sqlalchemy import Connection, Engine, func, select
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Callable, Iterable, Sequence
 
 from sqlalchemy import Connection, and_, func, or_, select
 
@@ -106,7 +106,7 @@ def _columns(columns: Iterable[str] | None) -> list:
     return [q.c[c] for c in names]
 
 
-def _due(now: datetime):  # noqa: ANN202
+def _due(now: datetime):
     return or_(q.c.scheduled_at.is_(None), q.c.scheduled_at <= now)
 
 

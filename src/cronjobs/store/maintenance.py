@@ -8,7 +8,8 @@ from sqlalchemy import Connection, case, exists, func, or_, select
 from sqlalchemy.orm import aliased
 
 from .. import limits
-from ..models import cronjob_queue as q, cronjob_slot
+from ..models import cronjob_queue as q
+from ..models import cronjob_slot
 from .dialect import db_now, skip_locked
 
 
@@ -86,7 +87,7 @@ def pending_by_queue(conn: Connection, now: datetime) -> dict[str, dict]:
             for r in conn.execute(stmt).mappings()}
 
 
-def _as_datetime(value):  # noqa: ANN001, ANN202
+def _as_datetime(value):
     # SQLite returns MIN() over a CASE as text.
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 

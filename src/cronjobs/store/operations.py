@@ -15,7 +15,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, case, select
 
-from ..models import cronjob_operation as op, cronjob_operation_batch as ob
+from ..models import cronjob_operation as op
+from ..models import cronjob_operation_batch as ob
 from ..models import cronjob_queue as q
 from .dialect import db_now, insert_ignore
 from .views import error_key
@@ -179,7 +180,7 @@ def recent_operations(conn: Connection, limit: int = 10) -> list[dict]:
     return _read(conn, None, limit=limit)
 
 
-def _read(conn: Connection, cond, limit: int = 1) -> list[dict]:  # noqa: ANN001
+def _read(conn: Connection, cond, limit: int = 1) -> list[dict]:
     stalled = case(((op.c.status == "running") & (op.c.lease_until < db_now(conn)), 1), else_=0)
     stmt = (select(*(op.c[c] for c in OPERATION_COLUMNS), stalled.label("stalled"))
             .order_by(op.c.id.desc()).limit(limit))

@@ -6,7 +6,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select
 
-from ..models import cronjob_runtime as rt, cronjob_slot
+from ..models import cronjob_runtime as rt
+from ..models import cronjob_slot
 from . import hotpath
 from .dialect import insert_ignore
 

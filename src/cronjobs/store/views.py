@@ -14,7 +14,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, case, func, literal, select
 
-from ..models import cronjob_queue as q, cronjob_runtime as rt, cronjob_slot
+from ..models import cronjob_queue as q
+from ..models import cronjob_runtime as rt
+from ..models import cronjob_slot
 
 COUNT_CAP = 10_000
 SEARCH_WINDOW = 100_000  # ids looked at per page of a title search
@@ -41,12 +43,12 @@ class Page:
     searched_to: int | None = None
 
 
-def error_key(column=q.c.error):  # noqa: ANN001, ANN201
+def error_key(column=q.c.error):
     """SQL expression: the part of `error` that groups failed rows (first 200 characters)."""
     return func.substr(func.coalesce(column, literal("")), 1, ERROR_KEY_CHARS)
 
 
-def _list_select():  # noqa: ANN202
+def _list_select():
     return select(*(q.c[c] for c in LIST_COLUMNS), error_key().label("error"))
 
 
@@ -115,7 +117,7 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
     return page
 
 
-def _force_index(stmt, by_type: bool, by_status: bool):  # noqa: ANN001, ANN202
+def _force_index(stmt, by_type: bool, by_status: bool):
     """MariaDB: name the index that serves `WHERE ... ORDER BY id DESC LIMIT n`.
 
     With a million rows its optimizer may otherwise intersect (status, id) and
@@ -141,7 +143,7 @@ def max_id(conn: Connection) -> int | None:
     return conn.execute(select(func.max(q.c.id))).scalar()
 
 
-def capped_count(conn: Connection, *conds, cap: int = COUNT_CAP) -> tuple[int, bool]:  # noqa: ANN002
+def capped_count(conn: Connection, *conds, cap: int = COUNT_CAP) -> tuple[int, bool]:
     """Count rows matching `conds`, stopping at `cap`.
 
     Returns:

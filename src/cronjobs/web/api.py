@@ -15,7 +15,7 @@ from .view import cronjobs_app, head_bytes
 bp = Blueprint("api", __name__)
 
 
-def _clean(value):  # noqa: ANN001, ANN202
+def _clean(value):
     if isinstance(value, datetime):
         return value.isoformat() + "Z"
     if isinstance(value, dict):
@@ -26,13 +26,13 @@ def _clean(value):  # noqa: ANN001, ANN202
 
 
 @bp.get("/api/tasks")
-def tasks():  # noqa: ANN201
+def tasks():
     """Every task: the same rows as the Tasks page and `cronjobs tasks`."""
     return jsonify([_clean(r.as_dict()) for r in task_rows(cronjobs_app())])
 
 
 @bp.get("/api/jobs")
-def jobs():  # noqa: ANN201
+def jobs():
     """A page of rows (the Queue page's filters and keyset: `before`, `after`, `limit`)."""
     f = queue_filters()
     with cronjobs_app().engine.connect() as conn:
@@ -46,7 +46,7 @@ def jobs():  # noqa: ANN201
 
 
 @bp.get("/api/jobs/<id:job_id>")
-def job(job_id: int):  # noqa: ANN201
+def job(job_id: int):
     """One whole row (payload and result as stored JSON text).
 
     A payload, result, error or log larger than `API_TEXT_MAX_BYTES` (1,000,000 bytes,
@@ -70,7 +70,7 @@ def job(job_id: int):  # noqa: ANN201
 
 
 @bp.get("/metrics")
-def metrics():  # noqa: ANN201
+def metrics():
     """Prometheus text format (behind the token unless `metrics_public`)."""
     from prometheus_client import CONTENT_TYPE_LATEST
 

@@ -17,8 +17,18 @@ import hmac
 import re
 from urllib.parse import unquote, urlsplit
 
-from flask import (Blueprint, Flask, current_app, g, jsonify, redirect, render_template,
-                   request, session, url_for)
+from flask import (
+    Blueprint,
+    Flask,
+    current_app,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 from flask_wtf.csrf import CSRFError
 
 from .view import cronjobs_app
@@ -57,7 +67,7 @@ def _wants_json() -> bool:
         request.accept_mimetypes.best == "application/json")
 
 
-def require_login():  # noqa: ANN201
+def require_login():
     """before_request: answer 401 (JSON) or the login page unless authenticated; check CSRF."""
     g.via_bearer = False
     endpoint = request.endpoint or ""
@@ -105,7 +115,7 @@ def safe_next(target: str | None) -> str:
 
 
 @bp.route("/login", methods=["GET", "POST"])
-def login():  # noqa: ANN201
+def login():
     """The login form; a right token starts a session and goes to `next`."""
     from flask_babel import gettext as _
 
@@ -126,13 +136,13 @@ def login():  # noqa: ANN201
 
 
 @bp.post("/logout")
-def logout():  # noqa: ANN201
+def logout():
     """End the session."""
     session.clear()
     return redirect(url_for("auth.login"), 303)
 
 
-def _csrf_failed(exc: CSRFError):  # noqa: ANN202
+def _csrf_failed(exc: CSRFError):
     return render_template("error.html", code=403,
                            message=f"CSRF check failed: {exc.description}"), 403
 

@@ -14,7 +14,7 @@ bp = Blueprint("failed", __name__)
 
 
 @bp.get("/failed")
-def failed():  # noqa: ANN201
+def failed():
     """The groups, biggest first (the newest 5,000 failed rows are grouped), the count of
     all failed rows (capped) and the newest bulk operations."""
     app = cronjobs_app()
@@ -47,7 +47,7 @@ def _selection() -> bulk.Selection:
 
 
 @bp.post("/failed/retry")
-def retry_group():  # noqa: ANN201
+def retry_group():
     """Start a bulk retry of a group (or of every failed row) and open its progress page.
 
     The snapshot of ids is taken here; the batches run in a background thread. A retry of

@@ -24,14 +24,14 @@ bp = Blueprint("health", __name__)
 
 
 @bp.get("/health/live")
-def live():  # noqa: ANN201
+def live():
     """Liveness: 200 `{"status": "ok"}` whenever this process answers; reads nothing, so a
     database or broker outage never restarts the web process."""
     return jsonify(status="ok"), 200
 
 
 @bp.get("/health/ready")
-def ready():  # noqa: ANN201
+def ready():
     """Readiness: 200 when the database answers (workers, broker and schedule do not
     matter); 503 when it does not or the check itself broke. The token adds the check."""
     report = current_app.extensions["cronjobs_ready"].report()
@@ -44,7 +44,7 @@ def ready():  # noqa: ANN201
 
 
 @bp.get("/health")
-def report():  # noqa: ANN201
+def report():
     """`{"status": "ok|warn|fail"}` for anyone; the full report with the token. 503 only
     on `fail` (a broken check is `check_error` in the report, `warn` in the status)."""
     shared = current_app.extensions["cronjobs_health"].report()

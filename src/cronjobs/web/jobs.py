@@ -59,7 +59,7 @@ THROUGHPUT_SECONDS = 30  # the hour/day throughput is read at most this often pe
 _lock = threading.Lock()
 
 
-def throughput(conn, now: datetime) -> dict:  # noqa: ANN001
+def throughput(conn, now: datetime) -> dict:
     """Execute rows done in the last hour and day, read at most every 30 s per dashboard
     (a rate over a day need not be live to the second; at a million rows it costs ~100 ms).
 
@@ -91,7 +91,7 @@ def queue_page(f: dict) -> dict:
 
 
 @bp.get("/queue")
-def queue():  # noqa: ANN201
+def queue():
     """Rows filtered by status, type, task, parent and title text, newest first."""
     f = queue_filters()
     app = cronjobs_app()
@@ -100,7 +100,7 @@ def queue():  # noqa: ANN201
 
 
 @bp.get("/jobs/<id:job_id>")
-def job(job_id: int):  # noqa: ANN201
+def job(job_id: int):
     """One row: status, times, error, log, payload, result, children; `?tab=results`.
 
     Each large text shows its first 64 KB only (`web.fields`), so the page stays small
@@ -127,7 +127,7 @@ def job(job_id: int):  # noqa: ANN201
                            handler_known=cls is not None)
 
 
-def _summary(conn, cls: type | None, row: dict) -> dict:  # noqa: ANN001
+def _summary(conn, cls: type | None, row: dict) -> dict:
     """The Results tab of `row`: its handler's summary of the whole result, read only
     when it is at most `SUMMARY_MAX_BYTES` (see `render_summary`)."""
     result = row["shown"].get("result")
@@ -140,14 +140,14 @@ def _summary(conn, cls: type | None, row: dict) -> dict:  # noqa: ANN001
 
 
 @bp.post("/jobs/<id:job_id>/retry")
-def retry(job_id: int):  # noqa: ANN201
+def retry(job_id: int):
     """Failed row back to pending (attempts reset); back to its page."""
     operator.retry(cronjobs_app(), job_id, who="dashboard")
     return redirect(url_for("jobs.job", job_id=job_id), 303)
 
 
 @bp.post("/jobs/<id:job_id>/cancel")
-def cancel(job_id: int):  # noqa: ANN201
+def cancel(job_id: int):
     """Pending row cancelled; back to its page."""
     operator.cancel(cronjobs_app(), job_id, who="dashboard")
     return redirect(url_for("jobs.job", job_id=job_id), 303)

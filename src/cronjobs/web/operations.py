@@ -12,7 +12,7 @@ bp = Blueprint("operations", __name__)
 
 
 @bp.get("/operations/<int:operation_id>")
-def operation(operation_id: int):  # noqa: ANN201
+def operation(operation_id: int):
     """Progress of operation `operation_id`; the page refreshes while it runs."""
     op = bulk.get(cronjobs_app(), operation_id)
     if op is None:
@@ -22,7 +22,7 @@ def operation(operation_id: int):  # noqa: ANN201
 
 
 @bp.post("/operations/<int:operation_id>/resume")
-def resume(operation_id: int):  # noqa: ANN201
+def resume(operation_id: int):
     """Take over a stalled operation and run its batches left in the background."""
     app = cronjobs_app()
     if bulk.get(app, operation_id) is None:

@@ -90,7 +90,7 @@ def open_server(app: App, host: str, port: int) -> tuple[BaseWSGIServer, str, st
     return server, f"http://{shown}:{server.server_port}", token if generated else None
 
 
-def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:  # noqa: ANN001
+def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:
     """`cronjobs dashboard`: serve the pages until SIGTERM/SIGINT; returns 0."""
     import threading
 

@@ -14,20 +14,20 @@ from .view import cronjobs_app
 bp = Blueprint("tasks", __name__)
 
 
-def _page(error: str | None = None, code: int = 200):  # noqa: ANN202
+def _page(error: str | None = None, code: int = 200):
     rows = task_rows(cronjobs_app())
     return render_template("tasks.html", rows=rows, error=error,
                            tokens={r.task: new_request_token() for r in rows}), code
 
 
 @bp.get("/")
-def index():  # noqa: ANN201
+def index():
     """The Tasks page (the dashboard's home)."""
     return _page()
 
 
 @bp.post("/tasks/<task>/run")
-def run(task: str):  # noqa: ANN201
+def run(task: str):
     """Run now: one row per request token (a double click is one row), then the row's page."""
     app = cronjobs_app()
     if task not in app.handlers.tasks():
@@ -41,7 +41,7 @@ def run(task: str):  # noqa: ANN201
 
 
 @bp.post("/tasks/<task>/enabled")
-def enabled(task: str):  # noqa: ANN201
+def enabled(task: str):
     """The kill switch: form field `enabled` = `1` (on) or `0` (off)."""
     app = cronjobs_app()
     if task not in app.handlers.tasks():

@@ -45,11 +45,11 @@ class RowIdConverter(IntegerConverter):
 
     regex = r"[0-9]{1,19}"
 
-    def __init__(self, url_map, *_args, **_kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+    def __init__(self, url_map, *_args, **_kwargs) -> None:
         super().__init__(url_map, min=1, max=ROW_ID_MAX)
 
 
-def valid_text(value):  # noqa: ANN001, ANN201
+def valid_text(value):
     """`value` with lone surrogates (text decoded with `surrogateescape`, JSON `\\udcXX`
     escapes) replaced by U+FFFD, so every page encodes as UTF-8; a `Markup` stays one.
     Jinja calls it on every `{{ ... }}` output (`finalize`); other values pass unchanged."""
@@ -78,7 +78,7 @@ def fmt_time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else ""
 
 
-def fmt_count(value) -> str:  # noqa: ANN001
+def fmt_count(value) -> str:
     """A count, or a capped count `(n, capped)` as `10,000+` (in the page's language)."""
     if isinstance(value, tuple):
         n, capped = value
@@ -147,7 +147,7 @@ def render_summary(cls: type | None, result_text: str | None) -> dict:
     return {"html": Markup("<pre class=\"summary-text\">{}</pre>").format(text)}
 
 
-def _security_headers(response):  # noqa: ANN001, ANN202
+def _security_headers(response):
     response.headers["Content-Security-Policy"] = CSP
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -157,18 +157,18 @@ def _security_headers(response):  # noqa: ANN001, ANN202
     return response
 
 
-def _http_error(exc: HTTPException):  # noqa: ANN202
+def _http_error(exc: HTTPException):
     if request.path.startswith("/api/"):
         return {"error": exc.description}, exc.code
     return render_template("error.html", code=exc.code, message=exc.description), exc.code
 
 
-def _our_error(exc: CronjobsError):  # noqa: ANN202
+def _our_error(exc: CronjobsError):
     code = 404 if isinstance(exc, JobNotFound) else 400
     return render_template("error.html", code=code, message=str(exc)), code
 
 
-def _database_error(exc: Exception):  # noqa: ANN202
+def _database_error(exc: Exception):
     """503 (with Retry-After) when the database cannot answer now: unreachable, no free
     connection within the timeout, a lock held too long, a statement past its time limit.
     500 when it refused a statement (a schema or server problem, not the request's)."""

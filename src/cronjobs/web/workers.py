@@ -12,7 +12,7 @@ bp = Blueprint("workers", __name__)
 
 
 @bp.get("/workers")
-def workers():  # noqa: ANN201
+def workers():
     """Live and dead workers, queues with no live worker, due rows per queue."""
     app = cronjobs_app()
     seen = view(app)
