@@ -186,7 +186,7 @@ def table(scenarios: list[dict]) -> str:
             rows.append((sc["scenario"], f["name"], value, base, ratio, fig.target_text(),
                          f["verdict"] or ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -106,7 +106,7 @@ def test_sqlite_backup_restores_row_for_row_and_keeps_the_newest(make_app, tmp_p
     restored.dispose()
 
     names = [path.name]
-    for hours in (1, 2):
+    for _ in (1, 2):
         app.clock.advance(3600)
         made = backup(app)["result"]
         names.append(Path(made["file"]).name)
@@ -201,10 +201,10 @@ def test_without_a_dump_program_the_task_is_module_not_installed(db_url, tmp_pat
     env = cli_env(db_url)
     env["PATH"] = str(bare)
     listing = run_cli(["list-handlers"], env, cwd=tmp_path)
-    line = next(l for l in listing.stdout.splitlines() if l.startswith("db.backup.execute"))
+    line = next(row for row in listing.stdout.splitlines() if row.startswith("db.backup.execute"))
     assert line.rstrip().endswith("module not installed")
     tasks = run_cli(["tasks"], env, cwd=tmp_path).stdout
-    assert "module not installed" in next(l for l in tasks.splitlines() if l.startswith("db-backup"))
+    assert "module not installed" in next(row for row in tasks.splitlines() if row.startswith("db-backup"))
     assert run_cli(["tasks", "enable", "db-backup"], env, cwd=tmp_path).returncode == 0
     ticked = run_cli(["tick", "--now", "2026-03-01T02:00:00"], env, cwd=tmp_path).stdout
     assert "skipped db-backup: unavailable (module not installed)" in ticked

@@ -108,8 +108,8 @@ def parse_table(out: str) -> tuple[list[str], list[dict]]:
     starts = [m.start() for m in re.finditer(r"\S+", header)]
     rows = []
     for line in lines[1:]:
-        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
-        rows.append(dict(zip(names, cells)))
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None], strict=True)]
+        rows.append(dict(zip(names, cells, strict=True)))
     return names, rows
 
 
@@ -282,7 +282,7 @@ def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:
         "cronjobs-recoverstale": "202601051200",
         "http-uptime": "202601051200", "test-count": "202601051200",
         "tls-certexpiry": "20260105"}
-    for task, (slot, job_id) in started.items():
+    for slot, job_id in started.values():
         job = row(engine, job_id)
         assert (job["status"], job["payload"]) == ("pending", {"slot": slot})
     assert row(engine, started["http-uptime"][1])["type"] == "http.uptime.discover"

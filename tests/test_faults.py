@@ -249,7 +249,7 @@ def report(app: App, name: str, jobs: int, faults: str) -> tuple[int, int, int]:
     overlapping = 0
     for spans in by_job.values():
         spans.sort()
-        overlapping += sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1])
+        overlapping += sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1])
     again = sum(len(s) - 1 for s in by_job.values())
     print(f"\nfault run {name}: jobs={jobs} faults={faults} lost={lost} "
           f"duplicated-concurrent={overlapping} stuck={stuck} (run again after a fault: {again})")

@@ -58,10 +58,10 @@ def test_two_cli_runs_at_once_give_one_row_and_a_refusal_naming_it(db_url, make_
     mine = next(r for r in task_rows(app) if r.task == "test-count")
     assert mine.last_job_id is None and mine.last_run_at is None
     assert mine.last_manual_status == "pending" and mine.last_manual_job_id != job_id
-    line = next(l for l in lines if l.startswith("test-count "))
+    line = next(row for row in lines if row.startswith("test-count "))
     cells = cli_row(mine)
     starts = [header.index(h) for h in header.split()]
-    parsed = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+    parsed = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None], strict=True)]
     assert parsed == list(cells.values())  # the CLI prints the shared row builder's row
 
 

@@ -74,13 +74,13 @@ def test_plugin_installs_registers_runs_and_uninstalls(fresh, tmp_path):
     pip(fresh, "install", "--no-deps", "--no-build-isolation", "--no-index", str(PLUGIN))
 
     # 1. registered, with its source; unavailable until configured: not scheduled
-    listing = {l.split()[0]: l for l in cli("list-handlers").splitlines()[1:]}
+    listing = {line.split()[0]: line for line in cli("list-handlers").splitlines()[1:]}
     for job_type in TYPES:
         assert "entry point acme (acme_cronjobs:register_handlers)" in listing[job_type]
         assert listing[job_type].rstrip().endswith("module not installed")
     assert "@hourly (0 * * * *)" in listing["acme.diskusage.discover"]
     cli("migrate")
-    tasks = {l.split()[0]: l for l in cli("tasks").splitlines()[1:]}
+    tasks = {line.split()[0]: line for line in cli("tasks").splitlines()[1:]}
     assert "module not installed" in tasks["acme-diskusage"]
     ticked = cli("tick", "--now", "2026-01-05T12:00:00")
     assert "skipped acme-diskusage: unavailable (module not installed)" in ticked

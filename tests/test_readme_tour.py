@@ -24,7 +24,7 @@ def test_tour(tmp_path):
                CRONJOBS_HANDLER_PATHS="docs/examples")
     assert run_cli(["migrate"], env, cwd=ROOT).returncode == 0
     listing = run_cli(["list-handlers"], env, cwd=ROOT)
-    line = next(l for l in listing.stdout.splitlines() if l.startswith("tour.greet.execute"))
+    line = next(row for row in listing.stdout.splitlines() if row.startswith("tour.greet.execute"))
     assert line.split()[:3] == ["tour.greet.execute", "tour-greet", "GreetExecute"]
     assert "docs/examples/GreetExecute.py" in line
     job_id = int(run_cli(["dispatch", "tour.greet.execute", "--payload", '{"name": "Ada"}'],

@@ -42,12 +42,12 @@ def test_new_handler_writes_files_that_register_and_pass_their_test(tmp_path, di
         assert f"wrote handlers/{name}" in out.stdout
 
     listing = run_cli(["list-handlers"], env, cwd=tmp_path).stdout
-    lines = {l.split()[0]: l for l in listing.splitlines()[1:]}
+    lines = {line.split()[0]: line for line in listing.splitlines()[1:]}
     assert "acme.quota_sync.execute" in lines
     assert "handlers/AcmeQuotaSyncExecute.py" in lines["acme.quota_sync.execute"]
     if discover:  # scheduled with a macro, shown expanded
         assert "@hourly (0 * * * *)" in lines["acme.quota_sync.discover"]
-    assert not any("test_acme" in l for l in lines.values())  # the test file is not loaded
+    assert not any("test_acme" in line for line in lines.values())  # the test file is not loaded
 
     ran = pytest_in(tmp_path, tmp_path / "handlers" / "test_acme_quota_sync.py")
     assert ran.returncode == 0, ran.stdout + ran.stderr

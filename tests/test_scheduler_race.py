@@ -89,7 +89,7 @@ def test_three_schedulers_ten_minutes_handler_runs_ten_times(db_url, make_app):
     first, again = run_lockstep(cli_env(db_url), lambda: ran.append(len(drain(app))))
 
     winners, reasons = [], []
-    for now, per_process in zip(MINUTES, first):
+    for now, per_process in zip(MINUTES, first, strict=True):
         started = [slot for r in per_process for slot in started_of(r)]
         assert len(started) == 1, (now, per_process)
         winners.append(started[0])

@@ -248,7 +248,7 @@ class SlotPool:
                 return []
             finals, rows, drained = self._apart(plans, wants)
         self.commits += 1
-        for plan, final in zip(plans, finals):
+        for plan, final in zip(plans, finals, strict=True):
             self.executor.done(plan, final)
         self.claimed_total += len(rows)
         with self._lock:

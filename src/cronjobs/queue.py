@@ -156,7 +156,7 @@ def _doorbells(ids: list[int], rows: list[dict]) -> list[tuple[int, dict]]:
     many idle workers — and one per row that is due later (its own delay)."""
     sent: dict[str, int] = {}
     bells = []
-    for job_id, values in zip(ids, rows):
+    for job_id, values in zip(ids, rows, strict=True):
         if values["scheduled_at"] is not None:
             bells.append((job_id, values))
             continue
@@ -324,7 +324,7 @@ def cleanup(retention: dict | None = None, *, dry_run: bool = False,
     totals = {"completed": 0, "failed": 0, "cancelled": 0}
     while True:
         now = app.clock.now()
-        counts = run_in_transaction(app.engine, lambda c: store.prune(
+        counts = run_in_transaction(app.engine, lambda c, now=now: store.prune(
             c, now, completed_days=days["completed"], failed_days=days["failed"],
             cancelled_days=days["cancelled"], batch=s.cleanup_batch_size, dry_run=dry_run))
         for key, value in counts.items():

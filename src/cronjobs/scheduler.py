@@ -207,8 +207,8 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dic
         mine = [(info, slot) for info, slot in due if info.task in won]
         ids = store.insert_jobs(conn, [rows[info.task] for info, _ in mine])
         store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
-                                 for (info, slot), job_id in zip(mine, ids)], now)
-        return {info.task: job_id for (info, _), job_id in zip(mine, ids)}
+                                 for (info, slot), job_id in zip(mine, ids, strict=True)], now)
+        return {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
 
     if not due:
         return {}

@@ -186,7 +186,7 @@ def run_health(app: App, timeout_seconds: float | None = None,
         results.append(check)
     deadline = started + timeout
     final = []
-    for check, thread in zip(results, threads):
+    for check, thread in zip(results, threads, strict=True):
         if thread is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
         final.append(_late(check.name, timeout, thread is None)

@@ -91,7 +91,7 @@ def select_due(conn: Connection, queue: str, now: datetime, limit: int) -> list[
     dialect = name(conn)
     rows = conn.exec_driver_sql(_claim_select(dialect), {
         "queue": queue, "now": _bind(dialect, now), "limit": int(limit)}).all()
-    found = [dict(zip(CLAIM_COLUMNS, row)) for row in rows]
+    found = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in rows]
     if dialect == "sqlite":
         for row in found:
             for column in _TIME_COLUMNS.intersection(row):

@@ -92,7 +92,7 @@ class Tally:
                                          labels=["type"])
         for job_type, (counts, total) in sorted(self.durations.items()):
             cumulative, buckets = 0, []
-            for bound, n in zip([*BUCKETS, float("inf")], counts):
+            for bound, n in zip([*BUCKETS, float("inf")], counts, strict=True):
                 cumulative += n
                 buckets.append(("+Inf" if bound == float("inf") else str(float(bound)), cumulative))
             duration.add_metric([job_type], buckets, total)
