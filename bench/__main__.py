@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.results / "latest.md").write_text(report.markdown(data["scenarios"]) + "\n")
     print()
     print(report.table(data["scenarios"]))
-    print(f"\nsuite: {data['seconds']:.0f} s; results in {args.results}/latest.json and {stamp}.json"
-          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    print(f"\nsuite: {data['seconds']:.0f} s; results in {args.results}/latest.json and "
+          f"{stamp}.json" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 

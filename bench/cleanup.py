@@ -107,7 +107,8 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
             f" (capped at {cap:g} s)") + f"; fill took {fill_s:.0f} s")
     results.add(f"cleanup of {rows} rows", stats["seconds"] if stats["finished"] else None, "s",
                 target=("<=", 120, "value"), note=note)
-    results.add("longest cleanup statement", stats["longest_ms"], "ms", target=("<=", 1000, "value"),
+    results.add("longest cleanup statement", stats["longest_ms"], "ms",
+                target=("<=", 1000, "value"),
                 note=f"{stats['statements']} statements; longest: {stats['longest_sql']}")
     results.add("keyed dispatch p99 during cleanup", percentile(during, 99), "ms",
                 baseline=percentile(before, 99), baseline_name="p99 without cleanup",

@@ -31,7 +31,8 @@ def raw_insert_rate(app, n: int, max_seconds: float = 1e9) -> float:
     backend = app.engine.dialect.name
     mark = "?" if backend == "sqlite" else "%s"
     sql = ("INSERT INTO cronjob_queue (type, queue, status, priority, payload, attempts, "
-           f"max_attempts, idempotency_key, created_at, updated_at) VALUES ({', '.join([mark] * 10)})")
+           "max_attempts, idempotency_key, created_at, updated_at) "
+           f"VALUES ({', '.join([mark] * 10)})")
     now = datetime.now(UTC).replace(tzinfo=None)
     raw = app.engine.raw_connection()
     try:
@@ -72,8 +73,9 @@ def race_rate(url: str, ns: str, racers: int, keys: int) -> tuple[float, str]:
     from cronjobs.models import cronjob_queue as q
 
     start_at = time.time() + 3 + racers * 0.5  # time to import and connect
-    running = procs.Procs(procs.Proc([sys.executable, "-m", "bench.racer", url, ns, "race", str(keys),
-                                      str(seed), str(start_at)], f"racer {seed}") for seed in range(racers))
+    running = procs.Procs(procs.Proc([sys.executable, "-m", "bench.racer", url, ns, "race",
+                                      str(keys), str(seed), str(start_at)], f"racer {seed}")
+                          for seed in range(racers))
     with running:
         outs = [p.json_result(timeout_seconds=300) for p in running]
     calls = sum(o["calls"] for o in outs)

@@ -4,8 +4,9 @@
 Idle: after one warm-up job and `--settle` seconds. After: jobs are fed (at most 3,000
 waiting) until `--jobs` have run or the feeding time is up (`--ours-max-seconds` for
 cronjobs, enough for the 50,000 of the target at ~800 jobs/s; `--max-seconds` for each
-baseline); the note gives how many ran. PSS shares each page among the processes mapping it, so the sum over the tree is
-what the worker really costs; RSS counts shared pages once per process.
+baseline); the note gives how many ran. PSS shares each page among the processes mapping
+it, so the sum over the tree is what the worker really costs; RSS counts shared pages once
+per process.
 
 Targets: cronjobs PSS <= Celery prefork 8's, idle and after; growth <= 10 %.
 """
@@ -35,7 +36,8 @@ def _feed(total: int, cap: float, waiting, add, done, running: procs.Procs) -> i
     return done()
 
 
-def measure_cronjobs(total: int, cap: float, settle: float, slots: int = 8) -> tuple[dict, dict, int]:
+def measure_cronjobs(total: int, cap: float, settle: float,
+                     slots: int = 8) -> tuple[dict, dict, int]:
     """(idle, after, jobs run) for `cronjobs worker --threads 8` on MariaDB + Redis."""
     from cronjobs.app import use
 
@@ -56,7 +58,8 @@ def measure_cronjobs(total: int, cap: float, settle: float, slots: int = 8) -> t
     return idle, after, ran
 
 
-def measure_dramatiq(total: int, cap: float, settle: float, slots: int = 8) -> tuple[dict, dict, int]:
+def measure_dramatiq(total: int, cap: float, settle: float,
+                     slots: int = 8) -> tuple[dict, dict, int]:
     """(idle, after, jobs run) for bare Dramatiq 1x8."""
     from dramatiq.brokers.redis import RedisBroker
 

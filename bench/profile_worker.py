@@ -84,7 +84,8 @@ def summarise(path: Path) -> dict:
         total = sum(counter.values())
         out[key] = {"samples": total,
                     "categories": {k: round(100 * v / total, 1) for k, v in counter.most_common()},
-                    "top_frames": [(f, round(100 * c / total, 1)) for f, c in top[key].most_common(12)]}
+                    "top_frames": [(f, round(100 * c / total, 1))
+                                   for f, c in top[key].most_common(12)]}
     return out
 
 
@@ -125,7 +126,8 @@ def cpu_window(app, worker: psutil.Process, seconds: float) -> dict:
     jobs = b["done"] - a["done"]
     out = {"jobs": jobs, "seconds": round(b["t"] - a["t"], 2),
            "jobs_per_s": round(jobs / (b["t"] - a["t"]), 1),
-           "connections_opened_per_job": round((b["connections"] - a["connections"] - 2) / max(jobs, 1), 3),
+           "connections_opened_per_job": round(
+               (b["connections"] - a["connections"] - 2) / max(jobs, 1), 3),
            "cpu_ms_per_job": {}}
     for key in ("worker", "job processes", "mariadbd", "redis-server"):
         out["cpu_ms_per_job"][key] = round((b[key] - a[key]) * 1000 / max(jobs, 1), 2)
@@ -175,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
                            max_seconds=0)
             time.sleep(2)
             worker = psutil.Process(running[0].pid)
-            result = {"settings": {"threads": args.threads, "pool_size": args.pool_size or "default",
+            result = {"settings": {"threads": args.threads,
+                                   "pool_size": args.pool_size or "default",
                                    "log_level": args.log_level,
                                    "prefetch": args.prefetch or "default"},
                       "cpu": cpu_window(app, worker, args.seconds)}

@@ -94,7 +94,8 @@ class Results:
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"scenario": self.scenario, "started": self.started, "seconds": round(self.seconds, 1),
+        return {"scenario": self.scenario, "started": self.started,
+                "seconds": round(self.seconds, 1),
                 "load_before": self.load_before, "load_after": self.load_after,
                 "params": self.params, "figures": [asdict(f) for f in self.figures]}
 

@@ -49,7 +49,8 @@ def cronjobs_rate(processes: int, threads: int, seconds: float, warmup: float,
     return rate, produced
 
 
-def celery_rate(concurrency: int, seconds: float, warmup: float, backlog: int) -> tuple[float, dict]:
+def celery_rate(concurrency: int, seconds: float, warmup: float,
+                backlog: int) -> tuple[float, dict]:
     """Completed jobs/s of a Celery prefork worker with a producer running."""
     with stores.redis_namespace() as ns:
         client = redis.Redis.from_url(REDIS)
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
-    parser.add_argument("--seconds", type=float, default=60, help="cronjobs window, s (%(default)s)")
+    parser.add_argument("--seconds", type=float, default=60,
+                        help="cronjobs window, s (%(default)s)")
     parser.add_argument("--celery-seconds", type=float, default=20,
                         help="Celery window, s (%(default)s)")
     parser.add_argument("--warmup", type=float, default=3, help="s after the first completion")

@@ -3,8 +3,9 @@
 Sources, in order: the built-in `handlers` package (`src/handlers/`, one class per file,
 file named after the class), every entry point in the group `cronjobs.handlers` (a
 handler class, a module of them, or a callable taking `register`), and extra folders
-from `CRONJOBS_HANDLER_PATHS` (every `*.py` file but `_*.py` and pytest's test files). A class without `TYPE`, or that is not a `CronJobHandler`,
-is skipped with a debug line; two classes with the same `TYPE` are an error naming both.
+from `CRONJOBS_HANDLER_PATHS` (every `*.py` file but `_*.py` and pytest's test files). A
+class without `TYPE`, or that is not a `CronJobHandler`, is skipped with a debug line; two
+classes with the same `TYPE` are an error naming both.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def register(type: str, handler_class: type, source: str = "register()") -> None
                 or (name == "MAX_ATTEMPTS" and not isinstance(value, int)) \
                 or (name == "MAX_RUNTIME" and value == 0):
             raise HandlerError(f"{_name(handler_class)}: {name} must be "
-                               f"{'an integer >= 1' if low else 'a number of seconds > 0'}, got {value!r}")
+                               f"{'an integer >= 1' if low else 'a number of seconds > 0'}, "
+                               f"got {value!r}")
     if getattr(handler_class, "ISOLATION", "process") not in ("process", "thread"):
         raise HandlerError(f"{_name(handler_class)}: ISOLATION must be 'process' or 'thread', "
                            f"got {handler_class.ISOLATION!r}")
@@ -247,7 +249,8 @@ def _scan_package(package: ModuleType, source: str) -> None:
 
 def _scan_folder(folder: Path) -> None:
     if not folder.is_dir():
-        raise HandlerError(f"handler folder {str(folder)!r} (CRONJOBS_HANDLER_PATHS) does not exist")
+        raise HandlerError(f"handler folder {str(folder)!r} (CRONJOBS_HANDLER_PATHS) "
+                           "does not exist")
     tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:8]
     for path in sorted(folder.glob("*.py")):
         if path.name.startswith("_") or _is_test_file(path.name):
@@ -291,11 +294,13 @@ def _register_class(cls: type, source: str) -> None:
 def _register_object(obj: Any, source: str) -> None:
     if inspect.isclass(obj):
         if not (issubclass(obj, CronJobHandler) and obj.TYPE):
-            raise HandlerError(f"{source} names {_name(obj)}, which is not a CronJobHandler with a TYPE")
+            raise HandlerError(f"{source} names {_name(obj)}, which is not a CronJobHandler "
+                               "with a TYPE")
         register(obj.TYPE, obj, source)
     elif inspect.ismodule(obj):
         _register_module(obj, source)
     elif callable(obj):
         obj(lambda t, c: register(t, c, source))
     else:
-        raise HandlerError(f"{source} must name a handler class, a module or a callable, got {obj!r}")
+        raise HandlerError(f"{source} must name a handler class, a module or a callable, "
+                           f"got {obj!r}")

@@ -63,7 +63,8 @@ def add_rows(app: App, n: int, **values) -> None:
 def row(app: App, job_id: int) -> dict | None:
     """Row `job_id` as a dict."""
     with app.engine.connect() as conn:
-        found = conn.execute(sa.select(cronjob_queue).where(cronjob_queue.c.id == job_id)).mappings().first()
+        found = conn.execute(sa.select(cronjob_queue).where(cronjob_queue.c.id == job_id)
+                             ).mappings().first()
     return dict(found) if found else None
 
 

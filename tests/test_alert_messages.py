@@ -110,7 +110,8 @@ def test_a_problem_refused_with_http_500_is_sent_again_at_the_next_run(alerting,
     _, _, run = alerting
     inbox.answers = [500]
     drive(run, "FFFF")
-    assert [(b["event"], code) for _, b, code in inbox.attempts] == [("problem", 500), ("problem", 200)]
+    assert [(b["event"], code) for _, b, code in inbox.attempts] == [("problem", 500),
+                                                                      ("problem", 200)]
     assert inbox.hooks()[0]["problems"][0]["line"].endswith("(failing since 14:03 UTC, for 10 min)")
 
 
@@ -170,7 +171,8 @@ def test_two_alert_loops_at_once_send_one_message(alerting, inbox):
 
     def loop() -> None:
         barrier.wait(10)
-        done.append(alerts.process(app, report(T0, DISK, ("workers", "workers:emails", "warn", "x"))))
+        done.append(alerts.process(app, report(T0, DISK,
+                                               ("workers", "workers:emails", "warn", "x"))))
 
     threads = [threading.Thread(target=loop) for _ in range(2)]
     for t in threads:

@@ -82,8 +82,8 @@ def test_a_flapping_problem_recovers_once_its_changes_leave_the_window():
 
 def test_a_row_is_dropped_once_it_passes_quietly_for_the_window():
     policy = Policy()
-    row = observe(new_row(Problem("disk", "fail", "x"), "resources", T0), Problem("disk", "fail", "x"),
-                  T0, policy)
+    row = observe(new_row(Problem("disk", "fail", "x"), "resources", T0),
+                  Problem("disk", "fail", "x"), T0, policy)
     row = observe(row, None, T0 + timedelta(minutes=5), policy)
     assert not quiet(row, T0 + timedelta(minutes=5), policy)       # its changes may still flap
     assert quiet(row, T0 + timedelta(minutes=66), policy)

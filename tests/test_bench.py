@@ -36,8 +36,8 @@ def runs(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("bench")
     started = {}
     for name, extra in CASES.items():
-        cmd = [sys.executable, "-m", f"bench.{name}", "--quick", "--out", str(base / f"{name}.json"),
-               *extra]
+        cmd = [sys.executable, "-m", f"bench.{name}", "--quick",
+               "--out", str(base / f"{name}.json"), *extra]
         started[name] = (cmd, base / f"{name}.json")
     suite = base / "suite"
     started["suite"] = ([sys.executable, "-m", "bench", "--quick", "--only", "tick",

@@ -204,7 +204,8 @@ def test_without_a_dump_program_the_task_is_module_not_installed(db_url, tmp_pat
     line = next(row for row in listing.stdout.splitlines() if row.startswith("db.backup.execute"))
     assert line.rstrip().endswith("module not installed")
     tasks = run_cli(["tasks"], env, cwd=tmp_path).stdout
-    assert "module not installed" in next(row for row in tasks.splitlines() if row.startswith("db-backup"))
+    assert "module not installed" in next(row for row in tasks.splitlines()
+                                          if row.startswith("db-backup"))
     assert run_cli(["tasks", "enable", "db-backup"], env, cwd=tmp_path).returncode == 0
     ticked = run_cli(["tick", "--now", "2026-03-01T02:00:00"], env, cwd=tmp_path).stdout
     assert "skipped db-backup: unavailable (module not installed)" in ticked
@@ -213,7 +214,8 @@ def test_without_a_dump_program_the_task_is_module_not_installed(db_url, tmp_pat
     assert ran.returncode == 1 and f"job {job_id} (db.backup.execute): pending" in ran.stdout
     engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
     with engine.connect() as conn:
-        error = conn.exec_driver_sql(f"SELECT error FROM cronjob_queue WHERE id = {job_id}").scalar()
+        error = conn.exec_driver_sql(
+            f"SELECT error FROM cronjob_queue WHERE id = {job_id}").scalar()
     engine.dispose()
     assert error.startswith("backup failed: module not installed: neither mariadb-dump nor "
                             "mysqldump is on PATH")

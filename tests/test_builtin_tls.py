@@ -225,7 +225,8 @@ def test_discover_fans_out_one_row_per_host_per_day(make_app, ca, servers):
     rows = [queue.get(j, app=app) for j in jobs]
     day = NOW.strftime("%Y%m%d")
     assert [r["idempotency_key"] for r in rows] == [
-        f"tls.certexpiry:localhost:{good.port}:{day}", f"tls.certexpiry:localhost:{soon.port}:{day}"]
+        f"tls.certexpiry:localhost:{good.port}:{day}",
+        f"tls.certexpiry:localhost:{soon.port}:{day}"]
     assert [r["parent_id"] for r in rows] == [discover["id"]] * 2
     assert [r["status"] for r in rows] == ["completed", "failed"]
     # the same day again (a second discover of that slot) adds no row

@@ -76,9 +76,11 @@ def test_expected_status_and_text(make_app, base):
     missing = check(app, url=base + "/ok", expect="welcome")
     assert (missing["status"], missing["error"]) == ("failed", "expected text 'welcome' not found")
     down = check(app, url=base + "/down")
-    assert (down["status"], down["error"], down["result"]["status_code"]) == ("failed", "HTTP 503", 503)
+    assert (down["status"], down["error"], down["result"]["status_code"]) == (
+        "failed", "HTTP 503", 503)
     # a maintenance page that must answer 503 with its text: expected, so it succeeds
-    assert check(app, url=base + "/down", expect_status=503, expect="maintenance")["status"] == "completed"
+    maintenance = check(app, url=base + "/down", expect_status=503, expect="maintenance")
+    assert maintenance["status"] == "completed"
     wrong = check(app, url=base + "/ok", expect_status=204)
     assert (wrong["status"], wrong["error"]) == ("failed", "expected status 204, got 200")
 

@@ -92,7 +92,8 @@ def test_one_click_retries_5000_rows_once_outside_the_request(app):
     assert line not in (rows[-1]["process_logs"] or "") and rows[-1]["id"] == pending
     assert len(sent) == 10 * 16  # each 500-row batch rings its queue 16 times, not 500
     done = client.get(f"/operations/{op_id}").get_data(as_text=True)
-    assert "5,000 of 5,000 done" in done and "st-done" in done and 'http-equiv="refresh"' not in done
+    assert "5,000 of 5,000 done" in done and "st-done" in done
+    assert 'http-equiv="refresh"' not in done
 
 
 def test_progress_shows_and_a_second_start_is_refused_while_it_runs(app, db_url, tmp_path):
@@ -127,7 +128,8 @@ def test_progress_shows_and_a_second_start_is_refused_while_it_runs(app, db_url,
     assert (op["status"], op["changed_rows"]) == ("done", 5000)
     assert len(operations(app)) == 1
     line = f"retried by dashboard (operation {op_id})"
-    assert all(r["process_logs"].count(line) == 1 and r["status"] == "pending" for r in rows_of(app))
+    assert all(r["process_logs"].count(line) == 1 and r["status"] == "pending"
+               for r in rows_of(app))
 
 
 def test_rows_that_stopped_being_failed_meanwhile_are_left_alone(app):
@@ -296,9 +298,11 @@ def test_an_error_in_a_batch_fails_the_operation_and_frees_its_selection(app, mo
     with pytest.raises(ValueError):
         bulk.run(app, started)
     op = bulk.get(app, started.operation["id"])
-    assert (op["status"], op["done_rows"], op["error"]) == ("failed", 500, "ValueError: boom in batch 2")
+    assert (op["status"], op["done_rows"], op["error"]) == (
+        "failed", 500, "ValueError: boom in batch 2")
     assert [r["status"] for r in rows_of(app)].count("pending") == 500  # batch 2 rolled back
-    page = web_client(app).get(f"/operations/{op['id']}", headers={"Authorization": f"Bearer {TOKEN}"})
+    page = web_client(app).get(f"/operations/{op['id']}",
+                               headers={"Authorization": f"Bearer {TOKEN}"})
     assert "ValueError: boom in batch 2" in page.get_data(as_text=True)
     monkeypatch.undo()
     again = bulk.start(app, "retry", bulk.Selection("failed"), who="cli")  # the selection is free

@@ -140,7 +140,8 @@ def test_migrate_creates_tables_and_is_repeatable(backend: str, tmp_path: Path) 
             tables = set(sa.inspect(eng).get_table_names())
             assert {"cronjob_queue", "cronjob_runtime", "cronjob_slot"} <= tables
             with eng.connect() as conn:
-                stored = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one()
+                stored = conn.exec_driver_sql(
+                    "SELECT version_num FROM alembic_version").scalar_one()
             assert stored == m[1]
         finally:
             eng.dispose()
@@ -184,7 +185,8 @@ def test_list_handlers_json(cli) -> None:
     assert uptime["frequency"] == "minute"
     assert uptime["available"] is True
     shape = by_type["test.shape.execute"]
-    assert shape == {**shape, "task": "test-shape", "source": str(Path(SAMPLE_HANDLERS) / "ShapeExecute.py"),
+    assert shape == {**shape, "task": "test-shape",
+                     "source": str(Path(SAMPLE_HANDLERS) / "ShapeExecute.py"),
                      "frequency": "", "max_attempts": 3, "max_runtime": 120,
                      "queue": "default", "available": True}
     assert shape["class"].endswith("ShapeExecute")
@@ -242,7 +244,8 @@ def test_run_completes_a_pending_row(cli, engine) -> None:
     assert (done["status"], done["attempts"]) == ("completed", 1)
     assert done["finished_at"] is not None
     with engine.connect() as conn:
-        recorded = conn.execute(sa.select(effects).where(effects.c.job_id == job_id)).mappings().all()
+        recorded = conn.execute(sa.select(effects).where(effects.c.job_id == job_id)
+                                ).mappings().all()
     assert [(r["kind"], r["info"]) for r in recorded] == [("record", "via-cli")]
     assert recorded[0]["pid"] != os.getpid()  # it ran in the CLI process
 

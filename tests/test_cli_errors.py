@@ -56,8 +56,8 @@ def test_broken_handler_file(tmp_path):
     folder = tmp_path / "h"
     folder.mkdir()
     (folder / "BrokenExecute.py").write_text("import no_such_module_here\n")
-    line = one_line_error(run_cli(["list-handlers"], env_for(tmp_path, CRONJOBS_HANDLER_PATHS=str(folder)),
-                                  cwd=tmp_path))
+    env = env_for(tmp_path, CRONJOBS_HANDLER_PATHS=str(folder))
+    line = one_line_error(run_cli(["list-handlers"], env, cwd=tmp_path))
     assert "cannot load handler file" in line and "ModuleNotFoundError" in line
 
 

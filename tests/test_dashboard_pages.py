@@ -184,7 +184,8 @@ def test_values_from_outside_are_escaped_on_every_page(app):
 
 @SQLITE
 def test_payload_and_result_integers_beyond_2_53_are_exact(app):
-    job = add_row(app, status="completed", payload='{"n": 9007199254740993, "big": 123456789012345678901234567890}',
+    job = add_row(app, status="completed",
+                  payload='{"n": 9007199254740993, "big": 123456789012345678901234567890}',
                   result_payload='{"total": 18446744073709551617}')
     text = page(web_client(app), f"/jobs/{job}")
     for digits in ("9007199254740993", "123456789012345678901234567890", "18446744073709551617"):
@@ -204,24 +205,29 @@ def test_run_now_one_row_per_request_token_and_never_the_slot(app):
     client = web_client(app)
     csrf = login(client)
     task_infos(app)
-    first = client.post("/tasks/test-count/run", data={"csrf_token": csrf, "request_token": "tokA-123456"})
-    again = client.post("/tasks/test-count/run", data={"csrf_token": csrf, "request_token": "tokA-123456"})
+    first = client.post("/tasks/test-count/run",
+                        data={"csrf_token": csrf, "request_token": "tokA-123456"})
+    again = client.post("/tasks/test-count/run",
+                        data={"csrf_token": csrf, "request_token": "tokA-123456"})
     assert first.status_code == again.status_code == 303
     assert first.headers["Location"] == again.headers["Location"]  # a double click: one row
     job_id = int(first.headers["Location"].rsplit("/", 1)[1])
     job = row(app, job_id)
     assert (job["type"], job["priority"], job["status"]) == ("test.count.discover", 1, "pending")
-    second = client.post("/tasks/test-count/run", data={"csrf_token": csrf, "request_token": "tokB-123456"})
+    second = client.post("/tasks/test-count/run",
+                         data={"csrf_token": csrf, "request_token": "tokB-123456"})
     assert second.headers["Location"] != first.headers["Location"]  # a deliberate second click
     assert count(app, type="test.count.discover") == 2
     with app.engine.connect() as conn:
-        rt = conn.execute(sa.select(cronjob_runtime).where(cronjob_runtime.c.task == "test-count")).mappings().one()
+        rt = conn.execute(sa.select(cronjob_runtime).where(
+            cronjob_runtime.c.task == "test-count")).mappings().one()
     assert rt["last_slot"] is None and rt["last_run_at"] is None and rt["last_job_id"] is None
     assert rt["last_manual_job_id"] == int(second.headers["Location"].rsplit("/", 1)[1])
     # each render of the Tasks page carries a fresh token
     import re
 
-    tokens = [re.findall(r'name="request_token" value="([^"]+)"', page(client, "/")) for _ in range(2)]
+    tokens = [re.findall(r'name="request_token" value="([^"]+)"', page(client, "/"))
+              for _ in range(2)]
     assert tokens[0] and set(tokens[0]).isdisjoint(tokens[1])
 
 
@@ -232,9 +238,11 @@ def test_run_now_refused_with_a_visible_reason(app):
     set_enabled("test-count", False, app=app)
     text = page(client, "/")
     assert "disabled" in text
-    resp = client.post("/tasks/test-count/run", data={"csrf_token": csrf, "request_token": "tok-12345678"})
+    resp = client.post("/tasks/test-count/run",
+                       data={"csrf_token": csrf, "request_token": "tok-12345678"})
     assert resp.status_code == 409 and "is disabled" in resp.get_data(as_text=True)
-    resp = client.post("/tasks/test-gone/run", data={"csrf_token": csrf, "request_token": "tok-12345679"})
+    resp = client.post("/tasks/test-gone/run",
+                       data={"csrf_token": csrf, "request_token": "tok-12345679"})
     assert resp.status_code == 409 and "module not installed" in resp.get_data(as_text=True)
     assert count(app) == 0
     assert client.post("/tasks/nope/run", data={"csrf_token": csrf}).status_code == 404
@@ -244,14 +252,17 @@ def test_run_now_refused_with_a_visible_reason(app):
 def test_kill_switch_from_the_tasks_page(app):
     client = web_client(app)
     csrf = login(client)
-    assert client.post("/tasks/test-count/enabled", data={"csrf_token": csrf, "enabled": "0"}).status_code == 303
+    assert client.post("/tasks/test-count/enabled",
+                       data={"csrf_token": csrf, "enabled": "0"}).status_code == 303
     assert not next(r for r in task_rows(app) if r.task == "test-count").enabled
-    assert client.post("/tasks/test-count/enabled", data={"csrf_token": csrf, "enabled": "maybe"}).status_code == 400
+    assert client.post("/tasks/test-count/enabled",
+                       data={"csrf_token": csrf, "enabled": "maybe"}).status_code == 400
 
 
 @SQLITE
 def test_retry_cancel_and_failed_groups(app):
-    a1 = add_row(app, status="failed", error="HTTP 500\nsecond line", attempts=3, finished_at=app.clock.now())
+    a1 = add_row(app, status="failed", error="HTTP 500\nsecond line", attempts=3,
+                 finished_at=app.clock.now())
     a2 = add_row(app, status="failed", error="HTTP 500\nsecond line", attempts=3)
     b1 = add_row(app, status="failed", error="timeout", type="test.shape.execute")
     pend = add_row(app)
@@ -274,7 +285,8 @@ def test_retry_cancel_and_failed_groups(app):
     assert row(app, pend)["status"] == "cancelled"
     resp = client.post(f"/jobs/{running}/cancel", data={"csrf_token": csrf})
     assert resp.status_code == 400 and row(app, running)["status"] == "running"
-    assert client.post("/jobs/999999/cancel", data={"csrf_token": csrf}).status_code == 404  # no such row
+    # no such row
+    assert client.post("/jobs/999999/cancel", data={"csrf_token": csrf}).status_code == 404
 
 
 @SQLITE

@@ -103,7 +103,8 @@ def page_urls(page: Page) -> list[str]:
     found = []
     for selector in LINKS:
         attr = "action" if selector.startswith("form") else ("src" if "src" in selector else "href")
-        found += page.eval_on_selector_all(selector, f"els => els.map(e => e.getAttribute('{attr}'))")
+        found += page.eval_on_selector_all(selector,
+                                           f"els => els.map(e => e.getAttribute('{attr}'))")
     return found
 
 
@@ -124,7 +125,8 @@ def test_login_and_navigation_in_chromium_stay_under_the_prefix(behind_proxy, tm
                 urls = page_urls(page)
                 assert urls and prefixed(urls) == [], (page.url, prefixed(urls))
                 seen_urls.extend(urls)
-                sheet = page.evaluate("document.styleSheets.length && document.styleSheets[0].cssRules.length")
+                sheet = page.evaluate("document.styleSheets.length"
+                                      " && document.styleSheets[0].cssRules.length")
                 assert sheet > 0, page.url  # the stylesheet loaded through the proxy
 
             page.goto(base + f"/jobs/{ids['failed']}")  # not logged in: the login form
@@ -176,10 +178,11 @@ def test_every_url_and_redirect_carries_the_prefix(behind_proxy, tls):
     assert prefixed(urls_in(form.text)) == []
     set_cookie = form.cookies()["cronjobs_session"]
     assert ("; Secure" in set_cookie) is tls and f"Path={PREFIX}" in set_cookie
+    target = f"/jobs/{ids['done']}?tab=results"
     done = request(base + "/login", "POST", cookie=cookie_pair(set_cookie), data={
-        "token": TOKEN, "csrf_token": csrf_of(form.text), "next": f"/jobs/{ids['done']}?tab=results"},
+        "token": TOKEN, "csrf_token": csrf_of(form.text), "next": target},
         headers={"Referer": base + "/login"})
-    assert done.status == 303 and done.headers["Location"] == f"{PREFIX}/jobs/{ids['done']}?tab=results"
+    assert done.status == 303 and done.headers["Location"] == PREFIX + target
     cookie = cookie_pair(done.cookies()["cronjobs_session"])
     assert ("; Secure" in done.cookies()["cronjobs_session"]) is tls
     pages = ["/", "/queue", f"/queue?parent={ids['parent']}", "/queue?limit=1", "/workers",

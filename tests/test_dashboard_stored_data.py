@@ -57,8 +57,10 @@ def test_lone_surrogates_render_as_replacement_characters(app):
     client = web_client(app)
     text = utf8_page(client, f"/jobs/{job}")
     assert "caf\ufffd \ufffd" in text and text.count("\ufffd") >= 4  # payload and result
-    assert 'id="trusted-summary">caf\ufffd \ufffd</b>' in utf8_page(client, f"/jobs/{job}?tab=results")
-    assert "&lt;b&gt;plain&lt;/b&gt; caf\ufffd \ufffd" in utf8_page(client, f"/jobs/{plain}?tab=results")
+    assert ('id="trusted-summary">caf\ufffd \ufffd</b>'
+            in utf8_page(client, f"/jobs/{job}?tab=results"))
+    assert ("&lt;b&gt;plain&lt;/b&gt; caf\ufffd \ufffd"
+            in utf8_page(client, f"/jobs/{plain}?tab=results"))
     resp = client.get(f"/api/jobs/{job}", headers=BEARER)
     assert resp.status_code == 200 and json.loads(resp.get_data())["result_payload"] == result
     raw = client.get(f"/jobs/{job}/raw/result", headers=BEARER)
@@ -99,13 +101,15 @@ def test_multi_megabyte_texts_show_their_first_64_kb_and_download_whole(app, bac
             assert limits.DISPLAY_MAX_BYTES - 3 <= len(shown.encode()) <= limits.DISPLAY_MAX_BYTES
         assert "40,000 bytes." in text  # the error: under the limit, shown whole
     tab = utf8_page(client, f"/jobs/{job}?tab=results")
-    assert f"The result is {len(result.encode()):,} bytes; summaries are made of results up to 1,000,000 bytes." in tab
+    assert (f"The result is {len(result.encode()):,} bytes; summaries are made of results "
+            "up to 1,000,000 bytes.") in tab
     for name, stored in (("payload", payload), ("result", result), ("log", log)):
         raw = client.get(f"/jobs/{job}/raw/{name}", headers=BEARER)
         assert raw.status_code == 200 and raw.is_streamed
         assert raw.headers["Content-Disposition"] == (
             f'attachment; filename="job-{job}-{name}.{"log" if name == "log" else "json"}"')
-        assert hashlib.sha256(raw.get_data()).hexdigest() == hashlib.sha256(stored.encode()).hexdigest()
+        assert (hashlib.sha256(raw.get_data()).hexdigest()
+                == hashlib.sha256(stored.encode()).hexdigest())
     api = client.get(f"/api/jobs/{job}", headers=BEARER)
     assert api.status_code == 200
     body = json.loads(api.get_data())
@@ -123,7 +127,8 @@ def test_download_needs_the_token_and_is_404_for_a_missing_row(app):
     client = web_client(app)
     resp = client.get(f"/jobs/{job}/raw/result")
     assert resp.status_code == 401 and 'name="token"' in resp.get_data(as_text=True)
-    assert client.get(f"/jobs/{job}/raw/result", headers={"Authorization": "Bearer x"}).status_code == 401
+    assert client.get(f"/jobs/{job}/raw/result",
+                      headers={"Authorization": "Bearer x"}).status_code == 401
     assert client.get(f"/jobs/{job + 100}/raw/result", headers=BEARER).status_code == 404
     assert client.get(f"/jobs/{job}/raw/secrets", headers=BEARER).status_code == 404
     resp = client.get(f"/jobs/{empty}/raw/result", headers=BEARER)

@@ -52,8 +52,10 @@ def test_dispatch_returns_id_and_get_reads_columns(make_app):
     ({"queue": "q" * 300}, "queue name is 300 characters; the limit is 64"),
     ({"queue": "a b"}, "queue name 'a b' may only contain letters, digits"),
     ({"title": "nul\x00byte"}, "title contains a NUL character"),
-    ({"idempotency_key": "bad\udc80surrogate"}, "idempotency key contains a NUL character or an invalid surrogate"),
-    ({"payload": {"blob": "x" * 2_000_000}}, "payload is 2,000,012 bytes of JSON; the limit is 1,000,000 bytes"),
+    ({"idempotency_key": "bad\udc80surrogate"},
+     "idempotency key contains a NUL character or an invalid surrogate"),
+    ({"payload": {"blob": "x" * 2_000_000}},
+     "payload is 2,000,012 bytes of JSON; the limit is 1,000,000 bytes"),
 ])
 def test_bad_input_is_refused_and_nothing_written(make_app, kwargs, message):
     app = make_app()

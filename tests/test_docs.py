@@ -24,8 +24,8 @@ from conftest import ROOT
 from cronjobs.config import Settings, TaskSettings, UptimeCheck
 
 DOCS = ROOT / "docs"
-BLOCK = re.compile(r"<!-- runnable(?:: write (?P<path>\S+))? -->\n```(?P<lang>\w+)\n(?P<code>.*?)```",
-                   re.S)
+BLOCK = re.compile(r"<!-- runnable(?:: write (?P<path>\S+))? -->\n"
+                   r"```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
 PAGES = sorted(p for p in DOCS.rglob("*.md") if "<!-- runnable" in p.read_text(encoding="utf-8"))
 
 

@@ -137,7 +137,8 @@ def test_rows_started_are_cronsims_fire_instants(make_app, night, caplog):
     for task, minutes in INTERVAL_MINUTES.items():  # the real-time interval is kept
         instants = [floor_minute(claimed) for _, claimed, _ in rows[task]]
         assert len(instants) == (end - start) // timedelta(minutes=minutes), task
-        assert {b - a for a, b in zip(instants, instants[1:], strict=False)} == {timedelta(minutes=minutes)}
+        gaps = {b - a for a, b in zip(instants, instants[1:], strict=False)}
+        assert gaps == {timedelta(minutes=minutes)}
     for task, instants in FIXED[night].items():  # fixed-time lines: once, as the rule says
         assert [floor_minute(claimed) for _, claimed, _ in rows[task]] == instants, task
 

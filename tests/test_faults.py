@@ -359,6 +359,8 @@ def test_max_jobs_under_supervisord(mariadb_database, tmp_path):
     env = cli_env(mariadb_database, ns, broker_url=REDIS, **FAULT_ENV)
     environment = ",".join(f'{k}="{v}"' for k, v in env.items()
                            if k.startswith("CRONJOBS_") or k in ("PATH", "HOME"))
+    worker = (f"{sys.executable} -m cronjobs worker --queues default --threads 2 "
+              "--max-jobs 50 --shutdown-timeout 10")
     conf = tmp_path / "supervisord.conf"
     conf.write_text(f"""
 [supervisord]
@@ -373,7 +375,7 @@ supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 [supervisorctl]
 serverurl=unix://{tmp_path}/supervisor.sock
 [program:cronjobs-worker-default]
-command={sys.executable} -m cronjobs worker --queues default --threads 2 --max-jobs 50 --shutdown-timeout 10
+command={worker}
 directory={Path.cwd()}
 environment={environment}
 autostart=true

@@ -228,7 +228,8 @@ def test_process_runs_a_row_here_and_now(make_app):
     ({"success": True, "status": "exploded"}, "handler returned unknown status 'exploded'"),
     ({"success": True, "result": [1, 2]}, "handler returned a result of type list"),
     ({"success": True, "result": {"x": float("nan")}}, "could not record the outcome (ValueError"),
-    ({"success": True, "result": {"x": "y" * 1_000_001}}, "result is 1,000,010 bytes of JSON; the limit is 1,000,000 bytes"),
+    ({"success": True, "result": {"x": "y" * 1_000_001}},
+     "result is 1,000,010 bytes of JSON; the limit is 1,000,000 bytes"),
 ])
 def test_odd_results_fail_the_row_with_a_reason(make_app, value, error):
     import registry

@@ -86,7 +86,8 @@ def test_live_answers_and_ready_refuses_while_the_database_is_down(backend, tmp_
         # every page and JSON route: 503 (the database cannot answer), never 400 or 500
         for path in PAGES + JSON_ROUTES:
             resp = client.get(path, headers=BEARER)
-            assert resp.status_code == 503, (path, resp.status_code, resp.get_data(as_text=True)[:300])
+            assert resp.status_code == 503, (path, resp.status_code,
+                                             resp.get_data(as_text=True)[:300])
             assert resp.headers["Retry-After"] == "5"
             if path.startswith("/api/"):
                 assert "did not answer in time" in resp.get_json()["error"], path

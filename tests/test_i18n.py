@@ -26,7 +26,8 @@ def labels_in_handlers() -> set[str]:
 def test_every_label_of_the_builtin_handlers_has_a_turkish_translation():
     labels = labels_in_handlers()
     assert {"Days left", "Issuer", "Expected text", "Old backups deleted", "No"} <= labels
-    untranslated = sorted(label for label in labels if i18n.LABELS.gettext(label, "tr") == label and label != "URL")
+    untranslated = sorted(label for label in labels
+                          if i18n.LABELS.gettext(label, "tr") == label and label != "URL")
     assert untranslated == []
     assert i18n.LABELS.locales() == ["tr"]
 

@@ -51,9 +51,11 @@ def test_eight_processes_fifty_dispatches_forty_keys(db_url):
 def test_first_inserter_rolls_back_while_others_wait(db_url, tmp_path):
     ready = tmp_path / "ready"
     holder = subprocess.Popen([sys.executable, str(PROCS / "dispatch_rollback.py"), db_url,
-                               "holder", "k-rollback", str(ready)], stdout=subprocess.PIPE, text=True)
+                               "holder", "k-rollback", str(ready)],
+                              stdout=subprocess.PIPE, text=True)
     waiters = [subprocess.Popen([sys.executable, str(PROCS / "dispatch_rollback.py"), db_url,
-                                 "waiter", "k-rollback", str(ready)], stdout=subprocess.PIPE, text=True)
+                                 "waiter", "k-rollback", str(ready)],
+                                stdout=subprocess.PIPE, text=True)
                for _ in range(4)]
     outs = []
     for proc in [holder, *waiters]:

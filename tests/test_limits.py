@@ -109,8 +109,8 @@ def test_a_lock_wait_timeout_is_transient(make_app, backend):
     holder.execute(q.update().where(q.c.id == job_id).values(priority=1))
     try:
         with app.engine.connect() as waiter:
-            waiter.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1" if backend == "mariadb"
-                                   else "SET lock_timeout = '200ms'")
+            waiter.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1"
+                                   if backend == "mariadb" else "SET lock_timeout = '200ms'")
             with pytest.raises(sa.exc.DBAPIError) as caught:
                 waiter.execute(q.update().where(q.c.id == job_id).values(priority=2))
     finally:

@@ -55,7 +55,8 @@ def _cmdline(pid: int) -> str:
 
 
 def _fetch(url: str, token: str | None = None) -> tuple[int, str, str]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {token}"} if token else {})
     with urllib.request.urlopen(request, timeout=10) as resp:
         return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
 
@@ -82,7 +83,8 @@ def test_make_run_serves_dashboard_does_uptime_work_and_stops_cleanly(tmp_path: 
     output: list[str] = []
 
     def log() -> str:
-        return "".join(output) + "\n--- stderr ---\n" + (tmp_path / "stderr.log").read_text()[-4000:]
+        return ("".join(output) + "\n--- stderr ---\n"
+                + (tmp_path / "stderr.log").read_text()[-4000:])
 
     try:
         # 1. the URL line (make may first reinstall when pyproject.toml changed)

@@ -56,7 +56,8 @@ def test_metrics_parse_and_counters_move_after_jobs_run(make_app):
     drain(app)
     assert (row(app, ok)["status"], row(app, bad)["status"]) == ("completed", "failed")
     add_row(app, type="test.slow.execute", status="failed", attempts=1, started_at=app.clock.now(),
-            finished_at=app.clock.now(), error="timeout after 5 s (MAX_RUNTIME); job process killed")
+            finished_at=app.clock.now(),
+            error="timeout after 5 s (MAX_RUNTIME); job process killed")
     after = scrape(client)
     t = ("type", "test.shape.execute")
     assert after[("cronjobs_jobs_finished_total", (("status", "completed"), t))] == 1
@@ -159,7 +160,8 @@ def test_dashboard_command_serves_the_pages_and_stops_on_sigterm(db_url, tmp_pat
         hint = proc.stdout.readline()
         url = re.search(r"dashboard at (http://127\.0\.0\.1:\d+)/", first)[1]
         assert "log in at" in hint and TOKEN not in hint  # a configured token is not printed
-        with urllib.request.urlopen(urllib.request.Request(url + "/", headers=BEARER), timeout=10) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url + "/", headers=BEARER),
+                                    timeout=10) as resp:
             assert resp.status == 200 and b"<h1>Tasks</h1>" in resp.read()
         try:
             urllib.request.urlopen(url + "/queue", timeout=10)

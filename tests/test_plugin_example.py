@@ -95,7 +95,8 @@ def test_plugin_installs_registers_runs_and_uninstalls(fresh, tmp_path):
     # 3. configured: the next hour's tick starts it; its rows run and store their results
     configured = {"ACME_DISKUSAGE_PATHS": str(measured)}
     ticked = cli("tick", "--now", "2026-01-05T13:00:00", **configured)
-    discover_id = int(ticked.split("started acme-diskusage slot 202601051300 as job ")[1].split()[0])
+    discover_id = int(ticked.split("started acme-diskusage slot 202601051300 as job ")[1]
+                      .split()[0])
     assert cli("run", str(discover_id), **configured).startswith(f"job {discover_id} ")
     [child] = json.loads(cli("get", str(discover_id), **configured))["result_payload"]["jobs"]
     cli("run", str(child), **configured)

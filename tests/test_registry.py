@@ -380,7 +380,8 @@ def test_a_broken_handler_file_is_one_clear_error(tmp_path):
 
     (tmp_path / "BrokenExecute.py").write_text("def nope(:\n")
     registry.reset()
-    with pytest.raises(HandlerError, match=r"cannot load handler file .*BrokenExecute.py: SyntaxError"):
+    with pytest.raises(HandlerError,
+                       match=r"cannot load handler file .*BrokenExecute.py: SyntaxError"):
         registry.load(Settings(handler_paths=(str(tmp_path),)))
     assert not registry._loaded, "a failed load is not half-remembered"
 
@@ -390,7 +391,8 @@ def test_the_same_folder_twice_is_scanned_once(tmp_path):
 
     (tmp_path / "OneExecute.py").write_text(
         "from cronjobs import CronJobHandler\n\nclass OneExecute(CronJobHandler):\n"
-        "    TYPE = 'one.one.execute'\n\n    def handle(self, payload, job):\n        return True\n")
+        "    TYPE = 'one.one.execute'\n\n"
+        "    def handle(self, payload, job):\n        return True\n")
     registry.reset()
     registry.load(Settings(handler_paths=(str(tmp_path), str(tmp_path) + "/")))
     assert "one.one.execute" in registry.registered_handlers()

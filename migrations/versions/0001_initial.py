@@ -49,7 +49,8 @@ def upgrade() -> None:
         sqlite_autoincrement=True,  # never reuse the id of a deleted row
         **MYSQL,
     )
-    op.create_index("ix_cronjob_queue_claim", "cronjob_queue", ["queue", "status", "priority", "id"])
+    op.create_index("ix_cronjob_queue_claim", "cronjob_queue",
+                    ["queue", "status", "priority", "id"])
     op.create_index("ix_cronjob_queue_status_locked", "cronjob_queue", ["status", "locked_until"])
     op.create_index("ix_cronjob_queue_status_finished", "cronjob_queue", ["status", "finished_at"])
     op.create_index("ix_cronjob_queue_parent", "cronjob_queue", ["parent_id"])

@@ -153,7 +153,8 @@ def start(app: App, action: str, selection: Selection, who: str) -> Started:
         raise CronjobsError(f"unknown bulk action {action!r}; known: {', '.join(ACTIONS)}")
     owner = new_owner()
     for _ in range(3):  # the running one may finish between our insert and our look
-        op_id = run_in_transaction(app.engine, lambda c: _create(c, app, action, selection, who, owner))
+        op_id = run_in_transaction(app.engine,
+                                   lambda c: _create(c, app, action, selection, who, owner))
         if op_id is not None:
             return Started(get(app, op_id), owner)
         took = run_in_transaction(app.engine, lambda c: store.operations.take_over(

@@ -283,7 +283,8 @@ class Settings(BaseModel):
                                      "passing health runs in a row (runs).")
     alert_flap_changes: int = Field(
         default=3, ge=2, description="A problem whose state (failing/passing) changed this many "
-                                     "times within alert_flap_window_minutes is flapping (changes).")
+                                     "times within alert_flap_window_minutes is flapping "
+                                     "(changes).")
     alert_flap_window_minutes: float = Field(
         default=60, gt=0, description="The window in which state changes are counted for "
                                       "flapping (minutes).")
@@ -328,7 +329,8 @@ class Settings(BaseModel):
             try:
                 return json.loads(value)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON list of {{\"url\": ...}} objects ({exc.msg})") from None
+                raise ValueError(f"not a JSON list of {{\"url\": ...}} objects "
+                                 f"({exc.msg})") from None
         return value
 
     @field_validator("broker_url")

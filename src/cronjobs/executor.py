@@ -359,7 +359,8 @@ class Executor:
     def renew_leases(self) -> int:
         """Extend the lease of every row this process is running; returns rows renewed."""
         with self._lock:
-            leases = [(job_id, attempt, lease) for job_id, (attempt, lease) in self._running.items()]
+            leases = [(job_id, attempt, lease)
+                      for job_id, (attempt, lease) in self._running.items()]
         if not leases:
             return 0
         return run_in_transaction(self.app.engine, lambda c: store.renew_leases(c, leases))

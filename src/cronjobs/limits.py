@@ -23,10 +23,10 @@ reads only a bounded part of it, with SUBSTR in the query and the size from OCTE
 
 | read back | limit | over the limit |
 |---|---|---|
-| dashboard: one text of a row shown | 65,536 bytes (64 KB) | the first 64 KB shown, with the size and a download link |
+| dashboard: one text of a row shown | 65,536 bytes (64 KB) | first 64 KB, size, download link |
 | dashboard: a result given to `render_summary` | 1,000,000 bytes | no summary, the size said |
 | dashboard: HTML from `render_summary` | 262,144 characters | an error box, the size said |
-| `/api/jobs/ID`: one text of a row | 1,000,000 bytes | cut, listed under `"cut"` with its size and download URL |
+| `/api/jobs/ID`: one text of a row | 1,000,000 bytes | cut; in `"cut"` with size, download URL |
 
 Names must not contain NUL characters or lone surrogates (PostgreSQL and MariaDB refuse
 them); free texts (errors, logs) have them replaced instead.

@@ -83,7 +83,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     app = app or current()
     token = request_token or new_request_token()
     if not isinstance(token, str) or not _TOKEN.match(token):
-        raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', got {token!r:.80}")
+        raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', "
+                         f"got {token!r:.80}")
     if task not in app.handlers.tasks():  # before task_infos(), which writes runtime rows
         raise HandlerNotFound(f"unknown task {task!r}; see `cronjobs tasks`")
     info = next(i for i in task_infos(app) if i.task == task)

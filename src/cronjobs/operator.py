@@ -21,7 +21,8 @@ def retry(app: App, job_id: int, who: str = "operator") -> None:
         JobStateError: the row is not `failed`.
     """
     now = app.clock.now()
-    changed = run_in_transaction(app.engine, lambda c: store.actions.retry_failed(c, [job_id], now, who))
+    changed = run_in_transaction(
+        app.engine, lambda c: store.actions.retry_failed(c, [job_id], now, who))
     if not changed:
         _refuse(app, job_id, "failed", "retried")
     _send(app, changed)
@@ -35,7 +36,8 @@ def cancel(app: App, job_id: int, who: str = "operator") -> None:
         JobStateError: the row is not `pending` (a running row is never cut off from here).
     """
     now = app.clock.now()
-    if not run_in_transaction(app.engine, lambda c: store.actions.cancel_pending(c, job_id, now, who)):
+    if not run_in_transaction(app.engine,
+                              lambda c: store.actions.cancel_pending(c, job_id, now, who)):
         _refuse(app, job_id, "pending", "cancelled")
     run_in_transaction(app.engine, lambda c: store.update_task_status(
         c, job_id, "cancelled", now, success=False))

@@ -71,9 +71,9 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
 
     Raises:
         InvalidJob: bad argument, with a one-line reason naming it: payload not a JSON
-            object, over 1,000,000 bytes of JSON or nested over 100 levels, type over 160 characters, queue over
-            64 or with characters outside `[A-Za-z0-9_.-]`, key over 191, title over 255
-            (limits: `cronjobs.limits`), parent missing, ...
+            object, over 1,000,000 bytes of JSON or nested over 100 levels, type over 160
+            characters, queue over 64 or with characters outside `[A-Za-z0-9_.-]`, key
+            over 191, title over 255 (limits: `cronjobs.limits`), parent missing, ...
         DatabaseUnavailable: the database cannot be reached.
     """
     return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
@@ -179,7 +179,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     limits.check_name(type, "job type", limits.TYPE_MAX_CHARS)
     payload = {} if payload is None else payload
     if not isinstance(payload, dict):
-        raise InvalidJob(f"payload must be a JSON object (dict), got {payload.__class__.__name__}: {payload!r:.80}")
+        raise InvalidJob(f"payload must be a JSON object (dict), got "
+                         f"{payload.__class__.__name__}: {payload!r:.80}")
     limits.check_json_depth(payload, "payload")
     try:
         payload_json = json.dumps(payload, allow_nan=False, sort_keys=True)
@@ -194,7 +195,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
         limits.check_name(idempotency_key, "idempotency key", limits.KEY_MAX_CHARS)
     if queue is not None:
         limits.check_queue(queue)
-    if not isinstance(priority, int) or isinstance(priority, bool) or not -2**31 <= priority < 2**31:
+    if (not isinstance(priority, int) or isinstance(priority, bool)
+            or not -2**31 <= priority < 2**31):
         raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
     cls = app.resolve(type)
     if max_attempts is None:
@@ -319,7 +321,8 @@ def cleanup(retention: dict | None = None, *, dry_run: bool = False,
             "cancelled": s.retention_cancelled_days}
     for key, value in (retention or {}).items():
         if key not in days or not isinstance(value, (int, float)) or value < 0:
-            raise InvalidJob(f"retention must map completed/failed/cancelled to days >= 0, got {key!r}: {value!r}")
+            raise InvalidJob(f"retention must map completed/failed/cancelled to days >= 0, "
+                             f"got {key!r}: {value!r}")
         days[key] = value
     totals = {"completed": 0, "failed": 0, "cancelled": 0}
     while True:

@@ -129,7 +129,8 @@ class {base}Discover(CronJobHandler):
         return summary_table([("Jobs dispatched", result.get("dispatched"))])
 '''
 
-_TEST_HEAD = '''"""Tests of {name} (written by `cronjobs new-handler`). Run: python -m pytest THIS_FILE"""
+_TEST_HEAD = '''"""Tests of {name} (written by `cronjobs new-handler`). \
+Run: python -m pytest THIS_FILE"""
 
 import json
 from datetime import datetime

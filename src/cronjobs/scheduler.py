@@ -89,7 +89,8 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
         new = []
         for task, job_type in missing:
             cls, cfg = registry.resolve_handler(job_type), app.settings.task(task)
-            enabled = cfg.enabled if cfg.enabled is not None else not getattr(cls, "DESTRUCTIVE", False)
+            enabled = (cfg.enabled if cfg.enabled is not None
+                       else not getattr(cls, "DESTRUCTIVE", False))
             new.append((task, job_type, enabled))
         run_in_transaction(app.engine, lambda c: store.ensure_runtimes(c, new, now))
         with app.engine.connect() as conn:
@@ -142,7 +143,8 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
         if _older_than_last(app, info, slot, app.settings.timezone):
             report.skipped[info.task] = "older-slot"
             continue
-        if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
+        if (is_cron(info.frequency) and last is None
+                and slot.at < now.replace(second=0, microsecond=0)):
             report.skipped[info.task] = "not-yet"  # a new cron task waits for its next fire time
             continue
         due.append((info, slot))

@@ -1,4 +1,5 @@
-"""One row builder for the task list: `cronjobs tasks` and the dashboard's Tasks page both use it."""
+"""One row builder for the task list: `cronjobs tasks` and the dashboard's Tasks page both
+use it."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def task_rows(app: App) -> list[TaskRow]:
     now = app.clock.now()
     infos = task_infos(app)
     with app.engine.connect() as conn:
-        manual = store.views.job_statuses(conn, [i.runtime.get("last_manual_job_id") for i in infos])
+        manual = store.views.job_statuses(
+            conn, [i.runtime.get("last_manual_job_id") for i in infos])
     rows = []
     for info in infos:
         rt = info.runtime
@@ -92,7 +94,8 @@ def task_rows(app: App) -> list[TaskRow]:
             available=info.available, destructive=bool(getattr(info.handler, "DESTRUCTIVE", False)),
             last_run_at=rt.get("last_run_at"), last_job_id=rt.get("last_job_id"),
             last_status=rt.get("last_status"), next_run_at=next_run if info.enabled else None,
-            last_manual_at=rt.get("last_manual_at"), last_manual_job_id=rt.get("last_manual_job_id"),
+            last_manual_at=rt.get("last_manual_at"),
+            last_manual_job_id=rt.get("last_manual_job_id"),
             last_manual_status=manual.get(rt.get("last_manual_job_id"))))
     return rows
 

@@ -168,7 +168,8 @@ class WorkerProcess:
         """Start recycling when a limit is reached, or when a job of a handler with
         `ISOLATION = "thread"` runs past MAX_RUNTIME (called every second)."""
         limits = self.limits
-        if limits.time_seconds is not None and time.monotonic() - self._started >= limits.time_seconds:
+        if (limits.time_seconds is not None
+                and time.monotonic() - self._started >= limits.time_seconds):
             self._recycle(f"time-limit {limits.time_seconds:g} s reached")
         if limits.memory_mb is not None:
             used = self.memory_mb()
@@ -300,7 +301,8 @@ def run_children(argv: list[str], processes: int, stop: threading.Event | None =
         stop.wait(0.2)
     for child in children:
         if child is not None and child.poll() is None:
-            child.send_signal(signal.SIGINT if signals and signals.urgent.is_set() else signal.SIGTERM)
+            child.send_signal(signal.SIGINT if signals and signals.urgent.is_set()
+                              else signal.SIGTERM)
     for child in children:
         if child is not None:
             child.wait()

@@ -1,4 +1,5 @@
-"""DST test task: at minute 0 of every hour, in CRONJOBS_TIMEZONE; does nothing (only the rows it is started for matter)."""
+"""DST test task: at minute 0 of every hour, in CRONJOBS_TIMEZONE; does nothing (only the
+rows it is started for matter)."""
 
 from cronjobs import CronJobHandler
 

@@ -1,4 +1,5 @@
-"""DST test task: daily at 01:30 local (inside New York's repeated hour); does nothing (only the rows it is started for matter)."""
+"""DST test task: daily at 01:30 local (inside New York's repeated hour); does nothing
+(only the rows it is started for matter)."""
 
 from cronjobs import CronJobHandler
 

@@ -1,4 +1,5 @@
-"""DST test task: daily at 02:30 local (inside both DST hours of Europe/Berlin); does nothing (only the rows it is started for matter)."""
+"""DST test task: daily at 02:30 local (inside both DST hours of Europe/Berlin); does
+nothing (only the rows it is started for matter)."""
 
 from cronjobs import CronJobHandler
 

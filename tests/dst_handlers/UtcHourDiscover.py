@@ -1,4 +1,5 @@
-"""DST test task: every UTC hour (a named frequency); does nothing (only the rows it is started for matter)."""
+"""DST test task: every UTC hour (a named frequency); does nothing (only the rows it is
+started for matter)."""
 
 from cronjobs import CronJobHandler
 

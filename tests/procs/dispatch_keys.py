@@ -16,7 +16,8 @@ from cronjobs import queue
 
 
 def main() -> None:
-    url, worker, count, keys, start_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    url, worker, count, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    start_at = float(sys.argv[5])
     app = bare_app(url)
     app.send = lambda *a, **k: None  # only the rows matter here
     rng = random.Random(worker)

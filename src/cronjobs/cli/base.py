@@ -70,7 +70,8 @@ def _app(create: bool = False, database: bool = True):
     app = current()
     logs.setup(app.settings.log_level)
     url = app.engine.url
-    if database and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+    if (database and url.get_backend_name() == "sqlite"
+            and url.database not in (None, "", ":memory:")):
         from pathlib import Path
 
         path = Path(url.database)

@@ -38,7 +38,8 @@ def list_handlers(as_json: bool) -> None:
                      "frequency": cls.FREQUENCY or "",
                      "expanded_frequency": expand(cls.FREQUENCY) if cls.FREQUENCY else "",
                      "max_attempts": cls.MAX_ATTEMPTS,
-                     "max_runtime": cls.MAX_RUNTIME, "queue": cls.QUEUE or app.settings.default_queue,
+                     "max_runtime": cls.MAX_RUNTIME,
+                     "queue": cls.QUEUE or app.settings.default_queue,
                      "available": bool(cls.available())})
     if as_json:
         click.echo(_dump(rows))

@@ -85,7 +85,8 @@ def run(job_id: int) -> None:
 
 @main.command("recover-stale")
 @click.option("--minutes", type=float, default=None,
-              help="Lease expired more than this long ago (default CRONJOBS_RECOVER_STALE_MINUTES).")
+              help="Lease expired more than this long ago "
+                   "(default CRONJOBS_RECOVER_STALE_MINUTES).")
 def recover_stale(minutes: float | None) -> None:
     """Put running rows whose worker was lost back to pending (or failed)."""
     from .. import queue

@@ -79,7 +79,8 @@ def _retry_all(app, job_type: str | None) -> None:
     if op["status"] != "done":  # this run stalled past its lease and another runner took it
         _fail(f"operation {op['id']} was taken over by {op['owner']}; it goes on there", 1)
     skipped = op["done_rows"] - op["changed_rows"]
-    click.echo(f"retried {op['changed_rows']} failed row(s)" + (f" of type {job_type}" if job_type else "")
+    click.echo(f"retried {op['changed_rows']} failed row(s)"
+               + (f" of type {job_type}" if job_type else "")
                + (f"; {skipped} skipped (no longer failed)" if skipped else ""))
 
 

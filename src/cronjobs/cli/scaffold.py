@@ -7,7 +7,8 @@ import click
 from .base import main
 
 
-@main.command("new-handler", short_help="Write a new handler (or discover/execute pair) and its test.")
+@main.command("new-handler",
+              short_help="Write a new handler (or discover/execute pair) and its test.")
 @click.argument("name")
 @click.option("--discover", is_flag=True,
               help="Also write a discover stage (scheduled @hourly) that fans out one execute "

@@ -66,7 +66,8 @@ def entry(kind: str, row: dict, now: datetime, policy: Policy) -> dict:
         head = status if kind == "problem" else f"STILL {status}"
         line = f"{head}: {row['message']} (failing since {when(since, now)}, " \
                f"for {span((until - since).total_seconds())})"
-    return {"key": row["problem"], "kind": kind, "status": "ok" if kind == "recovered" else row["status"],
+    return {"key": row["problem"], "kind": kind,
+            "status": "ok" if kind == "recovered" else row["status"],
             "message": row["message"], "since": since.isoformat() + "Z",
             "duration_seconds": round((until - since).total_seconds()), "line": line}
 

@@ -96,7 +96,8 @@ def queues(app: App, check: Check) -> None:
 def workers(app: App, check: Check) -> None:
     """Live workers per queue; queues with due rows and no live worker; stuck workers."""
     now = app.clock.now()
-    seen = heartbeat.view(app)  # live: heartbeat under 30 s old (the same view as `cronjobs workers`)
+    # live: heartbeat under 30 s old (the same view as `cronjobs workers`)
+    seen = heartbeat.view(app)
     with app.engine.connect() as conn:
         due = store.views.due_by_queue(conn, now)
     live = seen.live
@@ -150,18 +151,21 @@ def scheduler(app: App, check: Check) -> None:
 
 
 def overdue(app: App, check: Check) -> None:
-    """Tasks whose last successful scheduled run is older than 2x (warn) / 5x (fail) their period."""
+    """Tasks whose last successful scheduled run is older than 2x (warn) / 5x (fail) their
+    period."""
     now = app.clock.now()
     late = {}
     with app.engine.connect() as conn:
         for info in _scheduled(app):
-            since = info.runtime.get("last_success_at") or store.views.first_slot_at(conn, info.task)
+            since = (info.runtime.get("last_success_at")
+                     or store.views.first_slot_at(conn, info.task))
             if since is None:
                 continue  # never started: the scheduler check speaks for it
             period = _period(info.frequency, now, app.settings.timezone)
             age = _age(now, since)
             late[info.task] = round(age / period, 2)
-            ago = "last successful run" if info.runtime.get("last_success_at") else "first run started"
+            ago = ("last successful run" if info.runtime.get("last_success_at")
+                   else "first run started")
             if age > 5 * period:
                 check.problem(f"overdue:{info.task}", "fail",
                               f"task {info.task}: {ago} {age:.0f} s ago, over 5x its "
@@ -175,7 +179,8 @@ def overdue(app: App, check: Check) -> None:
 
 
 def resources(app: App, check: Check) -> None:
-    """Disk use (of the SQLite file's folder, else the log folder or the working folder) and memory."""
+    """Disk use (of the SQLite file's folder, else the log folder or the working folder) and
+    memory."""
     import psutil
 
     s = app.settings
@@ -186,7 +191,8 @@ def resources(app: App, check: Check) -> None:
     memory = psutil.virtual_memory().percent
     check.data = {"disk_percent": disk, "disk_path": str(path), "memory_percent": memory}
     check.message = f"disk {disk:.0f} % used, memory {memory:.0f} % used"
-    for key, value, warn, fail in (("disk", disk, s.health_disk_warn_percent, s.health_disk_fail_percent),
+    for key, value, warn, fail in (("disk", disk, s.health_disk_warn_percent,
+                                    s.health_disk_fail_percent),
                                    ("memory", memory, s.health_memory_warn_percent,
                                     s.health_memory_fail_percent)):
         if value >= fail:

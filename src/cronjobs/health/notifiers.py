@@ -58,7 +58,8 @@ class SmtpNotifier:
         msg["From"] = s.alert_smtp_from
         msg["To"] = ", ".join(s.alert_smtp_to)
         msg.set_content(alert["text"])
-        with smtplib.SMTP(s.alert_smtp_host, s.alert_smtp_port, timeout=s.alert_timeout_seconds) as smtp:
+        with smtplib.SMTP(s.alert_smtp_host, s.alert_smtp_port,
+                          timeout=s.alert_timeout_seconds) as smtp:
             if s.alert_smtp_starttls:
                 smtp.starttls()
             if s.alert_smtp_username:

@@ -48,9 +48,10 @@ from .workers import beat, forget, list_workers, prune_workers
 
 __all__ = [
     "JOB_COLUMNS", "claim_batch", "claim_by_id", "claim_next", "count_children", "delete_job",
-    "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs", "list_jobs", "renew_leases",
-    "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
-    "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtime", "ensure_runtimes", "get_runtime", "list_runtimes",
+    "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs", "list_jobs",
+    "renew_leases", "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
+    "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtime",
+    "ensure_runtimes", "get_runtime", "list_runtimes",
     "record_run", "set_enabled", "update_task_status", "beat", "forget", "list_workers",
     "prune_workers", "database_now", "db_now", "lock_runtime", "actions", "alerts", "fields",
     "operations", "secrets", "views",

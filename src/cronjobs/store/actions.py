@@ -13,7 +13,8 @@ from .. import limits
 from ..models import cronjob_queue as q
 
 
-def retry_failed(conn: Connection, ids: list[int], now: datetime, who: str = "operator") -> list[dict]:
+def retry_failed(conn: Connection, ids: list[int], now: datetime,
+                 who: str = "operator") -> list[dict]:
     """Put the rows of `ids` that are still `failed` back to `pending`, due now, with their
     attempts reset to 0; each gets a process-log line naming `who`.
 
@@ -57,5 +58,6 @@ def cancel_pending(conn: Connection, job_id: int, now: datetime, who: str = "ope
     old = conn.execute(select(q.c.process_logs).where(q.c.id == job_id)).scalar_one_or_none()
     result = conn.execute(q.update().where(q.c.id == job_id, q.c.status == "pending").values(
         status="cancelled", finished_at=now, updated_at=now, locked_until=None,
-        process_logs=limits.bounded_log(old, limits.log_line(f"[{stamp}] cancelled by {who}") + "\n")))
+        process_logs=limits.bounded_log(
+            old, limits.log_line(f"[{stamp}] cancelled by {who}") + "\n")))
     return result.rowcount == 1

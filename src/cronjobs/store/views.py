@@ -160,7 +160,8 @@ def ping(conn: Connection) -> None:
 
 
 def failed_counts(conn: Connection, since: datetime, cap: int = COUNT_CAP) -> dict:
-    """Failed rows: `{"total": (n, capped), "since": (n, capped)}` (finished at or after `since`)."""
+    """Failed rows: `{"total": (n, capped), "since": (n, capped)}` (finished at or after
+    `since`)."""
     return {"total": capped_count(conn, q.c.status == "failed", cap=cap),
             "since": capped_count(conn, q.c.status == "failed", q.c.finished_at >= since, cap=cap)}
 
@@ -184,7 +185,8 @@ def count_by_status(conn: Connection, types: list[str] | None = None,
 
 
 def throughput(conn: Connection, now: datetime, cap: int = 100_000) -> dict[str, tuple[int, bool]]:
-    """Completed `.execute` rows finished in the last hour and day: `{"hour": (n, capped), "day": ...}`.
+    """Completed `.execute` rows finished in the last hour and day:
+    `{"hour": (n, capped), "day": ...}`.
 
     Only execute rows count as work done (SPEC §3); discover rows are discovery. One
     range read of the (status, finished_at, type) index serves both figures.
@@ -194,7 +196,8 @@ def throughput(conn: Connection, now: datetime, cap: int = 100_000) -> dict[str,
         q.c.status == "completed", q.c.finished_at >= now - timedelta(days=1),
         q.c.type.like("%.execute")).limit(cap + 1).subquery())
     day, hour = conn.execute(select(
-        func.count(), func.coalesce(func.sum(case((inner.c.finished_at >= hour_ago, 1), else_=0)), 0)
+        func.count(),
+        func.coalesce(func.sum(case((inner.c.finished_at >= hour_ago, 1), else_=0)), 0)
     )).one()
     return {"hour": (min(int(hour), cap), int(hour) > cap), "day": (min(day, cap), day > cap)}
 
@@ -295,7 +298,8 @@ def due_by_queue(conn: Connection, now: datetime, cap: int = DUE_CAP,
 def _due(conn: Connection, now: datetime, queues: list[str], cap: int) -> dict:
     due_at = func.coalesce(q.c.scheduled_at, q.c.created_at)
     inner = select(due_at.label("due_at")).where(
-        q.c.queue == queues[0] if len(queues) == 1 else q.c.queue.in_(queues), q.c.status == "pending",
+        q.c.queue == queues[0] if len(queues) == 1 else q.c.queue.in_(queues),
+        q.c.status == "pending",
         (q.c.scheduled_at.is_(None)) | (q.c.scheduled_at <= now))
     if len(queues) == 1:  # the claim index's order: the first `cap` rows a worker would take
         inner = inner.order_by(q.c.priority, q.c.id)
@@ -324,7 +328,8 @@ def job_statuses(conn: Connection, ids: list[int]) -> dict[int, str]:
     return {r.id: r.status for r in conn.execute(select(q.c.id, q.c.status).where(q.c.id.in_(ids)))}
 
 
-def finished_since(conn: Connection, since: datetime, after_id: int, limit: int = 10_000) -> list[dict]:
+def finished_since(conn: Connection, since: datetime, after_id: int,
+                   limit: int = 10_000) -> list[dict]:
     """Rows finished at or after `since` (then by id above `after_id` at that instant), oldest
     first: what `/metrics` has not counted yet.
 
@@ -340,7 +345,8 @@ def finished_since(conn: Connection, since: datetime, after_id: int, limit: int 
     return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
-def rows_by_queue_status(conn: Connection, statuses: tuple[str, ...] = ("pending", "running", "failed"),
+def rows_by_queue_status(conn: Connection,
+                         statuses: tuple[str, ...] = ("pending", "running", "failed"),
                          cap: int = COUNT_CAP, queues: set[str] | None = None,
                          other: str = "other") -> dict[tuple[str, str], int]:
     """Row counts per (queue, status) for the live states (each capped at `cap`).

@@ -4,7 +4,7 @@ database answers) and `/health` (the full report). Public; the full report needs
 | route | 200 | 503 | touches |
 |---|---|---|---|
 | `/health/live` | always, when the process answers | never | nothing |
-| `/health/ready` | the database answered `SELECT 1` | the database does not answer (or its check broke) | the database |
+| `/health/ready` | the database answered `SELECT 1` | no answer (or its check broke) | database |
 | `/health` | `ok`, `warn` (also a broken check) | `fail`: a real outage | database, broker, ... |
 
 `/health` and `/health/ready` each run at most one report at a time in this process and

@@ -4,9 +4,9 @@ Two kinds of series, and the HELP text of each says which:
 
 - **From the database** (gauges; every dashboard process gives the same values at the same
   instant): rows per queue and status (`pending`, `running`, `failed`; capped at 10,000 per
-  queue), rows per status (the Queue page's counts), due rows and the oldest due age per queue, live workers, `.execute` rows completed
-  in the last hour and day (the Queue page's throughput), rows failed in the last hour (what
-  the health check warns about).
+  queue), rows per status (the Queue page's counts), due rows and the oldest due age per
+  queue, live workers, `.execute` rows completed in the last hour and day (the Queue page's
+  throughput), rows failed in the last hour (what the health check warns about).
 - **Per process** (counters and the duration histogram): rows that finished since this
   dashboard process started, from any worker on any host; each scrape reads the rows
   finished since the previous one (`finished_at`, then id). Two processes started at
@@ -132,7 +132,8 @@ class Metrics:
         now = self.app.clock.now()
         types = set(self.app.handlers.registered_handlers())
         workers = heartbeat.view(self.app)
-        queues = set(self.app.queues()) | {q for w in workers.live for q in w["queues"].split(",") if q}
+        queues = set(self.app.queues()) | {q for w in workers.live
+                                           for q in w["queues"].split(",") if q}
         with self.app.engine.connect() as conn:
             counts = store.views.rows_by_queue_status(conn, queues=queues, other=OTHER)
             due = store.views.due_by_queue(conn, now, queues=queues, other=OTHER)
@@ -148,7 +149,8 @@ class Metrics:
                 if len(rows) < 10_000:
                     break
         return [*_queue_gauges(counts, due, now),
-                _gauge("cronjobs_live_workers", "Workers with a fresh heartbeat.", [], {(): len(workers.live)}),
+                _gauge("cronjobs_live_workers", "Workers with a fresh heartbeat.", [],
+                       {(): len(workers.live)}),
                 _gauge("cronjobs_status_rows", "Rows per status, all queues (capped at 10,000; "
                        "the Queue page's counts).", ["status"],
                        {(status,): n for status, (n, _) in statuses.items()}),

@@ -100,7 +100,8 @@ def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:
     server, url, generated = open_server(app, host, port)
     thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
     thread.start()
-    print(f"cronjobs dashboard at {url}/  (Ctrl-C to stop)\n{login_hint(url, generated)}", flush=True)
+    print(f"cronjobs dashboard at {url}/  (Ctrl-C to stop)\n{login_hint(url, generated)}",
+          flush=True)
     signals.stop.wait()
     server.shutdown()
     return 0
