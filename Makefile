@@ -19,8 +19,10 @@ run: $(STAMP)
 	$(BIN)/cronjobs migrate
 	exec $(BIN)/cronjobs serve
 
-## test: install with test and bench extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up, run every test
+## test: install with test and bench extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up,
+## lint (ruff, the rules of pyproject.toml), run every test
 test: $(STAMP) services
+	$(BIN)/ruff check src tests bench scripts migrations
 	$(BIN)/python -m pytest -p no:cacheprovider -s $(PYTEST_ARGS)
 
 ## test-faults: only the fault-injection runs (make test runs them too)
