@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cronjobs import store
 from cronjobs.models import cronjob_queue
 from cronjobs.testing import FrozenClock
+from cronjobs.web.view import web_engine
 from dashboard_helpers import BEARER, TOKEN, recent_t0, web_client
 
 BUCKETS = 13  # 12 bounds and +Inf
@@ -21,7 +22,7 @@ BUCKETS = 13  # 12 bounds and +Inf
 def scrape(client, statements: list | None = None) -> tuple[dict, dict]:
     """`({(sample name, labels): value}, {family name: (type, help)})` of one scrape; the
     SQL it ran is appended to `statements` when given."""
-    engine = client.application.extensions["cronjobs_app"].engine
+    engine = web_engine(client.application.extensions["cronjobs_app"])  # the pages' engine
 
     def record(conn, cursor, statement, *args) -> None:
         statements.append(statement)
