@@ -19,7 +19,8 @@ from pathlib import Path
 
 from . import report
 
-SCENARIOS = ("dispatch", "tick", "latency", "throughput", "steady", "memory", "cleanup")
+SCENARIOS = ("dispatch", "tick", "latency", "throughput", "steady", "memory", "cleanup",
+             "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
