@@ -190,6 +190,16 @@ def find_python312() -> str:
                       f"PATH and {pyenv}/versions/3.12.*/bin/python")
 
 
+def _imports_oban(python: Path) -> bool:
+    """Whether `python` runs and imports oban (a kept venv whose base Python went away
+    does not)."""
+    try:
+        return subprocess.run([str(python), "-c", "import oban"], capture_output=True,
+                              timeout=60).returncode == 0
+    except OSError:
+        return False
+
+
 def oban_venv() -> tuple[str, str]:
     """The Oban venv's Python and `oban <version>, Python <version>`; the venv is made on
     first use under `bench/.venvs/` (`pip install oban==0.7.0`) and kept.
@@ -200,7 +210,7 @@ def oban_venv() -> tuple[str, str]:
     """
     venv = VENVS / f"oban-{OBAN_VERSION}-py3.12"
     python, stamp = venv / "bin" / "python", venv / ".installed"
-    if not stamp.exists():
+    if not stamp.exists() or not _imports_oban(python):
         base = find_python312()
         shutil.rmtree(venv, ignore_errors=True)
         print(f"oban-py: making {venv.relative_to(ROOT)} with {base} "

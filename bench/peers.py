@@ -43,7 +43,7 @@ DRAIN_TARGETS = {"oban-py": 1.5, "procrastinate": 3.0}
 
 
 @dataclass
-class Drain:
+class DrainRun:
     """One drain of one system (JSON: `details.runs`). Times in s, CPU in s, PSS in MB."""
 
     system: str
@@ -122,7 +122,7 @@ def _settled_commits(admin: psycopg.Connection, db: str) -> int:
 
 
 def drain(system: System, rows: int, slots: int, processes: int, cap: float,
-          round_no: int = 1) -> Drain:
+          round_no: int = 1) -> DrainRun:
     """Fill a fresh database with `rows` no-op jobs and drain them with `processes` x
     `slots` workers of `system`; see the module docstring for what is measured."""
     with (stores.pg_database() as (db, url), stores.redis_namespace() as ns,
@@ -141,7 +141,7 @@ def drain(system: System, rows: int, slots: int, processes: int, cap: float,
         transactions = _settled_commits(admin, db) - before - w["polls"]
         with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
             times = [r[0] for r in conn.execute(system.times_sql)]
-    return Drain(system.name, f"{processes}x{slots}", round_no, rows, round(setup, 2),
+    return DrainRun(system.name, f"{processes}x{slots}", round_no, rows, round(setup, 2),
                  round(min(times) - started, 3), round(procs.rate_from_times(times), 1),
                  len(times), round(w["seconds"], 2), w["done"] - w["first"], w["done"] >= rows,
                  round(w["worker_cpu"], 2), round(w["pg_cpu"], 2), transactions,
@@ -160,18 +160,18 @@ def idle_memory(system: System, slots: int, settle: float) -> dict:
             return procs.tree_memory([p.pid for p in running])
 
 
-def _per_1000(drains: list[Drain], field: str) -> float:
+def _per_1000(drains: list[DrainRun], field: str) -> float:
     """Seconds of `field` per 1,000 jobs, pooled over `drains`' windows."""
     jobs = sum(d.window_jobs for d in drains)
     return 1000 * sum(getattr(d, field) for d in drains) / jobs if jobs else 0.0
 
 
-def _transactions_per_job(drains: list[Drain]) -> float:
+def _transactions_per_job(drains: list[DrainRun]) -> float:
     """Committed transactions per finished job, pooled over `drains`."""
     return sum(d.transactions for d in drains) / max(1, sum(d.done for d in drains))
 
 
-def _done_note(drains: list[Drain]) -> str:
+def _done_note(drains: list[DrainRun]) -> str:
     capped = [d for d in drains if not d.complete]
     if not capped:
         return f"all {drains[0].rows} drained"
@@ -233,7 +233,8 @@ def _other_figures(results: report.Results, runs: dict, idle: dict, peers: list[
                               + _per_1000(every[n], "pg_cpu_seconds"))
     _compare(results, "CPU per 1,000 jobs, worker + PostgreSQL", "s", ours, theirs,
              note=f"{split} (Redis not counted)")
-    procs_note = ", ".join(f"{n} {idle[n]['processes']} processes" for n in names)
+    procs_note = ", ".join(f"{n} {idle[n]['processes']} process"
+                           + ("es" if idle[n]["processes"] > 1 else "") for n in names)
     ours, theirs = per_system(lambda n: idle[n]["pss_mb"])
     _compare(results, f"worker PSS {slots} slots, idle", "MB", ours, theirs, ", 1 process",
              ("<=", 60, "value"), procs_note)
@@ -242,7 +243,7 @@ def _other_figures(results: report.Results, runs: dict, idle: dict, peers: list[
         _compare(results, f"worker PSS after the {label} drain", "MB", ours, theirs,
                  f" {label}", target)
     ours, theirs = per_system(lambda n: _transactions_per_job(every[n]))
-    _compare(results, "transactions per job", "", ours, theirs,
+    _compare(results, "transactions committed", "per job", ours, theirs,
              note="xact_commit of the run's database, worker start to stop, less the "
                   "bench's polls")
 
@@ -285,7 +286,7 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
                       "settle_s": settle, "database": "postgresql, one database per drain",
                       "systems": {s.name: s.version for s in systems}, "skipped": skipped}
     idle = {s.name: idle_memory(s, slots, settle) for s in systems}
-    runs: dict[str, dict[str, list[Drain]]] = {s.name: {lb: [] for lb in labels}
+    runs: dict[str, dict[str, list[DrainRun]]] = {s.name: {lb: [] for lb in labels}
                                                for s in systems}
     for round_no in range(1, rounds + 1):
         order = systems if round_no % 2 else systems[::-1]
