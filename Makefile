@@ -29,8 +29,9 @@ test: $(STAMP) services
 test-faults: $(STAMP) services
 	$(BIN)/python -m pytest -p no:cacheprovider -m faults -s tests/test_faults.py
 
-## bench: the benchmark suite (< 10 min): figures against same-run baselines, PASS/MISS,
-## bench/results/latest.json and a dated copy (docs/performance.md)
+## bench: the benchmark suite (< 12 min): figures against same-run baselines, PASS/MISS,
+## bench/results/latest.json and a dated copy (docs/performance.md);
+## one section: make bench BENCH_ARGS="--only peers"
 bench: $(STAMP) services
 	$(BIN)/python -m bench $(BENCH_ARGS)
 

@@ -2,6 +2,9 @@
 and `latest.md` (the table in Markdown), and print the table.
 
 Usage: python -m bench [--quick] [--only a,b] [--results DIR]
+(`make bench BENCH_ARGS="--only peers"`: one section; its figures replace theirs in
+`latest.json`, the other scenarios are kept from the last run; the dated copy holds
+this run only.)
 Each scenario runs as its own process (`python -m bench.<scenario>`), one after the
 other; a scenario that fails is reported and the others still run (exit status 1).
 """
@@ -19,7 +22,8 @@ from pathlib import Path
 
 from . import report
 
-SCENARIOS = ("dispatch", "tick", "latency", "throughput", "steady", "memory", "cleanup")
+SCENARIOS = ("dispatch", "tick", "latency", "throughput", "steady", "memory", "cleanup",
+             "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,14 +60,36 @@ def main(argv: list[str] | None = None) -> int:
             "failed": failed,
             "scenarios": [{k: v for k, v in s.items() if k != "machine"} for s in scenarios]}
     stamp = started.strftime("%Y-%m-%dT%H%M%SZ")
-    report.write_json(args.results / "latest.json", data)
     report.write_json(args.results / f"{stamp}.json", data)
-    (args.results / "latest.md").write_text(report.markdown(data["scenarios"]) + "\n")
+    latest = _merged(args.results / "latest.json", data) if args.only else data
+    report.write_json(args.results / "latest.json", latest)
+    (args.results / "latest.md").write_text(report.markdown(latest["scenarios"]) + "\n")
     print()
     print(report.table(data["scenarios"]))
     print(f"\nsuite: {data['seconds']:.0f} s; results in {args.results}/latest.json and "
           f"{stamp}.json" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _merged(path: Path, data: dict) -> dict:
+    """`data` of a run with `--only`, merged into the `latest.json` at `path`.
+
+    The scenarios run now replace theirs; the others are kept from the earlier run (each
+    scenario has its own `started`), listed in `kept`. Without an earlier file, or when
+    one run is `--quick` and the other is not, `data` alone.
+    """
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return data
+    if previous.get("quick") != data["quick"]:
+        return data
+    now = {s["scenario"]: s for s in data["scenarios"]}
+    kept = [s for s in previous.get("scenarios", []) if s["scenario"] not in now]
+    order = {name: i for i, name in enumerate(SCENARIOS)}
+    scenarios = sorted(kept + data["scenarios"], key=lambda s: order.get(s["scenario"], 99))
+    return dict(data, scenarios=scenarios,
+                kept={s["scenario"]: s["started"] for s in kept})
 
 
 if __name__ == "__main__":

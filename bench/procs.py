@@ -232,3 +232,64 @@ def tree_memory(roots: Iterable[int]) -> dict:
         pss += info.pss
     return {"rss_mb": round(rss / 1e6, 1), "pss_mb": round(pss / 1e6, 1),
             "processes": len(seen)}
+
+
+def tree_pids(roots: Iterable[int]) -> list[int]:
+    """The pids of `roots` and of all their living descendants."""
+    import psutil
+
+    pids: list[int] = []
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
+            pids += [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
+class CpuMeter:
+    """CPU seconds (user + system) that a changing set of processes spends in a window.
+
+    `start()` opens the window; every `sample()` reads the processes `pids()` returns
+    now and keeps each one's latest reading, so a process that exits later still counts
+    up to its last sample. A process first seen after the window opened counts from 0 if
+    it was created inside the window, else from its first reading (its CPU before that
+    sample is not known to be inside the window).
+
+    Args:
+        pids: returns the pids to watch (called at every sample).
+    """
+
+    def __init__(self, pids: Callable[[], Iterable[int]]) -> None:
+        self._pids = pids
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._opened = 0.0
+
+    def start(self) -> None:
+        """Open the window: forget earlier readings and take the first sample."""
+        self._first.clear()
+        self._last.clear()
+        self._opened = time.time()
+        self.sample(opening=True)
+
+    def sample(self, opening: bool = False) -> None:
+        """Read the CPU times of the processes `pids()` returns now."""
+        import psutil
+
+        for pid in self._pids():
+            try:
+                proc = psutil.Process(pid)
+                times = proc.cpu_times()
+                used = times.user + times.system
+                if pid not in self._first:
+                    born_inside = not opening and proc.create_time() >= self._opened
+                    self._first[pid] = 0.0 if born_inside else used
+            except psutil.NoSuchProcess:
+                continue
+            self._last[pid] = used
+
+    def seconds(self) -> float:
+        """CPU seconds spent in the window so far (up to the last sample)."""
+        return sum(self._last[pid] - self._first[pid] for pid in self._last)

@@ -2,9 +2,10 @@
 
 A scenario builds a `Results`, adds `Figure`s (a value, optionally a baseline measured in
 the same run and the ratio value/baseline, optionally a target on the value or the
-ratio), and calls `main()` through `scenario_main()`, which parses `--quick` and `--out`,
-times the run, records the machine's load before and after, writes the JSON and prints
-the table.
+ratio), optionally tables of its own (`add_table`, printed after the figures) and
+details (raw measurements, kept in the JSON only), and calls `main()` through
+`scenario_main()`, which parses `--quick` and `--out`, times the run, records the
+machine's load before and after, writes the JSON and prints the table.
 """
 
 from __future__ import annotations
@@ -70,6 +71,26 @@ class Results:
     seconds: float = 0.0
     load_before: list = field(default_factory=list)
     load_after: list = field(default_factory=list)
+    tables: list[dict] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+    def add_table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
+        """Add a table of text cells, printed (and written to `latest.md`) after the figures.
+
+        Args:
+            title: one line above the table.
+            columns: the header cells.
+            rows: lists of cells, as many as `columns`.
+
+        Raises:
+            ValueError: a row has another number of cells than `columns`.
+        """
+        for row in rows:
+            if len(row) != len(columns):
+                raise ValueError(f"table {title!r}: row {row!r} has {len(row)} cells, "
+                                 f"not {len(columns)}")
+        self.tables.append({"title": title, "columns": list(columns),
+                            "rows": [[str(c) for c in row] for row in rows]})
 
     def add(self, name: str, value: float | None, unit: str, *, baseline: float | None = None,
             baseline_name: str | None = None, target: tuple | None = None,
@@ -97,7 +118,8 @@ class Results:
         return {"scenario": self.scenario, "started": self.started,
                 "seconds": round(self.seconds, 1),
                 "load_before": self.load_before, "load_after": self.load_after,
-                "params": self.params, "figures": [asdict(f) for f in self.figures]}
+                "params": self.params, "figures": [asdict(f) for f in self.figures],
+                "tables": self.tables, "details": self.details}
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -174,8 +196,17 @@ def machine() -> dict:
     }
 
 
+def _fixed(rows: list) -> str:
+    """Rows of text cells (the first is the header) as a fixed-width table."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
 def table(scenarios: list[dict]) -> str:
-    """The figures of `scenarios` (dicts as saved) as a fixed-width text table."""
+    """The figures of `scenarios` (dicts as saved) as a fixed-width text table, then the
+    scenarios' own tables."""
     head = ("scenario", "figure", "value", "baseline (same run)", "ratio", "target", "")
     rows = [head]
     for sc in scenarios:
@@ -186,10 +217,11 @@ def table(scenarios: list[dict]) -> str:
             fig = Figure(**f)
             rows.append((sc["scenario"], f["name"], value, base, ratio, fig.target_text(),
                          f["verdict"] or ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    out = [_fixed(rows)]
+    for sc in scenarios:
+        for t in sc.get("tables", []):
+            out.append(f"{sc['scenario']}: {t['title']}\n" + _fixed([t["columns"], *t["rows"]]))
+    return "\n\n".join(out)
 
 
 def markdown(scenarios: list[dict]) -> str:
@@ -204,6 +236,13 @@ def markdown(scenarios: list[dict]) -> str:
             ratio = "" if f["ratio"] is None else f"{f['ratio']:.3f}"
             out.append(f"| {sc['scenario']} | {f['name']} | {value} | {base} | {ratio} | "
                        f"{fig.target_text()} | {f['verdict'] or ''} |")
+    for sc in scenarios:
+        for t in sc.get("tables", []):
+            out += ["", f"**{sc['scenario']}: {t['title']}**", "",
+                    "| " + " | ".join(t["columns"]) + " |",
+                    "|" + "---|" * len(t["columns"])]
+            out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |"
+                    for row in t["rows"]]
     return "\n".join(out)
 
 

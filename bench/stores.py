@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
+import tenacity
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDLERS = str(Path(__file__).parent / "handlers")
@@ -63,12 +64,7 @@ def database(backend: str, migrate: bool = True) -> Iterator[str]:
         raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     try:
         if migrate:
-            from cronjobs.db import make_engine
-            from cronjobs.migrate import upgrade
-
-            engine = make_engine(url)
-            upgrade(engine)
-            engine.dispose()
+            migrate_to_head(url)
         yield url
     finally:
         if admin is not None:
@@ -77,6 +73,46 @@ def database(backend: str, migrate: bool = True) -> Iterator[str]:
             admin.dispose()
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def pg_database() -> Iterator[tuple[str, str]]:
+    """Yield `(name, SQLAlchemy URL)` of a fresh PostgreSQL database `bench_<random>`;
+    dropped afterwards (`WITH (FORCE)`: connections left over are ended).
+
+    A database of its own, not a schema in `test`: its row of `pg_stat_database` counts
+    the transactions of this run only, and its backends are told apart by `datname`.
+    Empty: each system installs its own tables (`migrate_to_head` for cronjobs).
+    """
+    name = new_name()
+    admin = sa.create_engine(POSTGRES + "/test", poolclass=sa.pool.NullPool,
+                             isolation_level="AUTOCOMMIT")
+    _create_database(admin, name)
+    url = f"{POSTGRES}/{name}"
+    try:
+        yield name, url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+@tenacity.retry(stop=tenacity.stop_after_attempt(5), wait=tenacity.wait_fixed(0.5),
+                retry=tenacity.retry_if_exception_type(sa.exc.OperationalError), reraise=True)
+def _create_database(admin: sa.Engine, name: str) -> None:
+    """CREATE DATABASE, tried again while another session holds the template open."""
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+
+
+def migrate_to_head(url: str) -> None:
+    """Create the cronjobs tables in the database of `url` (Alembic upgrade head)."""
+    from cronjobs.db import make_engine
+    from cronjobs.migrate import upgrade
+
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """Smoke test of the benchmark suite: every scenario runs with `--quick` (tiny sizes) and
-writes its JSON with the figures, same-run baselines and verdicts; `python -m bench`
-merges scenarios into `latest.json` and a dated copy. Not a timed test: the values are
+writes its JSON with the figures, same-run baselines and verdicts (the peers scenario also
+its table of systems and guarantees); `python -m bench` merges scenarios into
+`latest.json` and a dated copy. Not a timed test: the values are
 not asserted, only that each was measured. The quick runs are started together (they
 mostly wait for worker start-up) and each test checks one of them."""
 
@@ -25,6 +26,7 @@ CASES = {
     "tick": [],
     "cleanup": [],
     "memory": [],
+    "peers": [],
 }
 MACHINE_KEYS = {"cpu", "cores_logical", "memory_gb", "python", "mariadb", "redis", "postgresql",
                 "dramatiq", "celery"}
@@ -85,3 +87,20 @@ def test_suite_merges_scenarios_into_latest_and_a_dated_copy(runs):
     assert [s["scenario"] for s in latest["scenarios"]] == ["tick"]
     assert latest["failed"] == [] and MACHINE_KEYS <= set(latest["machine"])
     assert "| tick |" in (folder / "latest.md").read_text()
+
+
+def test_peers_quick_run_puts_every_system_in_its_table(runs):
+    code, output, out = runs["peers"]
+    assert code == 0, output
+    data = json.loads(out.read_text())
+    (table,) = data["tables"]
+    rows = {row[0].split()[0]: row for row in table["rows"]}
+    assert set(rows) == {"cronjobs", "oban-py", "procrastinate"}
+    assert data["details"]["skipped"] == {}, data["details"]["skipped"]  # 3.12 is on CI
+    for name, row in rows.items():
+        assert float(row[table["columns"].index("transactions / job (measured)")]) > 0, row
+        assert row[-2] and row[-1], f"{name} has no guarantees"
+        drains = [r for r in data["details"]["runs"] if r["system"] == name]
+        assert {r["config"] for r in drains} == {"1x2", "2x2"}
+        assert all(r["done"] > 0 and r["pss_mb"] > 0 for r in drains), drains
+    assert "hard timeout" in output and "at-least-once" in output
