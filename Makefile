@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run  # the package alone: what `make run` needs
+STAMP := $(VENV)/.installed          # with the test and bench extras: what `make test` needs
 
 .PHONY: run test test-faults bench services clean docs docs-reference
 
@@ -10,12 +11,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+$(RUN_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test,bench]"
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-## run: install, migrate the embedded SQLite database, start scheduler + worker + dashboard
-run: $(STAMP)
+## run: install (the package alone, no test or bench tools), migrate the embedded SQLite
+## database, start scheduler + worker + dashboard
+run: $(RUN_STAMP)
 	$(BIN)/cronjobs migrate
 	exec $(BIN)/cronjobs serve
 

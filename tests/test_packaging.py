@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -34,3 +35,18 @@ def test_wheel_contents_and_migrate_from_it(tmp_path):
                          text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0006"
+
+
+def test_make_run_installs_only_what_running_needs(tmp_path):
+    """`make run` installs the package alone: pip's plan for it holds none of the test,
+    lint, docs or bench tools that `make test` adds."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "run: $(RUN_STAMP)" in makefile and 'pip install --quiet -e .\n' in makefile
+    plan = tmp_path / "plan.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet",
+                    "--ignore-installed", "--report", str(plan), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    names = {i["metadata"]["name"].lower() for i in json.loads(plan.read_text())["install"]}
+    assert {"cronjobs", "sqlalchemy", "dramatiq", "flask"} <= names
+    assert not names & {"pytest", "playwright", "celery", "mkdocs", "procrastinate", "py-spy",
+                        "ruff", "import-linter", "hatchling", "aiosmtpd"}, names
