@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-import registry
 from conftest import effect_rows
 from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
@@ -177,8 +176,8 @@ def test_kill_switch_of_an_unknown_task_is_an_error(make_app):
 
 def test_unavailable_handler_is_skipped(make_app, caplog):
     app = make_app(clock=FrozenClock(T0))
-    registry.register(UnavailableDiscover.TYPE, UnavailableDiscover)
-    registry.register(BrokenCheckDiscover.TYPE, BrokenCheckDiscover)
+    app.handlers.register(UnavailableDiscover.TYPE, UnavailableDiscover)
+    app.handlers.register(BrokenCheckDiscover.TYPE, BrokenCheckDiscover)
 
     with caplog.at_level(logging.WARNING, logger="cronjobs.scheduler"):
         report = tick(T0)
@@ -209,7 +208,7 @@ def test_frequency_from_settings_overrides_the_class(make_app):
 def test_new_cron_task_waits_for_its_fire_time(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
-    registry.register(NightlyDiscover.TYPE, NightlyDiscover)
+    app.handlers.register(NightlyDiscover.TYPE, NightlyDiscover)
 
     # 12:00: today's 03:15 is past; a new task does not run it late.
     assert tick(T0).skipped["test-nightly"] == "not-yet"
@@ -300,7 +299,7 @@ def test_losing_the_slot_race_logs_nothing_above_debug(make_app, caplog):
 def test_destructive_task_ships_disabled(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
-    registry.register(PurgeExecute.TYPE, PurgeExecute)
+    app.handlers.register(PurgeExecute.TYPE, PurgeExecute)
 
     report = tick(T0)
 
@@ -314,7 +313,7 @@ def test_destructive_task_ships_disabled(make_app):
 def test_settings_can_ship_a_destructive_task_enabled(make_app):
     app = make_app(clock=FrozenClock(T0), tasks={"test-purge": {"enabled": True},
                                                   "test-count": {"enabled": False}})
-    registry.register(PurgeExecute.TYPE, PurgeExecute)
+    app.handlers.register(PurgeExecute.TYPE, PurgeExecute)
 
     report = tick(T0)
 

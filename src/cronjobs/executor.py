@@ -8,14 +8,16 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import limits, store
+from . import dispatching, limits, store
+from .app import App
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import JobNotFound, JobStateError
-from .handler import Job
+from .handler import Job, task_name
 from .outcome import (
     Outcome,
     Policy,
@@ -25,9 +27,6 @@ from .outcome import (
     no_handler,
     unreadable,
 )
-
-if TYPE_CHECKING:
-    from .app import App
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -50,38 +49,67 @@ class JobReport:
     duration_ms: float
 
 
-class JobContext:
-    """What a handler can reach while it runs (`handler.context`)."""
+@dataclass(frozen=True)
+class Runtime:
+    """What the process running jobs knows besides its settings, handed to every handler
+    through `JobContext` (and to job processes when they start).
 
-    def __init__(self, app: App, job: Job) -> None:
+    Attributes:
+        serve_url: the base URL of the `cronjobs serve` process that runs the job
+            (`http://127.0.0.1:8080`), or None outside `serve`.
+    """
+
+    serve_url: str | None = None
+
+
+class JobContext:
+    """What a handler can reach while it runs (`handler.context`).
+
+    Args:
+        app: the App running the job.
+        job: the run.
+        runtime: what the running process knows besides its settings.
+    """
+
+    def __init__(self, app: App, job: Job, runtime: Runtime | None = None) -> None:
         self.app = app
         self.job = job
+        self.runtime = runtime or Runtime()
 
     @property
     def settings(self) -> Any:
         """The system's `Settings`."""
         return self.app.settings
 
+    @property
+    def serve_url(self) -> str | None:
+        """The base URL of the `cronjobs serve` process running this job, or None."""
+        return self.runtime.serve_url
+
     def now(self) -> datetime:
         """The app clock's current time (naive UTC)."""
         return self.app.clock.now()
 
     def dispatch_child(self, job_type: str, payload: dict, **options: Any) -> int:
-        """Dispatch a job whose parent is the running row; returns its id."""
-        from .queue import dispatch
+        """Dispatch a job whose parent is the running row (the keyword arguments of
+        `cronjobs.queue.dispatch`); returns its id.
 
+        Raises:
+            InvalidJob: as `cronjobs.queue.dispatch`.
+        """
         options.setdefault("parent_id", self.job.id)
-        return dispatch(job_type, payload, app=self.app, **options)
+        return dispatching.submit(self.app, job_type, payload, **options).id
 
 
-def call_handler(app: App, job: Job, reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+def call_handler(app: App, job: Job, runtime: Runtime | None = None,
+                 reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
     """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
     except those of the types in `reraise` (the job process's MAX_RUNTIME alarm)."""
     cls = app.resolve(job.type)
     if cls is None:
         return no_handler(job.type)
     try:
-        handler = cls(JobContext(app, job))
+        handler = cls(JobContext(app, job, runtime))
         return from_return(handler.handle(job.payload, job), handler)
     except reraise:
         raise
@@ -161,26 +189,35 @@ def _task_run(job: Job) -> bool:
 
 
 class Executor:
-    """Runs rows: claims, calls handlers, writes outcomes. Used as is by `process()`,
-    `cronjobs run` and `cronjobs.testing.drain` (handlers run in the calling thread); the
-    worker's `pool.SlotPool` uses its pieces (`prepare`, `plan`, `done`) and runs the
-    handlers in job processes.
+    """Runs rows: claims, calls handlers, writes outcomes. Built by whoever runs jobs:
+    `queue.process`, `cronjobs run` and `cronjobs.testing.drain` use it as is (handlers
+    run in the calling thread); the worker process builds one for its `pool.SlotPool`,
+    which uses its pieces (`prepare`, `plan`, `done`) and runs the handlers in job
+    processes.
 
     Args:
         app: the running App (engine, clock, handlers, broker).
         worker_id: written to claimed rows (default `host:pid`).
+        isolation: `"handler"` (a handler's `ISOLATION = "thread"` is honoured) or
+            `"process"` (every job in a job process); matters to a worker only.
+        runtime: handed to every handler's `JobContext` (default: no serve URL).
+        on_job_done: called with no arguments after each finished job (the worker's
+            recycling limits).
     """
 
-    def __init__(self, app: App, worker_id: str | None = None) -> None:
+    def __init__(self, app: App, worker_id: str | None = None, *, isolation: str = "handler",
+                 runtime: Runtime | None = None,
+                 on_job_done: Callable[[], None] | None = None) -> None:
+        if isolation not in ("handler", "process"):
+            raise ValueError(f"isolation must be 'handler' or 'process', got {isolation!r}")
         self.app = app
         self.worker_id = worker_id or default_worker_id()
+        self.isolation = isolation
+        self.runtime = runtime or Runtime()
+        self._on_job_done = on_job_done
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
-        self.isolation = "handler"  # or "process": every job in a job process
-        self.accepting = True
-        self.stopped = threading.Event()  # set when the worker stops: outage waits end
-        self.on_job_done = None  # called after each finished job (recycling limits)
 
     def lease_seconds(self, job_type: str) -> float:
         """Lease length for a type: its MAX_RUNTIME plus the configured grace, seconds."""
@@ -232,7 +269,7 @@ class Executor:
         if outcome is None:
             self.track(job)
             try:
-                outcome = call_handler(self.app, job)
+                outcome = call_handler(self.app, job, self.runtime)
             finally:
                 self.untrack(job.id)
         return self.finish(job, outcome, (time.monotonic() - started) * 1000)
@@ -275,8 +312,6 @@ class Executor:
     def _task_enabled(self, job_type: str) -> bool:
         """The kill switch of the type's task. A task the scheduler has not seen yet is
         off unless the settings enable it (destructive tasks ship disabled)."""
-        from .handler import task_name
-
         task = task_name(job_type)
         with self.app.engine.connect() as conn:
             runtime = store.get_runtime(conn, task)
@@ -320,14 +355,14 @@ class Executor:
             log.warning("job %s: lease was lost before finishing; outcome %s dropped",
                         job.id, finish.status, extra={"trace_id": job.id})
         elif final == "pending":
-            self.app.send(job.id, job.queue, finish.delay_seconds)
+            dispatching.send(self.app, job.id, job.queue, finish.delay_seconds)
         with self._lock:
             self.jobs_done += 1
         log.info("job %s finish type=%s status=%s duration_ms=%.1f attempt=%s/%s", job.id,
                  job.type, final, finish.duration_ms, job.attempts, job.max_attempts,
                  extra={"trace_id": job.id})
-        if self.on_job_done is not None:
-            self.on_job_done()
+        if self._on_job_done is not None:
+            self._on_job_done()
         return JobReport(job.id, job.type, final, finish.duration_ms)
 
     def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> JobReport:

@@ -8,6 +8,15 @@ MAX_RUNTIME a SIGALRM interrupts the handler, even inside a blocked system call
 exits — a job process is never reused after a timeout. A handler stuck where no signal
 reaches it (a C loop) is killed by the worker with SIGKILL a moment later.
 
+The fork server builds the App of the worker's settings once (`preloaded()`), handler
+registry loaded. A job process whose worker has the same settings (the `cronjobs worker`
+and `cronjobs serve` commands: both read one environment) runs every job with that App:
+its pages stay shared, and every job process runs the code the fork server loaded, so a
+handler file edited (or saved with a syntax error) while the worker runs changes nothing
+until the worker restarts. A worker started from code with other settings gets job
+processes that each build an App of their own (with its own registry) before they say
+they are ready.
+
 The process ignores SIGINT/SIGTERM (the worker decides when jobs stop) and dies with its
 parent (PR_SET_PDEATHSIG).
 """
@@ -27,11 +36,10 @@ import handlers as _builtin_handlers
 from . import logs
 from .app import App
 from .config import Settings
-from .executor import call_handler
+from .executor import Runtime, call_handler
 from .handler import Job
-from .outcome import Outcome
-
-READY = "ready"
+from .outcome import Outcome, timeout_outcome
+from .runner import READY
 
 
 class RuntimeLimit(BaseException):
@@ -54,7 +62,7 @@ def _preload_app() -> App | None:
     process then builds its own and reports the error)."""
     try:
         app = App(Settings.load())
-        app.handlers  # noqa: B018
+        app.handlers.load()
         return app
     except Exception:
         return None
@@ -78,18 +86,34 @@ def _on_alarm(signum, frame) -> None:
     raise RuntimeLimit()
 
 
-def timeout_outcome(max_runtime_seconds: float, how: str) -> Outcome:
-    """The outcome of a job stopped at its MAX_RUNTIME (`how`: what was done to it)."""
-    error = f"timeout after {max_runtime_seconds:g} s (MAX_RUNTIME); {how}"
-    return Outcome("failed", error=error, log=error)
+def preloaded() -> App | None:
+    """The App the fork server built from `Settings.load()` (shared by its job
+    processes), or None when building it failed."""
+    return _PRELOADED
 
 
-def run_one(app: App, job: Job, max_runtime_seconds: float) -> tuple[Outcome, bool]:
+def app_for(settings: Settings) -> App:
+    """The App a job process runs jobs with: the preloaded one when `settings` equal its
+    settings, else a new App of `settings` (its own handler registry, loaded now, not
+    during the first job).
+
+    Raises:
+        HandlerError, ConfigError: the new App's handlers cannot be loaded.
+    """
+    if _PRELOADED is not None and _PRELOADED.settings == settings:
+        return _PRELOADED  # shared with the fork server: no private copy of the registry
+    app = App(settings)
+    app.handlers.load()
+    return app
+
+
+def run_one(app: App, job: Job, max_runtime_seconds: float,
+            runtime: Runtime | None = None) -> tuple[Outcome, bool]:
     """Run `job` under the alarm; returns `(outcome, keep_going)` — False after a timeout."""
     try:
         signal.setitimer(signal.ITIMER_REAL, max_runtime_seconds)
         try:
-            outcome = call_handler(app, job, reraise=(RuntimeLimit,))
+            outcome = call_handler(app, job, runtime, reraise=(RuntimeLimit,))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         return outcome, True
@@ -97,22 +121,21 @@ def run_one(app: App, job: Job, max_runtime_seconds: float) -> tuple[Outcome, bo
         return timeout_outcome(max_runtime_seconds, "job stopped, its process replaced"), False
 
 
-def serve(conn: Connection, settings: Settings) -> None:
+def serve(conn: Connection, settings: Settings, runtime: Runtime) -> None:
     """The job process's loop: receive `(job, max_runtime_seconds)`, send back
-    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it."""
+    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it.
+
+    Args:
+        conn: the job process's end of the pipe.
+        settings: the worker's settings (see `app_for`).
+        runtime: handed to every job's `JobContext`.
+    """
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     logs.setup(settings.log_level)
-    if _PRELOADED is not None and _PRELOADED.settings == settings:
-        app = _PRELOADED  # shared with the fork server: no private copy of the registry
-    else:  # other settings (a worker started from code): the fork server's registry is not ours
-        import registry
-
-        registry.reset()
-        app = App(settings)
-        app.handlers  # noqa: B018  (load the registry before the first job, not during it)
+    app = app_for(settings)
     conn.send(READY)
     me = os.getpid()
     while True:
@@ -122,7 +145,7 @@ def serve(conn: Connection, settings: Settings) -> None:
             return
         if message is None:
             return
-        outcome, keep_going = run_one(app, *message)
+        outcome, keep_going = run_one(app, *message, runtime)
         if os.getpid() != me:
             # A handler forked and its child returned from handle() too: only the job
             # process answers (two answers on one pipe would be read as the next job's).

@@ -27,7 +27,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from . import store
+from . import dispatching, store
 from .app import App, current
 from .db import run_in_transaction
 from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused
@@ -77,7 +77,7 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             (its id is in the message and in `.job_id`).
         InvalidJob: a malformed request token.
     """
-    from .queue import _insert, build_row
+    # The task list lives in the scheduler, which imports this module (its `run_task`).
     from .scheduler import task_infos
 
     app = app or current()
@@ -94,8 +94,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
         raise TaskRefused(f"task {task!r} is disabled; enable it first "
                           f"(`cronjobs tasks enable {task}` or the dashboard's switch)")
     key = f"cronjobs:{task}:manual:{token}"
-    values = build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
-                       title=f"{task} (manual)", idempotency_key=key)
+    values = dispatching.build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
+                                   title=f"{task} (manual)", idempotency_key=key)
 
     def start(conn) -> tuple[int, bool]:
         runtime = store.lock_runtime(conn, task)
@@ -108,7 +108,7 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             if row is not None and row["status"] == "pending":
                 raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
                                        f"{last} (use --again to start another)", last)
-        row, created = _insert(conn, values)
+        row, created = dispatching.insert_row(conn, values)
         if created:
             store.record_run(conn, task, slot=None, job_id=row["id"], now=app.clock.now(),
                              next_run_at=None)
@@ -117,5 +117,5 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     job_id, created = run_in_transaction(app.engine, start)
     if created:
         log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
-        app.send(job_id, values["queue"])
+        dispatching.send(app, job_id, values["queue"])
     return ManualRun(job_id, created)

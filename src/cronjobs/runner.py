@@ -25,18 +25,23 @@ import time
 from typing import Any
 
 from .config import Settings
+from .executor import Runtime
 from .handler import Job
 
 _CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.jobprocess"])
 START_TIMEOUT_SECONDS = 60
 KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
+READY = "ready"  # what a job process sends once it can take jobs
 
 
-def _child_main(conn, settings: Settings) -> None:
+def _child_main(conn, settings: Settings, runtime: Runtime) -> None:
+    # Imported here, in the job process only: importing `jobprocess` builds the preloaded
+    # App and freezes the collector, which the fork server does once (its preload list)
+    # and the worker itself must not do.
     from .jobprocess import serve
 
-    serve(conn, settings)
+    serve(conn, settings, runtime)
 
 
 class JobProcess:
@@ -46,13 +51,17 @@ class JobProcess:
     outcome is there; `read()` returns what came. States: `starting`, `idle`, `busy`.
 
     Args:
-        settings: handed to the process, which builds its own App from them (or uses the
-            fork server's, when they are the same).
+        settings: the worker's settings. When they equal the fork server's (the `cronjobs
+            worker` and `cronjobs serve` commands: both read one environment), the
+            process runs jobs with the App the fork server preloaded, sharing its pages;
+            otherwise (a worker started from code with other settings) it builds an App
+            of its own, with its own handler registry, before it says it is ready.
+        runtime: handed to every job's `JobContext` (the serve URL).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, runtime: Runtime) -> None:
         self.conn, child_end = _CTX.Pipe()
-        self.process = _CTX.Process(target=_child_main, args=(child_end, settings),
+        self.process = _CTX.Process(target=_child_main, args=(child_end, settings, runtime),
                                     name="cronjobs-job", daemon=True)
         self.process.start()
         child_end.close()
