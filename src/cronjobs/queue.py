@@ -17,13 +17,14 @@ from sqlalchemy.orm import Session
 from . import dispatching, store
 from .app import App, current
 from .db import run_in_transaction
-from .dispatching import Dispatched
+from .dispatching import Dispatched, build_row
 from .errors import InvalidJob
 from .executor import Executor
 
 log = logging.getLogger("cronjobs.queue")
 
-__all__ = ["Dispatched", "cleanup", "dispatch", "dispatch_many", "get", "process",
+# `build_row` (the column values of a checked new row) lives in `cronjobs.dispatching`.
+__all__ = ["Dispatched", "build_row", "cleanup", "dispatch", "dispatch_many", "get", "process",
            "recover_stale", "submit"]
 
 
