@@ -61,8 +61,7 @@ def results(app, ids: list[int]) -> list[dict]:
 
 def run_probes(app, proc, log: Path, n: int) -> list[dict]:
     ids = [queue.dispatch(PROBE, {"n": i}, app=app) for i in range(n)]
-    wait_for(lambda: all(queue.get(i, ["status"], app=app)["status"] != "pending"
-                         and queue.get(i, ["status"], app=app)["status"] != "running"
+    wait_for(lambda: all(queue.get(i, ["status"], app=app)["status"] not in ("pending", "running")
                          for i in ids), 60, f"{n} probe jobs", proc, log)
     return results(app, ids)
 
@@ -72,8 +71,8 @@ def kill_job_processes(app, proc, log: Path, count: int) -> None:
     one forked from the fork server."""
     for _ in range(count):
         job_id = queue.dispatch(PROBE, {"die": True}, app=app)
-        wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "failed", 60,
-                 "a job process died", proc, log)
+        wait_for(lambda job_id=job_id: queue.get(job_id, ["status"], app=app)["status"]
+                 == "failed", 60, "a job process died", proc, log)
         assert "job process died (exit code 3)" in queue.get(job_id, ["error"], app=app)["error"]
 
 

@@ -167,7 +167,8 @@ def check_type(app: App, type: str) -> None:
     """
     if app.resolve(type) is not None or is_remote(app, type):
         return
-    close = difflib.get_close_matches(type, list(app.handlers.registered_handlers()), n=1)
+    close = difflib.get_close_matches(type, list(app.handlers.registered_handlers()), n=1,
+                                      cutoff=0.8)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InvalidJob(f"unknown job type {type!r}{hint}: no handler is registered for it here "
                      f"(see `cronjobs list-handlers`); for a type that another codebase runs, "
