@@ -12,8 +12,9 @@ from conftest import effect_rows
 from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import HandlerNotFound
+from cronjobs.manual import run_now
 from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
-from cronjobs.scheduler import run_task, set_enabled, tick
+from cronjobs.scheduler import set_enabled, tick
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
@@ -171,7 +172,7 @@ def test_kill_switch_of_an_unknown_task_is_an_error(make_app):
     with pytest.raises(HandlerNotFound, match="no-such-task"):
         set_enabled("no-such-task", False)
     with pytest.raises(HandlerNotFound, match="no-such-task"):
-        run_task("no-such-task")
+        run_now("no-such-task")
 
 
 def test_unavailable_handler_is_skipped(make_app, caplog):
@@ -233,7 +234,7 @@ def test_manual_run_does_not_move_the_schedule(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
 
-    manual_id = run_task("test-count")
+    manual_id = run_now("test-count").id
 
     manual = queue.get(manual_id)
     assert manual["type"] == "test.count.discover"
@@ -247,7 +248,7 @@ def test_manual_run_does_not_move_the_schedule(make_app):
     assert count_started(report) == ["202601051200"]
 
     clock.set(T0 + timedelta(seconds=20))
-    run_task("test-count", again=True)  # the first manual run is still pending
+    run_now("test-count", again=True)  # the first manual run is still pending
     assert runtime(app)["last_slot"] == "202601051200"
     assert count_started(tick(T0 + timedelta(seconds=30))) == []
     assert count_started(tick(T0 + timedelta(minutes=1))) == ["202601051201"]

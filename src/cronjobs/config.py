@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .errors import ConfigError
+from .slots import check_frequency
 
 ENV_PREFIX = "CRONJOBS_"
 MEMORY_BROKER = "memory://"
@@ -57,8 +58,6 @@ class TaskSettings(BaseModel):
     @classmethod
     def _check_frequency(cls, value: str | None) -> str | None:
         # Checked here: a bad override would otherwise make every tick raise.
-        from .slots import check_frequency
-
         if value is not None:
             check_frequency(value)
         return value

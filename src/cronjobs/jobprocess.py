@@ -1,8 +1,10 @@
 """The job process: runs one job at a time in its main thread, under a MAX_RUNTIME alarm.
 
-Job processes are forked from a fork server that has imported this module (and through it
-the engine, the registry and the built-in handlers) once, so their pages are shared: eight
-job processes cost little more memory than one. Each runs a job under `setitimer`: at
+Job processes are forked from a fork server that called `preload()` once (its preload list
+imports `cronjobs.preload`): the engine, the registry and the built-in handlers are
+imported and the App is built before any job process exists, so their pages are shared:
+eight job processes cost little more memory than one. Importing this module does nothing
+more (the worker imports it too). Each runs a job under `setitimer`: at
 MAX_RUNTIME a SIGALRM interrupts the handler, even inside a blocked system call
 (`time.sleep`, a socket read), its `finally` blocks run, the process reports `timeout` and
 exits — a job process is never reused after a timeout. A handler stuck where no signal
@@ -39,7 +41,8 @@ from .config import Settings
 from .executor import Runtime, call_handler
 from .handler import Job
 from .outcome import Outcome, timeout_outcome
-from .runner import READY
+
+READY = "ready"  # what a job process sends once it can take jobs
 
 
 class RuntimeLimit(BaseException):
@@ -68,11 +71,18 @@ def _preload_app() -> App | None:
         return None
 
 
-_preload_builtin_handlers()
-_PRELOADED = _preload_app()
-# Everything made so far moves to a generation the collector never scans, so a job
-# process's collections do not touch (and copy) the fork server's pages.
-gc.freeze()
+_PRELOADED: App | None = None
+
+
+def preload() -> None:
+    """In the fork server, once: import the built-in handlers, build the App of the
+    worker's settings (`preloaded()`), then move everything made so far to a generation
+    the collector never scans, so a job process's collections do not touch (and copy)
+    the fork server's pages."""
+    global _PRELOADED
+    _preload_builtin_handlers()
+    _PRELOADED = _preload_app()
+    gc.freeze()
 
 
 def _die_with_parent() -> None:

@@ -31,6 +31,7 @@ from . import dispatching, store
 from .app import App, current
 from .db import run_in_transaction
 from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused
+from .scheduler import task_infos
 
 log = logging.getLogger("cronjobs.manual")
 
@@ -77,8 +78,6 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             (its id is in the message and in `.job_id`).
         InvalidJob: a malformed request token.
     """
-    # The task list lives in the scheduler, which imports this module (its `run_task`).
-    from .scheduler import task_infos
 
     app = app or current()
     token = request_token or new_request_token()

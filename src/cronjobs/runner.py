@@ -27,21 +27,14 @@ from typing import Any
 from .config import Settings
 from .executor import Runtime
 from .handler import Job
+from .jobprocess import READY, serve
+
+__all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess"]
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.jobprocess"])
+_CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.preload"])
 START_TIMEOUT_SECONDS = 60
 KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
-READY = "ready"  # what a job process sends once it can take jobs
-
-
-def _child_main(conn, settings: Settings, runtime: Runtime) -> None:
-    # Imported here, in the job process only: importing `jobprocess` builds the preloaded
-    # App and freezes the collector, which the fork server does once (its preload list)
-    # and the worker itself must not do.
-    from .jobprocess import serve
-
-    serve(conn, settings, runtime)
 
 
 class JobProcess:
@@ -61,7 +54,7 @@ class JobProcess:
 
     def __init__(self, settings: Settings, runtime: Runtime) -> None:
         self.conn, child_end = _CTX.Pipe()
-        self.process = _CTX.Process(target=_child_main, args=(child_end, settings, runtime),
+        self.process = _CTX.Process(target=serve, args=(child_end, settings, runtime),
                                     name="cronjobs-job", daemon=True)
         self.process.start()
         child_end.close()

@@ -258,24 +258,6 @@ def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
     return job_id
 
 
-def run_task(task: str, *, app: App | None = None, request_token: str | None = None,
-             again: bool = False) -> int:
-    """Dispatch task `task`'s scheduled type now (a manual run); the schedule is not moved.
-
-    The same function as the dashboard's Run now: see `cronjobs.manual.run_now` for the
-    request token and `again`.
-
-    Returns:
-        The row id.
-
-    Raises:
-        HandlerNotFound, TaskRefused, ManualRunPending, InvalidJob: see `run_now`.
-    """
-    from .manual import run_now
-
-    return run_now(task, request_token=request_token, again=again, app=app).id
-
-
 def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
     """Flip the kill switch of `task` in `cronjob_runtime`.
 
