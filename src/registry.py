@@ -362,53 +362,15 @@ def for_settings(settings: Settings) -> HandlerRegistry:
     return HandlerRegistry(settings, shared=default)
 
 
-def register(type: str, handler_class: type, source: str = CODE_SOURCE) -> None:
-    """Register `handler_class` for `type` on the default registry (every App sees it).
-    Raises as `HandlerRegistry.register`."""
-    default.register(type, handler_class, source)
-
-
-def unregister(type: str) -> None:
-    """Remove `type` from the default registry (tests)."""
-    default.unregister(type)
-
-
-def registered_handlers() -> dict[str, type]:
-    """The default registry's type -> class map (loads it on first call)."""
-    return default.registered_handlers()
-
-
-def resolve_handler(type: str) -> type | None:
-    """The default registry's class for `type`, or None."""
-    return default.resolve_handler(type)
-
-
-def handler_source(type: str) -> str | None:
-    """Where the default registry's class of `type` came from, or None."""
-    return default.handler_source(type)
-
-
-def task_types(task: str) -> list[str]:
-    """The default registry's types of task `task` (discover first)."""
-    return default.task_types(task)
-
-
-def resolve_task_type(task: str) -> str:
-    """The type the scheduler starts for `task` (default registry). Raises KeyError."""
-    return default.resolve_task_type(task)
-
-
-def tasks() -> dict[str, str]:
-    """Every task of the default registry mapped to the type the scheduler starts."""
-    return default.tasks()
-
-
-def load(settings: Settings | None = None, *, force: bool = False) -> None:
-    """Scan the default registry's sources once (again with `force`); `settings` default
-    `Settings.load()`. Raises as `HandlerRegistry.load`."""
-    default.load(settings, force=force)
-
-
-def reset() -> None:
-    """Forget every registration of the default registry (tests)."""
-    default.reset()
+# The module's functions are the default registry's methods (see the module docstring):
+# `register` there is seen by every App; the others act on the default registry alone.
+register = default.register
+unregister = default.unregister
+registered_handlers = default.registered_handlers
+resolve_handler = default.resolve_handler
+handler_source = default.handler_source
+task_types = default.task_types
+resolve_task_type = default.resolve_task_type
+tasks = default.tasks
+load = default.load
+reset = default.reset

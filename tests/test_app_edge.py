@@ -13,7 +13,8 @@ import time
 import pytest
 
 from cronjobs import CronJobHandler, queue
-from cronjobs.executor import Executor, Runtime
+from cronjobs.context import Runtime
+from cronjobs.executor import Executor
 from cronjobs.worker import WorkerProcess
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

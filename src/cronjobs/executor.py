@@ -1,4 +1,7 @@
-"""Run one claimed row: resolve its handler, call it, write the outcome, send any retry."""
+"""Run one claimed row: resolve its handler, call it, write the outcome, send any retry.
+
+`Runtime` and `JobContext` (what a handler reaches) live in `cronjobs.context`; they are
+importable from here too."""
 
 from __future__ import annotations
 
@@ -11,10 +14,10 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from . import dispatching, limits, store
 from .app import App
+from .context import JobContext, Runtime
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import JobNotFound, JobStateError
 from .handler import Job, task_name
@@ -29,6 +32,9 @@ from .outcome import (
 )
 
 log = logging.getLogger("cronjobs.worker")
+
+__all__ = ["Executor", "Finish", "JobContext", "JobReport", "Runtime", "call_handler",
+           "default_worker_id", "job_of", "write_all"]
 
 
 def default_worker_id() -> str:
@@ -47,58 +53,6 @@ class JobReport:
     type: str
     status: str
     duration_ms: float
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """What the process running jobs knows besides its settings, handed to every handler
-    through `JobContext` (and to job processes when they start).
-
-    Attributes:
-        serve_url: the base URL of the `cronjobs serve` process that runs the job
-            (`http://127.0.0.1:8080`), or None outside `serve`.
-    """
-
-    serve_url: str | None = None
-
-
-class JobContext:
-    """What a handler can reach while it runs (`handler.context`).
-
-    Args:
-        app: the App running the job.
-        job: the run.
-        runtime: what the running process knows besides its settings.
-    """
-
-    def __init__(self, app: App, job: Job, runtime: Runtime | None = None) -> None:
-        self.app = app
-        self.job = job
-        self.runtime = runtime or Runtime()
-
-    @property
-    def settings(self) -> Any:
-        """The system's `Settings`."""
-        return self.app.settings
-
-    @property
-    def serve_url(self) -> str | None:
-        """The base URL of the `cronjobs serve` process running this job, or None."""
-        return self.runtime.serve_url
-
-    def now(self) -> datetime:
-        """The app clock's current time (naive UTC)."""
-        return self.app.clock.now()
-
-    def dispatch_child(self, job_type: str, payload: dict, **options: Any) -> int:
-        """Dispatch a job whose parent is the running row (the keyword arguments of
-        `cronjobs.queue.dispatch`); returns its id.
-
-        Raises:
-            InvalidJob: as `cronjobs.queue.dispatch`.
-        """
-        options.setdefault("parent_id", self.job.id)
-        return dispatching.submit(self.app, job_type, payload, **options).id
 
 
 def call_handler(app: App, job: Job, runtime: Runtime | None = None,

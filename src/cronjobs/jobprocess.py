@@ -38,7 +38,8 @@ import handlers as _builtin_handlers
 from . import logs
 from .app import App
 from .config import Settings
-from .executor import Runtime, call_handler
+from .context import Runtime
+from .executor import call_handler
 from .handler import Job
 from .outcome import Outcome, timeout_outcome
 

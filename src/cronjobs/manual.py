@@ -78,11 +78,11 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             (its id is in the message and in `.job_id`).
         InvalidJob: a malformed request token.
     """
-
     app = app or current()
     token = request_token or new_request_token()
     if not isinstance(token, str) or not _TOKEN.match(token):
-        raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', got {token!r:.80}")
+        raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', "
+                         f"got {token!r:.80}")
     if task not in app.handlers.tasks():  # before task_infos(), which writes runtime rows
         raise HandlerNotFound(f"unknown task {task!r}; see `cronjobs tasks`")
     info = next(i for i in task_infos(app) if i.task == task)
@@ -92,29 +92,33 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     if not info.enabled:
         raise TaskRefused(f"task {task!r} is disabled; enable it first "
                           f"(`cronjobs tasks enable {task}` or the dashboard's switch)")
-    key = f"cronjobs:{task}:manual:{token}"
     values = dispatching.build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
-                                   title=f"{task} (manual)", idempotency_key=key)
-
-    def start(conn) -> tuple[int, bool]:
-        runtime = store.lock_runtime(conn, task)
-        existing = store.select_by_key(conn, key)
-        if existing is not None:
-            return existing["id"], False
-        last = runtime["last_manual_job_id"] if runtime else None
-        if not again and last is not None:
-            row = store.get_job(conn, last, ["status"])
-            if row is not None and row["status"] == "pending":
-                raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
-                                       f"{last} (use --again to start another)", last)
-        row, created = dispatching.insert_row(conn, values)
-        if created:
-            store.record_run(conn, task, slot=None, job_id=row["id"], now=app.clock.now(),
-                             next_run_at=None)
-        return row["id"], created
-
-    job_id, created = run_in_transaction(app.engine, start)
+                                   title=f"{task} (manual)",
+                                   idempotency_key=f"cronjobs:{task}:manual:{token}")
+    job_id, created = run_in_transaction(
+        app.engine, lambda conn: _start(conn, app, task, values, again))
     if created:
         log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
         dispatching.send(app, job_id, values["queue"])
     return ManualRun(job_id, created)
+
+
+def _start(conn, app: App, task: str, values: dict, again: bool) -> tuple[int, bool]:
+    """In one transaction, under the lock of the task's runtime row: the row of this
+    request (new, or the one its key already made), refused while another manual run is
+    pending unless `again`."""
+    runtime = store.lock_runtime(conn, task)
+    existing = store.select_by_key(conn, values["idempotency_key"])
+    if existing is not None:
+        return existing["id"], False
+    last = runtime["last_manual_job_id"] if runtime else None
+    if not again and last is not None:
+        row = store.get_job(conn, last, ["status"])
+        if row is not None and row["status"] == "pending":
+            raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
+                                   f"{last} (use --again to start another)", last)
+    row, created = dispatching.insert_row(conn, values)
+    if created:
+        store.record_run(conn, task, slot=None, job_id=row["id"], now=app.clock.now(),
+                         next_run_at=None)
+    return row["id"], created

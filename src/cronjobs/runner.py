@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from .config import Settings
-from .executor import Runtime
+from .context import Runtime
 from .handler import Job
 from .jobprocess import READY, serve
 

@@ -25,7 +25,8 @@ import tenacity
 
 from . import dispatching, heartbeat
 from .app import App
-from .executor import Executor, Runtime
+from .context import Runtime
+from .executor import Executor
 from .housekeeping import Housekeeper
 from .pool import SlotPool
 from .runner import KILL_GRACE_SECONDS
