@@ -136,7 +136,7 @@ def test_flapping_for_three_hours_is_reminded_at_most_hourly(alerting, inbox):
     kinds = [h["problems"][0]["kind"] for h in hooks]
     assert kinds == ["flapping", "reminder", "reminder"]
     sent = [datetime.fromisoformat(h["at"].rstrip("Z")) for h in hooks]
-    assert all(b - a >= timedelta(hours=1) for a, b in zip(sent, sent[1:]))
+    assert all(b - a >= timedelta(hours=1) for a, b in zip(sent, sent[1:], strict=False))
     assert hooks[1]["problems"][0]["line"].startswith(
         "STILL FLAPPING (FAIL): disk 95 % used (failing on and off since 14:03 UTC, for 1 h 1 min")
 

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_queue
 from cronjobs.executor import Executor
+from cronjobs.models import cronjob_queue
 
 T0 = datetime(2026, 2, 2, 2, 2, 2)
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_queue as q
 from cronjobs.executor import Executor
+from cronjobs.models import cronjob_queue as q
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
 OLD = T0 - timedelta(days=8)  # past the 7-day retention of completed rows

@@ -163,9 +163,9 @@ def test_a_broken_check_on_the_web_and_the_command_line(make_app, db_url):
     out = run_cli(["health"], env)
     assert out.returncode == 3, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert any(l.split()[:2] == ["resources", CHECK_ERROR] for l in lines), out.stdout
-    assert any(l.startswith("CHECK_ERROR: the resources check is broken (FileNotFoundError")
-               for l in lines), out.stdout
+    assert any(line.split()[:2] == ["resources", CHECK_ERROR] for line in lines), out.stdout
+    assert any(line.startswith("CHECK_ERROR: the resources check is broken (FileNotFoundError")
+               for line in lines), out.stdout
     assert lines[-1] == "health: warn (check_error: resources could not run)"
     out = run_cli(["health", "--json"], env)
     assert out.returncode == 3 and json.loads(out.stdout)["check_errors"] == ["resources"]

@@ -8,8 +8,8 @@ import os
 from datetime import datetime
 
 import pytest
-
 from acme_cronjobs import DiskUsageExecute
+
 from cronjobs import queue
 from cronjobs.i18n import use_locale
 from cronjobs.scheduler import task_infos, tick
