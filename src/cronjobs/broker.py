@@ -116,8 +116,9 @@ class Broker:
         Raises:
             whatever the broker raises (`dispatching.send` logs it: the sweep resends).
         """
-        for listener in list(self._listeners):
-            listener(job_id, queue, delay_seconds)
+        if self._listeners:
+            for listener in list(self._listeners):
+                listener(job_id, queue, delay_seconds)
         delay_ms = int(delay_seconds * 1000) if delay_seconds > 0 else None
         self.actor(queue).send_with_options(args=(job_id,), delay=delay_ms)
 
