@@ -90,7 +90,6 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     sys.path.insert(0, str(ROOT / "src"))
-    import registry
     from cronjobs.app import App
     from cronjobs.config import Settings
     from cronjobs.migrate import upgrade
@@ -106,9 +105,8 @@ def main() -> None:
     try:
         settings = Settings(database_url=f"{MARIADB}/{name}?charset=utf8mb4",
                             dashboard_token="bench-token")
-        registry.load(settings)
-        register_bench_types(registry)
-        app = App(settings, handlers=registry)
+        app = App(settings)
+        register_bench_types(app.handlers)
         upgrade(app.engine)
         if not exists:
             print(f"filled {n:,} rows with one INSERT ... SELECT in {fill(app.engine, n):.1f} s")

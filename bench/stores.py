@@ -141,12 +141,11 @@ def settings(url: str, ns: str, broker_url: str = REDIS, **overrides):
 
 def make_app(url: str, ns: str, broker_url: str = REDIS, **overrides):
     """An App on `url` with the bench handlers, installed as this process's App."""
-    import registry
     from cronjobs.app import App, use
 
     s = settings(url, ns, broker_url, **overrides)
-    registry.load(s)
-    app = App(s, handlers=registry)
+    app = App(s)
+    app.handlers.load()
     use(app)
     return app
 

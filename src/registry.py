@@ -1,4 +1,4 @@
-"""Handler discovery: builds the job type -> handler class map.
+"""Handler discovery: a `HandlerRegistry` maps job types to handler classes.
 
 Sources, in order: the built-in `handlers` package (`src/handlers/`, one class per file,
 file named after the class), every entry point in the group `cronjobs.handlers` (a
@@ -6,6 +6,21 @@ handler class, a module of them, or a callable taking `register`), and extra fol
 from `CRONJOBS_HANDLER_PATHS` (every `*.py` file but `_*.py` and pytest's test files). A
 class without `TYPE`, or that is not a `CronJobHandler`, is skipped with a debug line; two
 classes with the same `TYPE` are an error naming both.
+
+**One registry per App.** Every `cronjobs.app.App` builds a `HandlerRegistry` of its own
+from its settings (loaded on first use), so two Apps of one process with other handler
+folders never see each other's handlers, and nothing global is reset between them (tests,
+a worker started from code, the job processes of `cronjobs serve`).
+
+**The default instance.** The module's functions (`register`, `unregister`,
+`registered_handlers`, `resolve_handler`, `handler_source`, `task_types`,
+`resolve_task_type`, `tasks`, `load`, `reset`) act on `default`, a registry loaded from
+`Settings.load()`, for plugins and scripts. A class given to the module's `register()`
+(registered by code, not found in a source) is also seen by every App's registry, at
+once and for as long as it stays registered: a plugin or script that registers at
+import time reaches every App. An App's own sources win where both name a type; the same
+class in both is harmless, two classes are `DuplicateHandlerType`. Entry points are
+scanned by each registry itself, so they reach every App too.
 """
 
 from __future__ import annotations
@@ -23,7 +38,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import handlers as builtin_handlers
 from cronjobs import limits
+from cronjobs.config import Settings
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.handler import STAGES, CronJobHandler, task_name
 from cronjobs.slots import check_frequency
@@ -31,193 +48,287 @@ from cronjobs.slots import check_frequency
 log = logging.getLogger("cronjobs.registry")
 
 ENTRY_POINT_GROUP = "cronjobs.handlers"
-
-_handlers: dict[str, type] = {}
-_sources: dict[str, str] = {}
-_task_index: dict[str, tuple[str, ...]] | None = None  # rebuilt after every change
-_loaded = False
-_lock = threading.RLock()
+CODE_SOURCE = "register()"
 
 
-def register(type: str, handler_class: type, source: str = "register()") -> None:
-    """Register `handler_class` for job type `type`.
+class HandlerRegistry:
+    """The job type -> handler class map of one App (or the module's default).
+
+    Args:
+        settings: a `Settings` for `handler_paths` (None: `Settings.load()` at the load).
+        shared: a registry whose classes registered by code (`register()`) this one also
+            sees, live (an App's registry: the module's `default`); None for none.
+    """
+
+    def __init__(self, settings: Settings | None = None, *,
+                 shared: HandlerRegistry | None = None) -> None:
+        self.settings = settings
+        self._shared = shared
+        self._handlers: dict[str, type] = {}
+        self._sources: dict[str, str] = {}
+        self._coded: set[str] = set()  # types registered by code, not found by a scan
+        self._index: tuple[int, dict[str, tuple[str, ...]]] | None = None
+        self._version = 0  # bumped on every change (the task index is rebuilt then)
+        self.loaded = False
+        self._lock = threading.RLock()
+
+    # -- changes ----------------------------------------------------------------------
+    def register(self, type: str, handler_class: type, source: str = CODE_SOURCE) -> None:
+        """Register `handler_class` for job type `type` (registered by code: an App's
+        registry sees those of the default instance too).
+
+        Raises:
+            HandlerError: `type` does not end in `.discover`/`.execute`, the class is not a
+                `CronJobHandler`, or a class constant (`FREQUENCY`, ...) is invalid.
+            DuplicateHandlerType: another class already holds `type` (both are named).
+        """
+        self._add(type, handler_class, source, coded=True)
+
+    def unregister(self, type: str) -> None:
+        """Remove `type` from the map (tests)."""
+        with self._lock:
+            self._handlers.pop(type, None)
+            self._sources.pop(type, None)
+            self._coded.discard(type)
+            self._version += 1
+
+    def reset(self) -> None:
+        """Forget every registration; the next lookup scans again (tests)."""
+        with self._lock:
+            self._handlers.clear()
+            self._sources.clear()
+            self._coded.clear()
+            self.loaded = False
+            self._version += 1
+
+    def load(self, settings: Settings | None = None, *, force: bool = False) -> None:
+        """Scan every source once (again with `force`).
+
+        Args:
+            settings: replaces the registry's settings (`handler_paths`) for this load.
+
+        Raises:
+            DuplicateHandlerType, HandlerError: a bad or conflicting handler class.
+        """
+        with self._lock:
+            if self.loaded and not force:
+                return
+            if settings is not None:
+                self.settings = settings
+            self.loaded = True  # set first: handler modules may look handlers up while loading
+            try:
+                self._load_all(self.settings or Settings.load())
+                self._check_shared()
+            except Exception:
+                self.reset()
+                raise
+
+    # -- lookups ----------------------------------------------------------------------
+    def registered_handlers(self) -> dict[str, type]:
+        """A copy of the type -> class map (loads the handlers on first call)."""
+        self.load()
+        with self._lock:
+            return {**self._shared_coded(), **self._handlers}
+
+    def resolve_handler(self, type: str) -> type | None:
+        """The class registered for `type`, or None."""
+        self.load()
+        cls = self._handlers.get(type)
+        if cls is None and self._shared is not None:
+            return self._shared.coded(type)
+        return cls
+
+    def handler_source(self, type: str) -> str | None:
+        """Where the class of `type` came from (`builtin: X.py`, `entry point x (...)`, a
+        file path, `register()`), or None."""
+        self.load()
+        source = self._sources.get(type)
+        if source is None and self._shared is not None and self._shared.coded(type):
+            return self._shared.handler_source(type)
+        return source
+
+    def coded(self, type: str) -> type | None:
+        """The class registered by code (`register()`) for `type`, or None; no load."""
+        with self._lock:
+            return self._handlers.get(type) if type in self._coded else None
+
+    def task_types(self, task: str) -> list[str]:
+        """The registered types of task `task` (discover first)."""
+        return list(self._by_task().get(task, ()))
+
+    def resolve_task_type(self, task: str) -> str:
+        """The type the scheduler starts for `task`: the one with FREQUENCY, else the
+        discover stage, else the execute stage.
+
+        Raises:
+            KeyError: no registered type belongs to `task`.
+        """
+        types = self._by_task().get(task)
+        if not types:
+            raise KeyError(f"no handler belongs to task {task!r}")
+        return self._started_type(types)
+
+    def tasks(self) -> dict[str, str]:
+        """Every task name mapped to the type the scheduler starts for it."""
+        return {name: self._started_type(types) for name, types in sorted(self._by_task().items())}
+
+    # -- inside -------------------------------------------------------------------------
+    def _shared_coded(self) -> dict[str, type]:
+        if self._shared is None:
+            return {}
+        with self._shared._lock:
+            return {t: self._shared._handlers[t] for t in self._shared._coded}
+
+    def _check_shared(self) -> None:
+        for type, cls in self._shared_coded().items():
+            mine = self._handlers.get(type)
+            if mine is not None and mine is not cls:
+                raise DuplicateHandlerType(
+                    f"job type {type!r} is declared by both {class_name(mine)} "
+                    f"({self._sources[type]}) and {class_name(cls)} (registered by code)")
+
+    def _started_type(self, types: tuple[str, ...]) -> str:
+        for t in types:
+            if self.resolve_handler(t).FREQUENCY:
+                return t
+        return types[0]
+
+    def _by_task(self) -> dict[str, tuple[str, ...]]:
+        """Task name -> its types (discover first), built once per registry state (a tick
+        over a thousand tasks must not scan every type for each task)."""
+        self.load()
+        version = (self._version, self._shared._version if self._shared else 0)
+        with self._lock:
+            if self._index is None or self._index[0] != version:
+                index: dict[str, list[str]] = {}
+                for t in {**self._shared_coded(), **self._handlers}:
+                    index.setdefault(task_name(t), []).append(t)
+                self._index = (version, {name: tuple(sorted(types, key=lambda t: STAGES.index(
+                    t.rpartition(".")[2]))) for name, types in index.items()})
+            return self._index[1]
+
+    def _add(self, type: str, handler_class: type, source: str, *, coded: bool = False) -> None:
+        check_class(type, handler_class)
+        with self._lock:
+            existing, where = self._handlers.get(type), self._sources.get(type)
+            if existing is None and self._shared is not None:
+                existing, where = self._shared.coded(type), "registered by code"
+            if existing is not None and existing is not handler_class:
+                raise DuplicateHandlerType(
+                    f"job type {type!r} is declared by both {class_name(existing)} ({where}) "
+                    f"and {class_name(handler_class)} ({source}); rename one TYPE")
+            self._handlers[type] = handler_class
+            self._sources[type] = source
+            if coded:
+                self._coded.add(type)
+            self._version += 1
+
+    def _load_all(self, settings: Settings) -> None:
+        self._scan_package(builtin_handlers, "builtin")
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+            except Exception as exc:
+                raise HandlerError(f"cannot load entry point {ep.name} ({ep.value}): "
+                                   f"{_one_line(exc)}") from None
+            self._register_object(obj, f"entry point {ep.name} ({ep.value})")
+        seen: set[Path] = set()
+        for folder in settings.handler_paths:
+            path = Path(folder).resolve()
+            if path not in seen:  # the same folder named twice is scanned once
+                seen.add(path)
+                self._scan_folder(Path(folder))
+
+    def _scan_package(self, package: ModuleType, source: str) -> None:
+        for info in pkgutil.iter_modules(package.__path__):
+            try:
+                module = importlib.import_module(f"{package.__name__}.{info.name}")
+            except Exception as exc:
+                raise HandlerError(f"cannot load handler module {package.__name__}.{info.name}: "
+                                   f"{_one_line(exc)}") from None
+            self._register_module(module, f"{source}: {info.name}.py")
+
+    def _scan_folder(self, folder: Path) -> None:
+        if not folder.is_dir():
+            raise HandlerError(f"handler folder {str(folder)!r} (CRONJOBS_HANDLER_PATHS) "
+                               f"does not exist")
+        tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:8]
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith("_") or _is_test_file(path.name):
+                log.debug("skipping %s: private or test file", path)
+                continue
+            name = f"cronjobs_ext_{tag}_{path.stem}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                sys.modules.pop(name, None)
+                raise HandlerError(f"cannot load handler file {path}: {_one_line(exc)}") from None
+            self._register_module(module, str(path))
+
+    def _register_module(self, module: ModuleType, source: str) -> None:
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if obj.__module__ != module.__name__:
+                continue
+            if not issubclass(obj, CronJobHandler):
+                log.debug("skipping %s from %s: not a CronJobHandler", class_name(obj), source)
+            elif not obj.TYPE:
+                log.debug("skipping %s from %s: no TYPE", class_name(obj), source)
+            else:
+                self._add(obj.TYPE, obj, source)
+
+    def _register_object(self, obj: Any, source: str) -> None:
+        if inspect.isclass(obj):
+            if not (issubclass(obj, CronJobHandler) and obj.TYPE):
+                raise HandlerError(f"{source} names {class_name(obj)}, which is not a "
+                                   f"CronJobHandler with a TYPE")
+            self._add(obj.TYPE, obj, source)
+        elif inspect.ismodule(obj):
+            self._register_module(obj, source)
+        elif callable(obj):
+            obj(lambda t, c: self._add(t, c, source))
+        else:
+            raise HandlerError(f"{source} must name a handler class, a module or a callable, "
+                               f"got {obj!r}")
+
+
+def check_class(type: str, handler_class: type) -> None:
+    """Check that `handler_class` may run jobs of `type`.
 
     Raises:
-        HandlerError: `type` does not end in `.discover`/`.execute`, the class is not a
-            `CronJobHandler`, or its `FREQUENCY` is invalid.
-        DuplicateHandlerType: another class already holds `type` (both are named).
+        HandlerError: naming the class and what is wrong with it.
     """
     if not (inspect.isclass(handler_class) and issubclass(handler_class, CronJobHandler)):
         raise HandlerError(f"{handler_class!r} is not a CronJobHandler subclass")
+    name = class_name(handler_class)
     if not isinstance(type, str) or type.rpartition(".")[2] not in STAGES or "." not in type:
-        raise HandlerError(f"{_name(handler_class)}: TYPE {type!r} must be dotted and end in "
+        raise HandlerError(f"{name}: TYPE {type!r} must be dotted and end in "
                            f".discover or .execute")
     try:
         limits.check_name(type, "TYPE", limits.TYPE_MAX_CHARS)
         if handler_class.QUEUE is not None:
             limits.check_queue(handler_class.QUEUE)
     except InvalidJob as exc:
-        raise HandlerError(f"{_name(handler_class)}: {exc}") from None
-    for name, low in (("MAX_ATTEMPTS", 1), ("MAX_RUNTIME", 0)):
-        value = getattr(handler_class, name)
+        raise HandlerError(f"{name}: {exc}") from None
+    for constant, low in (("MAX_ATTEMPTS", 1), ("MAX_RUNTIME", 0)):
+        value = getattr(handler_class, constant)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low \
-                or (name == "MAX_ATTEMPTS" and not isinstance(value, int)) \
-                or (name == "MAX_RUNTIME" and value == 0):
-            raise HandlerError(f"{_name(handler_class)}: {name} must be "
-                               f"{'an integer >= 1' if low else 'a number of seconds > 0'}, "
-                               f"got {value!r}")
+                or (constant == "MAX_ATTEMPTS" and not isinstance(value, int)) \
+                or (constant == "MAX_RUNTIME" and value == 0):
+            wanted = "an integer >= 1" if low else "a number of seconds > 0"
+            raise HandlerError(f"{name}: {constant} must be {wanted}, got {value!r}")
     if getattr(handler_class, "ISOLATION", "process") not in ("process", "thread"):
-        raise HandlerError(f"{_name(handler_class)}: ISOLATION must be 'process' or 'thread', "
+        raise HandlerError(f"{name}: ISOLATION must be 'process' or 'thread', "
                            f"got {handler_class.ISOLATION!r}")
     if handler_class.handle is CronJobHandler.handle:
-        raise HandlerError(f"{_name(handler_class)} does not implement handle(payload, job)")
+        raise HandlerError(f"{name} does not implement handle(payload, job)")
     if handler_class.FREQUENCY is not None:
         try:
             check_frequency(handler_class.FREQUENCY)
         except ValueError as exc:
-            raise HandlerError(f"{_name(handler_class)}: {exc}") from None
-    with _lock:
-        existing = _handlers.get(type)
-        if existing is not None and existing is not handler_class:
-            raise DuplicateHandlerType(
-                f"job type {type!r} is declared by both {_name(existing)} ({_sources[type]}) "
-                f"and {_name(handler_class)} ({source}); rename one TYPE")
-        _handlers[type] = handler_class
-        _sources[type] = source
-        _forget_index()
-
-
-def _forget_index() -> None:
-    global _task_index
-    _task_index = None
-
-
-def unregister(type: str) -> None:
-    """Remove `type` from the map (tests)."""
-    with _lock:
-        _handlers.pop(type, None)
-        _sources.pop(type, None)
-        _forget_index()
-
-
-def registered_handlers() -> dict[str, type]:
-    """A copy of the type -> class map (loads the handlers on first call)."""
-    load()
-    with _lock:
-        return dict(_handlers)
-
-
-def handler_source(type: str) -> str | None:
-    """Where the class of `type` came from (`builtin`, `entry point x`, a file path)."""
-    return _sources.get(type)
-
-
-def resolve_handler(type: str) -> type | None:
-    """The class registered for `type`, or None."""
-    load()
-    return _handlers.get(type)
-
-
-def task_types(task: str) -> list[str]:
-    """The registered types of task `task` (discover first)."""
-    return list(_by_task().get(task, ()))
-
-
-def resolve_task_type(task: str) -> str:
-    """The type the scheduler starts for `task`: the one with FREQUENCY, else the
-    discover stage, else the execute stage.
-
-    Raises:
-        KeyError: no registered type belongs to `task`.
-    """
-    types = _by_task().get(task)
-    if not types:
-        raise KeyError(f"no handler belongs to task {task!r}")
-    return _started_type(types)
-
-
-def tasks() -> dict[str, str]:
-    """Every task name mapped to the type the scheduler starts for it."""
-    return {name: _started_type(types) for name, types in sorted(_by_task().items())}
-
-
-def _started_type(types: tuple[str, ...]) -> str:
-    for t in types:
-        if _handlers[t].FREQUENCY:
-            return t
-    return types[0]
-
-
-def _by_task() -> dict[str, tuple[str, ...]]:
-    """Task name -> its types (discover first), built once per registry state (a tick over
-    a thousand tasks must not scan every type for each task)."""
-    global _task_index
-    load()
-    with _lock:
-        if _task_index is None:
-            index: dict[str, list[str]] = {}
-            for t in _handlers:
-                index.setdefault(task_name(t), []).append(t)
-            _task_index = {name: tuple(sorted(types, key=lambda t: STAGES.index(
-                t.rpartition(".")[2]))) for name, types in index.items()}
-        return _task_index
-
-
-def load(settings: Any = None, *, force: bool = False) -> None:
-    """Scan every source once (again with `force`).
-
-    Args:
-        settings: a `Settings` for `handler_paths` (default `Settings.load()`).
-
-    Raises:
-        DuplicateHandlerType, HandlerError: a bad or conflicting handler class.
-    """
-    global _loaded
-    with _lock:
-        if _loaded and not force:
-            return
-        _loaded = True  # set first: handler modules may look handlers up while loading
-        try:
-            _load_all(settings)
-        except Exception:
-            _handlers.clear()
-            _sources.clear()
-            _loaded = False
-            _forget_index()
-            raise
-
-
-def _load_all(settings: Any) -> None:
-    if settings is None:
-        from cronjobs.config import Settings
-
-        settings = Settings.load()
-    import handlers as builtin
-
-    _scan_package(builtin, "builtin")
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-        except Exception as exc:
-            raise HandlerError(f"cannot load entry point {ep.name} ({ep.value}): "
-                               f"{_one_line(exc)}") from None
-        _register_object(obj, f"entry point {ep.name} ({ep.value})")
-    seen: set[Path] = set()
-    for folder in settings.handler_paths:
-        path = Path(folder).resolve()
-        if path not in seen:  # the same folder named twice is scanned once
-            seen.add(path)
-            _scan_folder(Path(folder))
-
-
-def reset() -> None:
-    """Forget every registration; the next lookup scans again (tests)."""
-    global _loaded
-    with _lock:
-        _handlers.clear()
-        _sources.clear()
-        _loaded = False
-        _forget_index()
+            raise HandlerError(f"{name}: {exc}") from None
 
 
 def class_name(cls: type) -> str:
@@ -228,44 +339,10 @@ def class_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-_name = class_name
-
-
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError):
         return f"SyntaxError: {exc.msg} (line {exc.lineno})"
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-
-
-def _scan_package(package: ModuleType, source: str) -> None:
-    for info in pkgutil.iter_modules(package.__path__):
-        try:
-            module = importlib.import_module(f"{package.__name__}.{info.name}")
-        except Exception as exc:
-            raise HandlerError(f"cannot load handler module {package.__name__}.{info.name}: "
-                               f"{_one_line(exc)}") from None
-        _register_module(module, f"{source}: {info.name}.py")
-
-
-def _scan_folder(folder: Path) -> None:
-    if not folder.is_dir():
-        raise HandlerError(f"handler folder {str(folder)!r} (CRONJOBS_HANDLER_PATHS) "
-                           "does not exist")
-    tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:8]
-    for path in sorted(folder.glob("*.py")):
-        if path.name.startswith("_") or _is_test_file(path.name):
-            log.debug("skipping %s: private or test file", path)
-            continue
-        name = f"cronjobs_ext_{tag}_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            sys.modules.pop(name, None)
-            raise HandlerError(f"cannot load handler file {path}: {_one_line(exc)}") from None
-        _register_module(module, str(path))
 
 
 def _is_test_file(name: str) -> bool:
@@ -274,33 +351,26 @@ def _is_test_file(name: str) -> bool:
     return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
-def _register_module(module: ModuleType, source: str) -> None:
-    for _, obj in inspect.getmembers(module, inspect.isclass):
-        if obj.__module__ != module.__name__:
-            continue
-        _register_class(obj, source)
+# -- the default instance and the module's functions ---------------------------------------
+
+default = HandlerRegistry()
 
 
-def _register_class(cls: type, source: str) -> None:
-    if not issubclass(cls, CronJobHandler):
-        log.debug("skipping %s from %s: not a CronJobHandler", _name(cls), source)
-        return
-    if not cls.TYPE:
-        log.debug("skipping %s from %s: no TYPE", _name(cls), source)
-        return
-    register(cls.TYPE, cls, source)
+def for_settings(settings: Settings) -> HandlerRegistry:
+    """A new registry of `settings` that also sees what code registered on `default` (the
+    registry every App builds for itself; loaded on first use)."""
+    return HandlerRegistry(settings, shared=default)
 
 
-def _register_object(obj: Any, source: str) -> None:
-    if inspect.isclass(obj):
-        if not (issubclass(obj, CronJobHandler) and obj.TYPE):
-            raise HandlerError(f"{source} names {_name(obj)}, which is not a CronJobHandler "
-                               "with a TYPE")
-        register(obj.TYPE, obj, source)
-    elif inspect.ismodule(obj):
-        _register_module(obj, source)
-    elif callable(obj):
-        obj(lambda t, c: register(t, c, source))
-    else:
-        raise HandlerError(f"{source} must name a handler class, a module or a callable, "
-                           f"got {obj!r}")
+# The module's functions are the default registry's methods (see the module docstring):
+# `register` there is seen by every App; the others act on the default registry alone.
+register = default.register
+unregister = default.unregister
+registered_handlers = default.registered_handlers
+resolve_handler = default.resolve_handler
+handler_source = default.handler_source
+task_types = default.task_types
+resolve_task_type = default.resolve_task_type
+tasks = default.tasks
+load = default.load
+reset = default.reset

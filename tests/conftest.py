@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-import registry
 from cronjobs import app as app_module
 from cronjobs.app import App
 from cronjobs.config import Settings
@@ -108,17 +107,18 @@ def namespace() -> str:
 
 @pytest.fixture
 def make_app(db_url: str, namespace: str):
-    """Factory: `make_app(clock=None, broker_url="memory://", **settings) -> App`,
-    installed as the current App, with the sample handlers registered."""
+    """Factory: `make_app(clock=None, broker_url="memory://", pool_size=None, **settings)
+    -> App`, installed as the current App, with a handler registry of its own (the sample
+    handlers registered; `app.handlers.register(...)` adds a class for this test only)."""
     made: list[App] = []
 
-    def factory(clock=None, broker_url: str = "memory://", **overrides) -> App:
+    def factory(clock=None, broker_url: str = "memory://", pool_size: int | None = None,
+                **overrides) -> App:
         overrides.setdefault("handler_paths", (SAMPLE_HANDLERS,))
         settings = Settings(database_url=db_url, broker_url=broker_url,
                             broker_namespace=namespace, **overrides)
-        registry.reset()
-        registry.load(settings)
-        app = App(settings, clock=clock, handlers=registry)
+        app = App(settings, clock=clock, pool_size=pool_size)
+        app.handlers.load()
         app_module.use(app)
         made.append(app)
         return app
@@ -127,7 +127,6 @@ def make_app(db_url: str, namespace: str):
     app_module.use(None)
     for app in made:
         app.close()
-    registry.reset()
 
 
 def effect_rows(app: App, kind: str | None = None) -> list[dict]:

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from alert_helpers import Inbox, report
+from cronjobs.app import App
 from cronjobs.health import alerts
 from cronjobs.models import cronjob_alert
 from cronjobs.testing import FrozenClock
@@ -164,8 +165,9 @@ def test_problems_of_a_check_that_did_not_answer_neither_fail_nor_pass(alerting,
 
 
 def test_two_alert_loops_at_once_send_one_message(alerting, inbox):
-    app, _, _ = alerting
-    app.settings = app.settings.model_copy(update={"alert_after_runs": 1})
+    configured, _, _ = alerting
+    app = App(configured.settings.model_copy(update={"alert_after_runs": 1}),
+              clock=configured.clock, engine=configured.engine, handlers=configured.handlers)
     barrier = threading.Barrier(2)
     done = []
 

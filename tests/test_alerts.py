@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from aiosmtpd.controller import Controller
 
 from alert_helpers import Inbox, free_port
+from cronjobs.app import App
 from cronjobs.health import alerts, run_health
 from cronjobs.models import cronjob_alert, cronjob_queue, cronjob_worker
 from cronjobs.scheduler import tick
@@ -137,7 +138,9 @@ def test_when_every_channel_fails_the_next_run_tries_again(make_app, channels):
     first = alerts.process(app, run_health(app))
     assert first.problems and first.delivered == [] and "webhook" in first.failed
     clock.set(T0 + timedelta(minutes=5))
-    app.settings = app.settings.model_copy(update={"alert_webhook_url": inbox.url + "/hook"})
+    # The operator fixes the URL and restarts: the same database, the new settings.
+    app = App(app.settings.model_copy(update={"alert_webhook_url": inbox.url + "/hook"}),
+              clock=clock, engine=app.engine, handlers=app.handlers)
     second = alerts.process(app, run_health(app))
     assert second.delivered == ["webhook"]
     assert {p["key"] for p in second.problems} == {p["key"] for p in first.problems}

@@ -54,7 +54,7 @@ def hold_after_first_batch(app) -> threading.Event:
         if threading.current_thread().name.startswith("cronjobs-operation"):
             assert gate.wait(60)
 
-    app.on_send = on_send
+    app.broker.listen(on_send)
     return gate
 
 
@@ -69,7 +69,7 @@ def test_one_click_retries_5000_rows_once_outside_the_request(app):
     add_failed(app, 3, error="another error")  # another group of the same type: not selected
     pending = add_row(app, type=KIND, error="HTTP 503 from upstream")
     sent = []
-    app.on_send = lambda job_id, queue, delay: sent.append(queue)
+    app.broker.listen(lambda job_id, queue, delay: sent.append(queue))
     client = web_client(app)
     csrf = login(client)
     group = max(r["id"] for r in rows_of(app)[:5000])

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
+from cronjobs.executor import Executor
 from cronjobs.models import cronjob_queue
 
 T0 = datetime(2026, 2, 2, 2, 2, 2)
@@ -21,8 +22,8 @@ def test_run_next_takes_priority_then_age(make_app):
         with app.engine.begin() as conn:
             conn.execute(store.jobs.q.update().where(store.jobs.q.c.id == job_id)
                          .values(priority=priority))
-    order = []
-    while (report := app.executor.run_next("default")) is not None:
+    order, executor = [], Executor(app)
+    while (report := executor.run_next("default")) is not None:
         order.append(report.id)
     assert order == [job_id for _, job_id in sorted(ids)]
 
@@ -30,14 +31,14 @@ def test_run_next_takes_priority_then_age(make_app):
 def test_queues_are_separate(make_app):
     app = make_app(clock=FrozenClock(T0))
     a = queue.dispatch("test.shape.execute", {"shape": "true"}, queue="a")
-    assert app.executor.run_next("default") is None
-    assert app.executor.run_next("a").id == a
+    assert Executor(app).run_next("default") is None
+    assert Executor(app).run_next("a").id == a
 
 
 def test_a_row_is_claimed_once(make_app):
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"})
-    lease = app.executor.lease_seconds
+    lease = Executor(app).lease_seconds
     with app.engine.begin() as conn:
         first = store.claim_by_id(conn, job_id, T0, "w:1", lease)
     with app.engine.begin() as conn:
@@ -53,7 +54,7 @@ def test_stale_run_cannot_overwrite_a_newer_run(make_app):
     """A worker whose lease was taken finishes late: its outcome is dropped."""
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"})
-    lease = app.executor.lease_seconds
+    lease = Executor(app).lease_seconds
     with app.engine.begin() as conn:
         store.claim_by_id(conn, job_id, T0, "old:1", lease)
         conn.execute(store.jobs.q.update().where(store.jobs.q.c.id == job_id)

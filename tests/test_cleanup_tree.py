@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
+from cronjobs.executor import Executor
 from cronjobs.models import cronjob_queue as q
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -83,7 +84,6 @@ def test_dry_run_counts_only_rows_that_would_go(make_app):
 def test_a_cancelled_run_with_children_is_kept(make_app):
     """A discover run that dispatched children and then returned `cancelled` keeps its row
     (a childless cancelled row is deleted at once; one with children never cascades)."""
-    import registry
     from cronjobs import CronJobHandler
 
     class FanOutThenCancelExecute(CronJobHandler):
@@ -94,9 +94,9 @@ def test_a_cancelled_run_with_children_is_kept(make_app):
             return {"success": True, "status": "cancelled", "result": {"reason": "in-sync"}}
 
     app = make_app(clock=FrozenClock(T0))
-    registry.register(FanOutThenCancelExecute.TYPE, FanOutThenCancelExecute)
+    app.handlers.register(FanOutThenCancelExecute.TYPE, FanOutThenCancelExecute)
     parent = queue.dispatch(FanOutThenCancelExecute.TYPE, {})
-    assert app.executor.run_id(parent).status == "cancelled"
+    assert Executor(app).run_id(parent).status == "cancelled"
     with app.engine.connect() as conn:
         children = conn.execute(sa.select(q.c.id, q.c.status).where(q.c.parent_id == parent)).all()
     assert len(children) == 1 and children[0][1] == "pending"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-import registry
 from cronjobs import CronJobHandler, heartbeat, queue, store
 from cronjobs.app import App
 from cronjobs.clock import FrozenClock, utcnow
+from cronjobs.executor import Executor
 from cronjobs.models import cronjob_queue as q
 from cronjobs.scheduler import tick
 
@@ -23,7 +23,7 @@ HOUR = timedelta(hours=1)
 
 def second_app(app: App, clock) -> App:
     """Another host's view of the same system: same settings and database, its own clock."""
-    return App(app.settings, clock=clock, handlers=registry)
+    return App(app.settings, clock=clock, handlers=app.handlers)
 
 
 def test_a_host_an_hour_ahead_takes_no_live_row(make_app):
@@ -31,11 +31,12 @@ def test_a_host_an_hour_ahead_takes_no_live_row(make_app):
     judge = second_app(worker_host, FrozenClock(utcnow() + HOUR))
     try:
         job_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"}, app=worker_host)
-        row = worker_host.executor.claim("default")
+        executor = Executor(worker_host)
+        row = executor.claim("default")
         assert row["id"] == job_id
         assert queue.recover_stale(5, app=judge) == 0, "the live lease is judged by the DB clock"
         assert queue.recover_stale(0, app=judge) == 0
-        report = worker_host.executor.run_claimed(row)
+        report = executor.run_claimed(row)
         assert report.status == "completed", "the live worker's outcome is kept"
         assert queue.get(job_id, ["attempts"], app=worker_host)["attempts"] == 1, "ran once"
     finally:
@@ -47,9 +48,10 @@ def test_a_worker_an_hour_behind_keeps_its_lease_by_renewing(make_app):
     judge = second_app(worker_host, FrozenClock(utcnow()))
     try:
         job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, app=worker_host)
-        row = worker_host.executor.claim("default")
-        worker_host.executor._running[job_id] = (row["attempts"], 60.0)
-        assert worker_host.executor.renew_leases() == 1
+        executor = Executor(worker_host)
+        row = executor.claim("default")
+        executor._running[job_id] = (row["attempts"], 60.0)
+        assert executor.renew_leases() == 1
         assert queue.recover_stale(0, app=judge) == 0
     finally:
         judge.close()
@@ -60,7 +62,7 @@ def test_a_dead_lease_is_still_taken_whatever_the_host_clocks(make_app):
     judge = second_app(worker_host, FrozenClock(utcnow() - HOUR))  # even a host behind
     try:
         job_id = queue.dispatch("test.shape.execute", {}, app=worker_host)
-        worker_host.executor.claim("default")
+        Executor(worker_host).claim("default")
         with worker_host.engine.connect() as conn:
             expired = store.database_now(conn) - timedelta(minutes=10)
         with worker_host.engine.begin() as conn:
@@ -92,18 +94,18 @@ class _Every5:
         return True
 
 
-def _register_every5(count: int = 3) -> None:
+def _register_every5(app: App, count: int = 3) -> None:
     for i in range(count):
         cls = type(f"Every5No{i}Discover", (_Every5, CronJobHandler),
                    {"TYPE": f"test.every5no{i}.discover", "FREQUENCY": "*/5 * * * *"})
-        registry.register(cls.TYPE, cls)
+        app.handlers.register(cls.TYPE, cls)
 
 
 def test_a_ten_year_jump_counts_skipped_slots_cheaply(make_app, caplog):
     t0 = datetime(2026, 6, 1, 12, 0, 30)
     clock = FrozenClock(t0)
     app = make_app(clock=clock)
-    _register_every5()
+    _register_every5(app)
     tick(app=app)
     tick(app=app, now=t0 + timedelta(minutes=5))
     clock.set(t0 + timedelta(days=3653, minutes=5))
@@ -121,7 +123,7 @@ def test_a_clock_that_goes_back_is_said_once_and_starts_no_older_slot(make_app, 
     t0 = datetime(2026, 6, 1, 12, 0, 30)
     clock = FrozenClock(t0)
     app = make_app(clock=clock)
-    _register_every5(1)
+    _register_every5(app, 1)
     first = tick(app=app)
     assert first.started
     clock.set(t0 - HOUR)

@@ -9,7 +9,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-import registry
 from cronjobs import CronJobHandler
 from cronjobs.config import Settings
 from cronjobs.errors import ConfigError
@@ -112,8 +111,8 @@ class PlainDailyDiscover(CronJobHandler):
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_scheduler_starts_a_macro_task_at_the_same_ticks_and_slots(make_app):
     app = make_app(timezone="Europe/Istanbul")
-    registry.register(MacroDailyDiscover.TYPE, MacroDailyDiscover)
-    registry.register(PlainDailyDiscover.TYPE, PlainDailyDiscover)
+    app.handlers.register(MacroDailyDiscover.TYPE, MacroDailyDiscover)
+    app.handlers.register(PlainDailyDiscover.TYPE, PlainDailyDiscover)
     starts: dict[str, list[str]] = {"macro-daily": [], "plain-daily": []}
     now = datetime(2026, 3, 1, 18, 0)  # 21:00 in Istanbul (UTC+3)
     for _ in range(4 * 24 // 3):       # every 3 hours for four days

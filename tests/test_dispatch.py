@@ -13,7 +13,9 @@ from sqlalchemy.orm import Session
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
+from cronjobs.executor import Executor
 from cronjobs.models import cronjob_queue
+from cronjobs.testing import drain
 
 T0 = datetime(2026, 3, 1, 8, 0, 0)
 
@@ -83,7 +85,7 @@ def test_idempotency_key_returns_existing_row(make_app):
     assert first.id == again.id == other.id
     assert again.payload_matches and not other.payload_matches
     assert count_rows(app) == 1
-    app.executor.run_id(first.id)
+    Executor(app).run_id(first.id)
     done = queue.submit("test.shape.execute", {"shape": "true"}, idempotency_key="k1")
     assert (done.id, done.created, done.status) == (first.id, False, "completed")
 
@@ -91,7 +93,7 @@ def test_idempotency_key_returns_existing_row(make_app):
 def test_dispatch_many_keeps_input_order(make_app):
     app = make_app()
     sent = []
-    app.on_send = lambda job_id, q, delay: sent.append(job_id)
+    app.broker.listen(lambda job_id, q, delay: sent.append(job_id))
     ids = queue.dispatch_many([{"type": "test.shape.execute", "payload": {"shape": "true", "n": n},
                                 "priority": 9 - n % 3} for n in range(50)])
     assert len(ids) == 50 and len(set(ids)) == 50
@@ -167,14 +169,14 @@ def test_scheduled_at_holds_the_job(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     sent = []
-    app.on_send = lambda job_id, q, delay: sent.append(delay)
+    app.broker.listen(lambda job_id, q, delay: sent.append(delay))
     later = datetime(2026, 3, 1, 10, 0, tzinfo=timezone(timedelta(hours=1)))  # 09:00 UTC
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, scheduled_at=later)
     assert queue.get(job_id)["scheduled_at"] == datetime(2026, 3, 1, 9, 0)
     assert sent == [3600.0], "the message is delayed until the row is due"
-    assert app.executor.run_next("default") is None
+    assert Executor(app).run_next("default") is None
     clock.set(datetime(2026, 3, 1, 9, 0))
-    assert app.executor.run_next("default").id == job_id
+    assert Executor(app).run_next("default").id == job_id
 
 
 def test_deleting_a_parent_deletes_its_children(make_app):
@@ -192,7 +194,7 @@ def test_deleting_a_parent_deletes_its_children(make_app):
 def test_session_rollback_writes_nothing_and_sends_nothing(make_app):
     app = make_app()
     sent = []
-    app.on_send = lambda job_id, q, delay: sent.append(job_id)
+    app.broker.listen(lambda job_id, q, delay: sent.append(job_id))
     with Session(app.engine) as session:
         job_id = queue.dispatch("test.shape.execute", {}, session=session)
         assert sent == []
@@ -203,8 +205,8 @@ def test_session_rollback_writes_nothing_and_sends_nothing(make_app):
 def test_session_commit_sends_after_commit(make_app):
     app = make_app()
     events = []
-    app.on_send = lambda job_id, q, delay: events.append(
-        ("send", job_id, queue.get(job_id) is not None))
+    app.broker.listen(lambda job_id, q, delay: events.append(
+        ("send", job_id, queue.get(job_id) is not None)))
     with Session(app.engine) as session:
         sa.event.listen(session, "after_commit", lambda s: events.append(("commit",)))
         ids = [queue.dispatch("test.shape.execute", {"n": n}, session=session) for n in range(2)]
@@ -215,19 +217,16 @@ def test_session_commit_sends_after_commit(make_app):
     assert events[1:] == [("send", i, True) for i in ids], "sent after commit, row visible"
 
 
-def test_in_process_broker_runs_the_job(make_app):
-    """The embedded default: the memory broker delivers to an in-process Dramatiq worker."""
-    import dramatiq
-
+def test_in_process_broker_carries_the_id_and_drain_runs_the_job(make_app):
+    """The embedded default: the row id goes to the in-process broker's queue, and
+    `testing.drain` runs the due row here (as `queue.process` runs one by id)."""
     app = make_app()
     job_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
-    worker = dramatiq.Worker(app.broker.dramatiq, worker_timeout=50)
-    worker.start()
-    try:
-        app.broker.dramatiq.join("default", timeout=10_000)
-        worker.join()
-    finally:
-        worker.stop()
+    other = queue.dispatch("test.shape.execute", {"shape": "true"})
+    messages = list(app.broker.dramatiq.queues["default"].queue)
+    assert [json.loads(m)["args"] for m in messages] == [[job_id], [other]]
+    report = drain(app)
+    assert report.statuses() == {job_id: "completed", other: "completed"}
     assert queue.get(job_id)["status"] == "completed"
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
+from cronjobs.executor import Executor
 
 T0 = datetime(2026, 1, 5, 12, 0, 0)
 BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
@@ -15,7 +16,7 @@ BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=Tr
 
 def run_shape(app, shape: str, **payload):
     job_id = queue.dispatch("test.shape.execute", {"shape": shape, **payload})
-    app.executor.run_id(job_id)
+    Executor(app).run_id(job_id)
     return job_id, queue.get(job_id)
 
 
@@ -47,7 +48,7 @@ def test_false_then_failed_after_max_attempts(make_app):
     delays = []
     for _ in range(3):
         before = clock.now()
-        app.executor.run_id(job_id)
+        Executor(app).run_id(job_id)
         row = queue.get(job_id)
         if row["status"] == "pending":
             delays.append(row["scheduled_at"] - before)
@@ -79,7 +80,7 @@ def test_dict_success_stores_result(make_app):
 def test_dict_failure_is_retried_like_false(make_app):
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "dict_fail"}, max_attempts=1)
-    app.executor.run_id(job_id)
+    Executor(app).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "failed"
     assert '"reason": "service-gone"' in row["result_payload"]
@@ -120,7 +121,7 @@ def test_retry_later_does_not_use_an_attempt(make_app):
     job_id = queue.dispatch("test.shape.execute", {"shape": "retry_later", "delay": 90},
                             max_attempts=1)
     for _ in range(3):
-        app.executor.run_id(job_id)
+        Executor(app).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "pending"
     assert row["attempts"] == 0
@@ -145,8 +146,8 @@ def test_unregistered_type_fails_the_job_not_the_worker(make_app):
     """With no grace period a row of an unknown type fails at once (issue 6 item 5 adds
     the grace; see tests/test_orphans.py)."""
     app = make_app(clock=FrozenClock(T0), unknown_type_grace_seconds=0)
-    job_id = queue.dispatch("nobody.home.execute", {})
-    report = app.executor.run_next("default")
+    job_id = queue.dispatch("nobody.home.execute", {}, known_type=False)
+    report = Executor(app).run_next("default")
     assert report.id == job_id
     row = queue.get(job_id)
     assert row["status"] == "failed"
@@ -161,7 +162,7 @@ def test_backoff_is_capped(make_app):
     gaps = []
     for _ in range(4):
         before = clock.now()
-        app.executor.run_id(job_id)
+        Executor(app).run_id(job_id)
         row = queue.get(job_id)
         gaps.append((row["scheduled_at"] - before).total_seconds() / 60)
         clock.set(row["scheduled_at"])
@@ -172,13 +173,12 @@ def test_backoff_is_capped(make_app):
 def test_max_attempts_per_row_overrides_class(make_app):
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "raise"}, max_attempts=1)
-    app.executor.run_id(job_id)
+    Executor(app).run_id(job_id)
     assert queue.get(job_id)["status"] == "failed"
 
 
 @BACKENDS
 def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
-    import registry
     from cronjobs import CronJobHandler
     from cronjobs.scheduler import set_enabled
 
@@ -193,12 +193,12 @@ def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
             return True
 
     app = make_app(clock=FrozenClock(T0))
-    registry.register(PurgeExecute.TYPE, PurgeExecute)
+    app.handlers.register(PurgeExecute.TYPE, PurgeExecute)
     first = queue.dispatch("test.purge.execute", {})
-    assert app.executor.run_id(first).status == "deleted"  # cancelled, childless
+    assert Executor(app).run_id(first).status == "deleted"  # cancelled, childless
     set_enabled("test-purge", True)
     second = queue.dispatch("test.purge.execute", {})
-    assert app.executor.run_id(second).status == "completed"
+    assert Executor(app).run_id(second).status == "completed"
     assert calls == [second]
 
 
@@ -218,7 +218,7 @@ def test_process_runs_a_row_here_and_now(make_app):
     assert queue.process({"id": bad, "status": "pending"}) is False
     claimed_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
     with app.engine.begin() as conn:
-        claimed = store.claim_by_id(conn, claimed_id, T0, "me:1", app.executor.lease_seconds)
+        claimed = store.claim_by_id(conn, claimed_id, T0, "me:1", Executor(app).lease_seconds)
     assert queue.process(claimed) is True
     assert queue.get(claimed_id)["result_payload"] == '{"answer": 42}'
 
@@ -232,7 +232,6 @@ def test_process_runs_a_row_here_and_now(make_app):
      "result is 1,000,010 bytes of JSON; the limit is 1,000,000 bytes"),
 ])
 def test_odd_results_fail_the_row_with_a_reason(make_app, value, error):
-    import registry
     from cronjobs import CronJobHandler
 
     class OddExecute(CronJobHandler):
@@ -242,9 +241,9 @@ def test_odd_results_fail_the_row_with_a_reason(make_app, value, error):
             return value
 
     app = make_app(clock=FrozenClock(T0))
-    registry.register(OddExecute.TYPE, OddExecute)
+    app.handlers.register(OddExecute.TYPE, OddExecute)
     job_id = queue.dispatch("test.odd.execute", {})
-    app.executor.run_id(job_id)
+    Executor(app).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "failed" and error in row["error"], row["error"]
 
@@ -252,7 +251,6 @@ def test_odd_results_fail_the_row_with_a_reason(make_app, value, error):
 @BACKENDS
 @pytest.mark.parametrize("raise_", [SystemExit(3), KeyboardInterrupt()])
 def test_base_exceptions_from_a_handler_fail_the_row_not_the_worker(make_app, raise_):
-    import registry
     from cronjobs import CronJobHandler
 
     class ExitExecute(CronJobHandler):
@@ -262,9 +260,9 @@ def test_base_exceptions_from_a_handler_fail_the_row_not_the_worker(make_app, ra
             raise raise_
 
     app = make_app(clock=FrozenClock(T0))
-    registry.register(ExitExecute.TYPE, ExitExecute)
+    app.handlers.register(ExitExecute.TYPE, ExitExecute)
     job_id = queue.dispatch("test.exit.execute", {}, max_attempts=1)
-    app.executor.run_id(job_id)
+    Executor(app).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "failed" and row["error"].startswith(type(raise_).__name__)
 
@@ -283,14 +281,14 @@ def test_a_completed_retry_clears_the_old_error(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     job_id = queue.dispatch("test.shape.execute", {"shape": "raise"})
-    app.executor.run_id(job_id)
+    Executor(app).run_id(job_id)
     assert queue.get(job_id)["error"]
     with app.engine.begin() as conn:
         from cronjobs.models import cronjob_queue as q
 
         conn.execute(q.update().where(q.c.id == job_id).values(payload='{"shape": "true"}'))
     clock.advance(120)
-    app.executor.run_id(job_id)
+    Executor(app).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "completed" and row["error"] is None
     assert "ValueError: boom from handler" in row["process_logs"], "history stays in the log"

@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import pytest
 
-import registry
 from conftest import cli_env, run_cli
 from cronjobs import store
 from cronjobs.app import App
@@ -67,7 +66,6 @@ def missing_table(app, check) -> None:
 
 
 def test_live_answers_and_ready_refuses_while_the_database_is_down(backend, tmp_path):
-    registry.reset()
     app = App(Settings(database_url=down_url(backend, tmp_path), dashboard_token=TOKEN,
                        health_timeout_seconds=2))
     try:
@@ -99,7 +97,6 @@ def test_live_answers_and_ready_refuses_while_the_database_is_down(backend, tmp_
         assert "Veritabanı zamanında yanıt vermedi" in turkish
     finally:
         app.close()
-        registry.reset()
 
 
 def test_ready_needs_the_database_only_not_a_worker(make_app):

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
+from cronjobs.executor import Executor
 from cronjobs.models import cronjob_queue as q
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -32,7 +33,7 @@ def test_recover_stale_takes_only_expired_leases(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     sent = []
-    app.on_send = lambda job_id, queue_, delay: sent.append(job_id)
+    app.broker.listen(lambda job_id, queue_, delay: sent.append(job_id))
     live, stale, exhausted = (queue.dispatch("test.shape.execute", {}) for _ in range(3))
     set_row(app, live, status="running", attempts=1, locked_until=db_ago(app, -60))
     set_row(app, stale, status="running", attempts=1, locked_until=db_ago(app, 6 * 60),
@@ -58,8 +59,8 @@ def test_a_renewed_lease_is_never_taken(make_app):
     with app.engine.begin() as conn:
         from cronjobs import store
 
-        row = store.claim_by_id(conn, job_id, T0, "w:1", app.executor.lease_seconds)
-    executor = app.executor
+        row = store.claim_by_id(conn, job_id, T0, "w:1", Executor(app).lease_seconds)
+    executor = Executor(app)
     executor._running[job_id] = (row["attempts"], executor.lease_seconds(row["type"]))
     for _ in range(20):  # an hour and forty minutes of renewals every 5 minutes
         clock.advance(300)

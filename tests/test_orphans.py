@@ -14,10 +14,10 @@ from datetime import datetime
 
 import pytest
 
-import registry
 from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler, heartbeat, queue
 from cronjobs.clock import FrozenClock
+from cronjobs.executor import Executor
 from test_worker_e2e import REDIS, wait_for, worker
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -34,14 +34,14 @@ class SpecialExecute(CronJobHandler):
 def test_a_worker_on_the_old_code_puts_rows_back_then_fails_them(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock, unknown_type_grace_seconds=600)
-    job_id = queue.dispatch("test.newcode.execute", {}, max_attempts=1)
+    job_id = queue.dispatch("test.newcode.execute", {}, max_attempts=1, known_type=False)
     delays = []
     while True:
         row = queue.get(job_id)
         if row["status"] != "pending":
             break
         clock.set(row["scheduled_at"] or T0)
-        report = app.executor.run_next("default")
+        report = Executor(app).run_next("default")
         assert report.id == job_id
         row = queue.get(job_id)
         if row["status"] == "pending":
@@ -58,12 +58,12 @@ def test_a_worker_on_the_old_code_puts_rows_back_then_fails_them(make_app):
 def test_a_worker_on_the_new_code_takes_a_put_back_row(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
-    job_id = queue.dispatch("test.special.execute", {}, queue="default")
-    app.executor.run_next("default")  # an old worker: no handler, put back
+    job_id = queue.dispatch("test.special.execute", {}, queue="default", known_type=False)
+    Executor(app).run_next("default")  # an old worker: no handler, put back
     assert queue.get(job_id)["status"] == "pending"
-    registry.register(SpecialExecute.TYPE, SpecialExecute)  # the new code arrives
+    app.handlers.register(SpecialExecute.TYPE, SpecialExecute)  # the new code arrives
     clock.advance(5)
-    assert app.executor.run_next("default").status == "completed"
+    assert Executor(app).run_next("default").status == "completed"
     row = queue.get(job_id)
     assert row["attempts"] == 1 and row["error"] is None
 
@@ -72,10 +72,10 @@ def test_a_worker_on_the_new_code_takes_a_put_back_row(make_app):
 def test_rows_of_a_removed_handler_are_reported_and_can_be_drained(make_app, db_url, namespace,
                                                                     tmp_path):
     app = make_app(broker_url=REDIS)
-    registry.register(SpecialExecute.TYPE, SpecialExecute)
+    app.handlers.register(SpecialExecute.TYPE, SpecialExecute)
     ids = [queue.dispatch(SpecialExecute.TYPE, {}, app=app) for _ in range(3)]
     assert {queue.get(i, ["queue"])["queue"] for i in ids} == {"special"}
-    registry.unregister(SpecialExecute.TYPE)  # the handler is removed from the code
+    app.handlers.unregister(SpecialExecute.TYPE)  # the handler is removed from the code
     env = cli_env(db_url, namespace, broker_url=REDIS)
     heartbeat.beat(app, "host:1", ["default", "maintenance"], "running", 0, [])
 

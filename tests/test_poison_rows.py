@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import REDIS, cli_env, run_cli
-from cronjobs import limits, queue
+from cronjobs import dispatching, limits, queue
 from cronjobs.errors import InvalidJob
 from cronjobs.models import cronjob_queue
 from cronjobs.testing import drain
@@ -175,7 +175,7 @@ def test_a_worker_whose_claim_is_refused_exits_non_zero(make_app, db_url, namesp
         wait_for(lambda: row(app, first)["status"] == "completed", 60, "the first row", proc, log)
         with app.engine.begin() as conn:
             conn.exec_driver_sql("ALTER TABLE cronjob_queue RENAME TO cronjob_queue_moved")
-        app.send(first, "default")  # rings the worker: its claim is refused
+        dispatching.send(app, first, "default")  # rings the worker: its claim is refused
         deadline = time.monotonic() + 60
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -383,7 +383,7 @@ def test_a_broken_handler_file_is_one_clear_error(tmp_path):
     with pytest.raises(HandlerError,
                        match=r"cannot load handler file .*BrokenExecute.py: SyntaxError"):
         registry.load(Settings(handler_paths=(str(tmp_path),)))
-    assert not registry._loaded, "a failed load is not half-remembered"
+    assert not registry.default.loaded, "a failed load is not half-remembered"
 
 
 def test_the_same_folder_twice_is_scanned_once(tmp_path):

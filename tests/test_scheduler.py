@@ -8,13 +8,13 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-import registry
 from conftest import effect_rows
 from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import HandlerNotFound
+from cronjobs.manual import run_now
 from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
-from cronjobs.scheduler import run_task, set_enabled, tick
+from cronjobs.scheduler import set_enabled, tick
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
@@ -172,13 +172,13 @@ def test_kill_switch_of_an_unknown_task_is_an_error(make_app):
     with pytest.raises(HandlerNotFound, match="no-such-task"):
         set_enabled("no-such-task", False)
     with pytest.raises(HandlerNotFound, match="no-such-task"):
-        run_task("no-such-task")
+        run_now("no-such-task")
 
 
 def test_unavailable_handler_is_skipped(make_app, caplog):
     app = make_app(clock=FrozenClock(T0))
-    registry.register(UnavailableDiscover.TYPE, UnavailableDiscover)
-    registry.register(BrokenCheckDiscover.TYPE, BrokenCheckDiscover)
+    app.handlers.register(UnavailableDiscover.TYPE, UnavailableDiscover)
+    app.handlers.register(BrokenCheckDiscover.TYPE, BrokenCheckDiscover)
 
     with caplog.at_level(logging.WARNING, logger="cronjobs.scheduler"):
         report = tick(T0)
@@ -209,7 +209,7 @@ def test_frequency_from_settings_overrides_the_class(make_app):
 def test_new_cron_task_waits_for_its_fire_time(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
-    registry.register(NightlyDiscover.TYPE, NightlyDiscover)
+    app.handlers.register(NightlyDiscover.TYPE, NightlyDiscover)
 
     # 12:00: today's 03:15 is past; a new task does not run it late.
     assert tick(T0).skipped["test-nightly"] == "not-yet"
@@ -234,7 +234,7 @@ def test_manual_run_does_not_move_the_schedule(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
 
-    manual_id = run_task("test-count")
+    manual_id = run_now("test-count").id
 
     manual = queue.get(manual_id)
     assert manual["type"] == "test.count.discover"
@@ -248,7 +248,7 @@ def test_manual_run_does_not_move_the_schedule(make_app):
     assert count_started(report) == ["202601051200"]
 
     clock.set(T0 + timedelta(seconds=20))
-    run_task("test-count", again=True)  # the first manual run is still pending
+    run_now("test-count", again=True)  # the first manual run is still pending
     assert runtime(app)["last_slot"] == "202601051200"
     assert count_started(tick(T0 + timedelta(seconds=30))) == []
     assert count_started(tick(T0 + timedelta(minutes=1))) == ["202601051201"]
@@ -300,7 +300,7 @@ def test_losing_the_slot_race_logs_nothing_above_debug(make_app, caplog):
 def test_destructive_task_ships_disabled(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
-    registry.register(PurgeExecute.TYPE, PurgeExecute)
+    app.handlers.register(PurgeExecute.TYPE, PurgeExecute)
 
     report = tick(T0)
 
@@ -314,7 +314,7 @@ def test_destructive_task_ships_disabled(make_app):
 def test_settings_can_ship_a_destructive_task_enabled(make_app):
     app = make_app(clock=FrozenClock(T0), tasks={"test-purge": {"enabled": True},
                                                   "test-count": {"enabled": False}})
-    registry.register(PurgeExecute.TYPE, PurgeExecute)
+    app.handlers.register(PurgeExecute.TYPE, PurgeExecute)
 
     report = tick(T0)
 

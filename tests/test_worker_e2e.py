@@ -323,7 +323,8 @@ def test_dispatch_in_a_session_sends_only_after_commit(make_app, db_url, namespa
             return conn.execute(sa.select(cronjob_queue.c.id)
                                 .where(cronjob_queue.c.id == job_id)).first() is not None
 
-    app.on_send = lambda job_id, q, delay: events.append(("send", job_id, visible(job_id)))
+    forget = app.broker.listen(
+        lambda job_id, q, delay: events.append(("send", job_id, visible(job_id))))
     try:
         before = queue_len(rds, namespace)
 
@@ -355,5 +356,5 @@ def test_dispatch_in_a_session_sends_only_after_commit(make_app, db_url, namespa
         assert queue.get(job_id, ["status"], app=app) == {"status": "pending"}
         assert [e["info"] for e in effect_rows(app, "caller")] == ["committed"]
     finally:
-        app.on_send = None
+        forget()
         other.dispose()

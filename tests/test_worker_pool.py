@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from conftest import SAMPLE_HANDLERS, cli_env, effect_rows
 from cronjobs import queue
 from cronjobs.models import cronjob_queue
-from cronjobs.worker import Limits, WorkerProcess
+from cronjobs.worker import Limits, WorkerProcess, connections_needed
 from test_worker_e2e import REDIS, all_completed, wait_for
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
@@ -27,7 +27,7 @@ CRASH_HANDLERS = str(Path(__file__).parent / "crash_handlers")
 
 @MARIADB
 def test_a_1000_job_drain_opens_no_connection_beyond_the_pool_and_batches_its_writes(make_app):
-    app = make_app(broker_url=REDIS)
+    app = make_app(broker_url=REDIS, pool_size=connections_needed(8))
     ids = queue.dispatch_many([{"type": "test.shape.execute", "payload": {"shape": "true"}}] * 1000)
     worker = WorkerProcess(app, ["default"], 8)
     opened = []

@@ -1,65 +1,73 @@
-"""The App: settings, clock, engine, handlers and broker of one running system.
+"""The App: settings, clock, engine, broker and handler registry of one running system.
 
-This is the edge where the top-level `registry` module is imported; the engine's core
-modules get handlers through `App.resolve()` only. Nothing is built at import time: the
-first call of `current()` builds the App from `Settings.load()`, and tests install their
-own with `use()`.
+The App is an edge: it holds what a process was configured with and runs nothing. Jobs are
+run by an `executor.Executor` that the runner builds (the worker process, `queue.process`,
+`cronjobs run`, `testing.drain`); rows are written by `dispatching`. Settings and engine
+are fixed when the App is built and never replaced (a worker that needs a connection per
+slot builds its App with `pool_size`). Nothing is built at import time: the first call of
+`current()` builds the App from `Settings.load()`, and tests install their own with `use()`.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine
 
+import registry
+
 from .broker import Broker
 from .clock import SystemClock
 from .config import Settings
-from .db import make_engine, retry_while_unavailable
-from .errors import DatabaseUnavailable
-
-log = logging.getLogger("cronjobs")
+from .db import make_engine
 
 
 class App:
     """One configured cronjobs system.
 
     Args:
-        settings: the settings (default `Settings.load()`).
+        settings: the settings (default `Settings.load()`); fixed for the App's life.
         clock: object with `now() -> naive UTC datetime` (default the system clock).
         engine: an existing Engine (default one made from `settings.database_url`).
-        handlers: object with `resolve_handler(type)` and `registered_handlers()`
-            (default the top-level `registry` module, loaded on first use).
+        handlers: the handler registry: an object with `resolve_handler(type)`,
+            `registered_handlers()`, `tasks()`, `task_types(task)`, `handler_source(type)`
+            (default a `registry.HandlerRegistry` of this App's settings, which also sees
+            classes registered by code on `registry.default`; loaded on first use).
+        pool_size: connections the engine keeps open (default 5, as many again for a
+            burst); a worker passes `worker.connections_needed(threads)`. Ignored with
+            `engine`.
     """
 
     def __init__(self, settings: Settings | None = None, *, clock: Any = None,
-                 engine: Engine | None = None, handlers: Any = None) -> None:
-        self.settings = settings or Settings.load()
+                 engine: Engine | None = None, handlers: Any = None,
+                 pool_size: int | None = None) -> None:
+        self._settings = settings or Settings.load()
         self.clock = clock or SystemClock()
-        self.engine = engine or make_engine(self.settings.database_url)
         self._engine_given = engine is not None
+        self._engine = engine or make_engine(self._settings.database_url,
+                                             **({"pool_size": pool_size} if pool_size else {}))
         self._side_engines: dict[str, Engine] = {}
-        self._handlers = handlers
+        self._handlers = handlers if handlers is not None else registry.for_settings(self._settings)
         self._broker: Broker | None = None
-        self._executor = None
         self._lock = threading.Lock()
-        self.on_send: Callable[[int, str, float], None] | None = None
-        self.pool = None  # the worker's SlotPool: messages then only ring it
 
-    # -- handlers -------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        """The settings (read-only: never reassigned after start)."""
+        return self._settings
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the App's database (read-only)."""
+        return self._engine
+
     @property
     def handlers(self) -> Any:
-        """The handler registry (the top-level `registry` module unless injected)."""
-        if self._handlers is None:
-            import registry
-
-            registry.load(self.settings)
-            self._handlers = registry
+        """The handler registry of this App (read-only)."""
         return self._handlers
 
+    # -- handlers -------------------------------------------------------------------
     def resolve(self, job_type: str) -> type | None:
         """The handler class registered for `job_type`, or None."""
         return self.handlers.resolve_handler(job_type)
@@ -76,71 +84,14 @@ class App:
         cls = self.resolve(job_type)
         return (cls.QUEUE if cls is not None and cls.QUEUE else self.settings.default_queue)
 
-    # -- broker and worker side ---------------------------------------------------
+    # -- broker ---------------------------------------------------------------------
     @property
     def broker(self) -> Broker:
-        """The broker (built on first use)."""
+        """The broker (built on first use; a process that consumes calls its `consume`)."""
         with self._lock:
             if self._broker is None:
-                self._broker = Broker(self.settings.broker_url, self.settings.broker_namespace,
-                                      self.handle_message)
+                self._broker = Broker(self.settings.broker_url, self.settings.broker_namespace)
             return self._broker
-
-    @property
-    def executor(self):
-        """This process's `Executor` (built on first use)."""
-        with self._lock:
-            if self._executor is None:
-                from .executor import Executor
-
-                self._executor = Executor(self)
-            return self._executor
-
-    def send(self, job_id: int, queue: str, delay_seconds: float = 0) -> None:
-        """Put row `job_id` on the broker; a failure is logged, the sweep resends later."""
-        if self.on_send is not None:
-            self.on_send(job_id, queue, delay_seconds)
-        try:
-            self.broker.send(job_id, queue, delay_seconds)
-        except Exception as exc:  # the row is the truth; the sweep will resend it
-            log.warning("could not send job %s to queue %s (%s); the sweep will resend it",
-                        job_id, queue, exc)
-
-    def handle_message(self, queue: str, job_id: int) -> None:
-        """Actor body. In a worker (`self.pool` set) the message is a doorbell: it rings
-        the pool, whose producer claims the best due rows of `queue` for its idle slots.
-        Without a pool (an in-process consumer in tests), claim the best due row and run it.
-
-        A worker that is stopping or recycling does not claim; it puts the message back
-        on the broker for another worker. While the database is unreachable the claim is
-        tried again (3 s, doubling to 60 s) until it answers or the worker stops; a
-        stopping worker puts the message back. The row stays `pending`: nothing is lost.
-        """
-        executor = self.executor
-        if not executor.accepting:
-            self.send(job_id, queue)
-            return
-        if self.pool is not None:
-            self.pool.ring(queue)
-            return
-        try:
-            row = retry_while_unavailable(lambda: executor.claim(queue),
-                                          f"claiming a job of queue {queue}",
-                                          give_up_seconds=None, stop=executor.stopped)
-        except DatabaseUnavailable:
-            self.send(job_id, queue)
-            return
-        if row is not None:
-            executor.run_claimed(row)
-
-    def size_pool(self, connections: int) -> None:
-        """Give the engine a connection pool of `connections` (the worker: one per slot
-        thread plus its own threads), so no connection is opened and closed per job.
-        Replaces the engine; call before it is used."""
-        if ":memory:" in self.settings.database_url:
-            return
-        self.engine.dispose()
-        self.engine = make_engine(self.settings.database_url, pool_size=connections)
 
     def side_engine(self, name: str, **options: Any) -> Engine:
         """An engine of its own for one part of this process, made on first use.

@@ -42,6 +42,7 @@ from sqlalchemy import Connection
 from . import store
 from .app import App
 from .db import retry_while_unavailable, run_in_transaction
+from .dispatching import DOORBELLS_PER_QUEUE, send
 from .errors import (
     CronjobsError,
     DatabaseUnavailable,
@@ -49,7 +50,6 @@ from .errors import (
     OperationRunning,
     StoreError,
 )
-from .queue import DOORBELLS_PER_QUEUE
 
 log = logging.getLogger("cronjobs.bulk")
 
@@ -295,7 +295,7 @@ def _ring(app: App, changed: list[dict]) -> None:
     for row in changed:
         if sent.get(row["queue"], 0) < DOORBELLS_PER_QUEUE:
             sent[row["queue"]] = sent.get(row["queue"], 0) + 1
-            app.send(row["id"], row["queue"])
+            send(app, row["id"], row["queue"])
 
 
 def release(app: App, started: Started) -> None:

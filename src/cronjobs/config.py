@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .errors import ConfigError
+from .slots import check_frequency
 
 ENV_PREFIX = "CRONJOBS_"
 MEMORY_BROKER = "memory://"
@@ -57,8 +58,6 @@ class TaskSettings(BaseModel):
     @classmethod
     def _check_frequency(cls, value: str | None) -> str | None:
         # Checked here: a bad override would otherwise make every tick raise.
-        from .slots import check_frequency
-
         if value is not None:
             check_frequency(value)
         return value
@@ -114,6 +113,12 @@ class Settings(BaseModel):
                     "`minute`/`hour`/`day`/`month` slots are always UTC.")
     default_queue: str = Field(
         "default", description="Broker queue of handlers that set no `QUEUE`.")
+    remote_types: tuple[str, ...] = Field(
+        (),
+        description="Job types that another codebase's workers run, so this one may dispatch "
+                    "them without a handler of its own: fnmatch patterns such as `billing.*`, "
+                    "comma-separated in the variable, a list in TOML. Any other type without "
+                    "a registered handler is refused at dispatch (`InvalidJob`).")
     # -- web front ------------------------------------------------------------------
     dashboard_token: str | None = Field(
         None,
@@ -313,7 +318,7 @@ class Settings(BaseModel):
             return tuple(p for p in value.split(os.pathsep) if p)
         return value
 
-    @field_validator("uptime_urls", "tls_hosts", "alert_smtp_to", mode="before")
+    @field_validator("uptime_urls", "tls_hosts", "alert_smtp_to", "remote_types", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -1,4 +1,7 @@
-"""Run one claimed row: resolve its handler, call it, write the outcome, send any retry."""
+"""Run one claimed row: resolve its handler, call it, write the outcome, send any retry.
+
+`Runtime` and `JobContext` (what a handler reaches) live in `cronjobs.context`; they are
+importable from here too."""
 
 from __future__ import annotations
 
@@ -8,14 +11,16 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
-from . import limits, store
+from . import dispatching, limits, store
+from .app import App
+from .context import JobContext, Runtime
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import JobNotFound, JobStateError
-from .handler import Job
+from .handler import Job, task_name
 from .outcome import (
     Outcome,
     Policy,
@@ -26,10 +31,10 @@ from .outcome import (
     unreadable,
 )
 
-if TYPE_CHECKING:
-    from .app import App
-
 log = logging.getLogger("cronjobs.worker")
+
+__all__ = ["Executor", "Finish", "JobContext", "JobReport", "Runtime", "call_handler",
+           "default_worker_id", "job_of", "write_all"]
 
 
 def default_worker_id() -> str:
@@ -50,38 +55,15 @@ class JobReport:
     duration_ms: float
 
 
-class JobContext:
-    """What a handler can reach while it runs (`handler.context`)."""
-
-    def __init__(self, app: App, job: Job) -> None:
-        self.app = app
-        self.job = job
-
-    @property
-    def settings(self) -> Any:
-        """The system's `Settings`."""
-        return self.app.settings
-
-    def now(self) -> datetime:
-        """The app clock's current time (naive UTC)."""
-        return self.app.clock.now()
-
-    def dispatch_child(self, job_type: str, payload: dict, **options: Any) -> int:
-        """Dispatch a job whose parent is the running row; returns its id."""
-        from .queue import dispatch
-
-        options.setdefault("parent_id", self.job.id)
-        return dispatch(job_type, payload, app=self.app, **options)
-
-
-def call_handler(app: App, job: Job, reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+def call_handler(app: App, job: Job, runtime: Runtime | None = None,
+                 reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
     """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
     except those of the types in `reraise` (the job process's MAX_RUNTIME alarm)."""
     cls = app.resolve(job.type)
     if cls is None:
         return no_handler(job.type)
     try:
-        handler = cls(JobContext(app, job))
+        handler = cls(JobContext(app, job, runtime))
         return from_return(handler.handle(job.payload, job), handler)
     except reraise:
         raise
@@ -161,26 +143,35 @@ def _task_run(job: Job) -> bool:
 
 
 class Executor:
-    """Runs rows: claims, calls handlers, writes outcomes. Used as is by `process()`,
-    `cronjobs run` and `cronjobs.testing.drain` (handlers run in the calling thread); the
-    worker's `pool.SlotPool` uses its pieces (`prepare`, `plan`, `done`) and runs the
-    handlers in job processes.
+    """Runs rows: claims, calls handlers, writes outcomes. Built by whoever runs jobs:
+    `queue.process`, `cronjobs run` and `cronjobs.testing.drain` use it as is (handlers
+    run in the calling thread); the worker process builds one for its `pool.SlotPool`,
+    which uses its pieces (`prepare`, `plan`, `done`) and runs the handlers in job
+    processes.
 
     Args:
         app: the running App (engine, clock, handlers, broker).
         worker_id: written to claimed rows (default `host:pid`).
+        isolation: `"handler"` (a handler's `ISOLATION = "thread"` is honoured) or
+            `"process"` (every job in a job process); matters to a worker only.
+        runtime: handed to every handler's `JobContext` (default: no serve URL).
+        on_job_done: called with no arguments after each finished job (the worker's
+            recycling limits).
     """
 
-    def __init__(self, app: App, worker_id: str | None = None) -> None:
+    def __init__(self, app: App, worker_id: str | None = None, *, isolation: str = "handler",
+                 runtime: Runtime | None = None,
+                 on_job_done: Callable[[], None] | None = None) -> None:
+        if isolation not in ("handler", "process"):
+            raise ValueError(f"isolation must be 'handler' or 'process', got {isolation!r}")
         self.app = app
         self.worker_id = worker_id or default_worker_id()
+        self.isolation = isolation
+        self.runtime = runtime or Runtime()
+        self._on_job_done = on_job_done
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
-        self.isolation = "handler"  # or "process": every job in a job process
-        self.accepting = True
-        self.stopped = threading.Event()  # set when the worker stops: outage waits end
-        self.on_job_done = None  # called after each finished job (recycling limits)
 
     def lease_seconds(self, job_type: str) -> float:
         """Lease length for a type: its MAX_RUNTIME plus the configured grace, seconds."""
@@ -232,7 +223,7 @@ class Executor:
         if outcome is None:
             self.track(job)
             try:
-                outcome = call_handler(self.app, job)
+                outcome = call_handler(self.app, job, self.runtime)
             finally:
                 self.untrack(job.id)
         return self.finish(job, outcome, (time.monotonic() - started) * 1000)
@@ -275,8 +266,6 @@ class Executor:
     def _task_enabled(self, job_type: str) -> bool:
         """The kill switch of the type's task. A task the scheduler has not seen yet is
         off unless the settings enable it (destructive tasks ship disabled)."""
-        from .handler import task_name
-
         task = task_name(job_type)
         with self.app.engine.connect() as conn:
             runtime = store.get_runtime(conn, task)
@@ -320,14 +309,14 @@ class Executor:
             log.warning("job %s: lease was lost before finishing; outcome %s dropped",
                         job.id, finish.status, extra={"trace_id": job.id})
         elif final == "pending":
-            self.app.send(job.id, job.queue, finish.delay_seconds)
+            dispatching.send(self.app, job.id, job.queue, finish.delay_seconds)
         with self._lock:
             self.jobs_done += 1
         log.info("job %s finish type=%s status=%s duration_ms=%.1f attempt=%s/%s", job.id,
                  job.type, final, finish.duration_ms, job.attempts, job.max_attempts,
                  extra={"trace_id": job.id})
-        if self.on_job_done is not None:
-            self.on_job_done()
+        if self._on_job_done is not None:
+            self._on_job_done()
         return JobReport(job.id, job.type, final, finish.duration_ms)
 
     def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> JobReport:

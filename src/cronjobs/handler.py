@@ -126,7 +126,7 @@ class CronJobHandler:
     message: str | None = None
 
     def __init__(self, context: Any = None) -> None:
-        """Args: context: the `cronjobs.executor.JobContext` of this run (settings, dispatch)."""
+        """Args: context: the `cronjobs.context.JobContext` of this run (settings, dispatch)."""
         self.context = context
 
     def handle(self, payload: dict, job: Job) -> bool | dict:

@@ -1,12 +1,23 @@
 """The job process: runs one job at a time in its main thread, under a MAX_RUNTIME alarm.
 
-Job processes are forked from a fork server that has imported this module (and through it
-the engine, the registry and the built-in handlers) once, so their pages are shared: eight
-job processes cost little more memory than one. Each runs a job under `setitimer`: at
+Job processes are forked from a fork server that called `preload()` once (its preload list
+imports `cronjobs.preload`): the engine, the registry and the built-in handlers are
+imported and the App is built before any job process exists, so their pages are shared:
+eight job processes cost little more memory than one. Importing this module does nothing
+more (the worker imports it too). Each runs a job under `setitimer`: at
 MAX_RUNTIME a SIGALRM interrupts the handler, even inside a blocked system call
 (`time.sleep`, a socket read), its `finally` blocks run, the process reports `timeout` and
 exits — a job process is never reused after a timeout. A handler stuck where no signal
 reaches it (a C loop) is killed by the worker with SIGKILL a moment later.
+
+The fork server builds the App of the worker's settings once (`preloaded()`), handler
+registry loaded. A job process whose worker has the same settings (the `cronjobs worker`
+and `cronjobs serve` commands: both read one environment) runs every job with that App:
+its pages stay shared, and every job process runs the code the fork server loaded, so a
+handler file edited (or saved with a syntax error) while the worker runs changes nothing
+until the worker restarts. A worker started from code with other settings gets job
+processes that each build an App of their own (with its own registry) before they say
+they are ready.
 
 The process ignores SIGINT/SIGTERM (the worker decides when jobs stop) and dies with its
 parent (PR_SET_PDEATHSIG).
@@ -27,11 +38,12 @@ import handlers as _builtin_handlers
 from . import logs
 from .app import App
 from .config import Settings
+from .context import Runtime
 from .executor import call_handler
 from .handler import Job
-from .outcome import Outcome
+from .outcome import Outcome, timeout_outcome
 
-READY = "ready"
+READY = "ready"  # what a job process sends once it can take jobs
 
 
 class RuntimeLimit(BaseException):
@@ -54,17 +66,24 @@ def _preload_app() -> App | None:
     process then builds its own and reports the error)."""
     try:
         app = App(Settings.load())
-        app.handlers  # noqa: B018
+        app.handlers.load()
         return app
     except Exception:
         return None
 
 
-_preload_builtin_handlers()
-_PRELOADED = _preload_app()
-# Everything made so far moves to a generation the collector never scans, so a job
-# process's collections do not touch (and copy) the fork server's pages.
-gc.freeze()
+_PRELOADED: App | None = None
+
+
+def preload() -> None:
+    """In the fork server, once: import the built-in handlers, build the App of the
+    worker's settings (`preloaded()`), then move everything made so far to a generation
+    the collector never scans, so a job process's collections do not touch (and copy)
+    the fork server's pages."""
+    global _PRELOADED
+    _preload_builtin_handlers()
+    _PRELOADED = _preload_app()
+    gc.freeze()
 
 
 def _die_with_parent() -> None:
@@ -78,18 +97,34 @@ def _on_alarm(signum, frame) -> None:
     raise RuntimeLimit()
 
 
-def timeout_outcome(max_runtime_seconds: float, how: str) -> Outcome:
-    """The outcome of a job stopped at its MAX_RUNTIME (`how`: what was done to it)."""
-    error = f"timeout after {max_runtime_seconds:g} s (MAX_RUNTIME); {how}"
-    return Outcome("failed", error=error, log=error)
+def preloaded() -> App | None:
+    """The App the fork server built from `Settings.load()` (shared by its job
+    processes), or None when building it failed."""
+    return _PRELOADED
 
 
-def run_one(app: App, job: Job, max_runtime_seconds: float) -> tuple[Outcome, bool]:
+def app_for(settings: Settings) -> App:
+    """The App a job process runs jobs with: the preloaded one when `settings` equal its
+    settings, else a new App of `settings` (its own handler registry, loaded now, not
+    during the first job).
+
+    Raises:
+        HandlerError, ConfigError: the new App's handlers cannot be loaded.
+    """
+    if _PRELOADED is not None and _PRELOADED.settings == settings:
+        return _PRELOADED  # shared with the fork server: no private copy of the registry
+    app = App(settings)
+    app.handlers.load()
+    return app
+
+
+def run_one(app: App, job: Job, max_runtime_seconds: float,
+            runtime: Runtime | None = None) -> tuple[Outcome, bool]:
     """Run `job` under the alarm; returns `(outcome, keep_going)` — False after a timeout."""
     try:
         signal.setitimer(signal.ITIMER_REAL, max_runtime_seconds)
         try:
-            outcome = call_handler(app, job, reraise=(RuntimeLimit,))
+            outcome = call_handler(app, job, runtime, reraise=(RuntimeLimit,))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         return outcome, True
@@ -97,22 +132,21 @@ def run_one(app: App, job: Job, max_runtime_seconds: float) -> tuple[Outcome, bo
         return timeout_outcome(max_runtime_seconds, "job stopped, its process replaced"), False
 
 
-def serve(conn: Connection, settings: Settings) -> None:
+def serve(conn: Connection, settings: Settings, runtime: Runtime) -> None:
     """The job process's loop: receive `(job, max_runtime_seconds)`, send back
-    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it."""
+    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it.
+
+    Args:
+        conn: the job process's end of the pipe.
+        settings: the worker's settings (see `app_for`).
+        runtime: handed to every job's `JobContext`.
+    """
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     logs.setup(settings.log_level)
-    if _PRELOADED is not None and _PRELOADED.settings == settings:
-        app = _PRELOADED  # shared with the fork server: no private copy of the registry
-    else:  # other settings (a worker started from code): the fork server's registry is not ours
-        import registry
-
-        registry.reset()
-        app = App(settings)
-        app.handlers  # noqa: B018  (load the registry before the first job, not during it)
+    app = app_for(settings)
     conn.send(READY)
     me = os.getpid()
     while True:
@@ -122,7 +156,7 @@ def serve(conn: Connection, settings: Settings) -> None:
             return
         if message is None:
             return
-        outcome, keep_going = run_one(app, *message)
+        outcome, keep_going = run_one(app, *message, runtime)
         if os.getpid() != me:
             # A handler forked and its child returned from handle() too: only the job
             # process answers (two answers on one pipe would be read as the next job's).

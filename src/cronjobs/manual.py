@@ -27,10 +27,11 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from . import store
+from . import dispatching, store
 from .app import App, current
 from .db import run_in_transaction
 from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused
+from .scheduler import task_infos
 
 log = logging.getLogger("cronjobs.manual")
 
@@ -77,9 +78,6 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             (its id is in the message and in `.job_id`).
         InvalidJob: a malformed request token.
     """
-    from .queue import _insert, build_row
-    from .scheduler import task_infos
-
     app = app or current()
     token = request_token or new_request_token()
     if not isinstance(token, str) or not _TOKEN.match(token):
@@ -94,29 +92,33 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     if not info.enabled:
         raise TaskRefused(f"task {task!r} is disabled; enable it first "
                           f"(`cronjobs tasks enable {task}` or the dashboard's switch)")
-    key = f"cronjobs:{task}:manual:{token}"
-    values = build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
-                       title=f"{task} (manual)", idempotency_key=key)
-
-    def start(conn) -> tuple[int, bool]:
-        runtime = store.lock_runtime(conn, task)
-        existing = store.select_by_key(conn, key)
-        if existing is not None:
-            return existing["id"], False
-        last = runtime["last_manual_job_id"] if runtime else None
-        if not again and last is not None:
-            row = store.get_job(conn, last, ["status"])
-            if row is not None and row["status"] == "pending":
-                raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
-                                       f"{last} (use --again to start another)", last)
-        row, created = _insert(conn, values)
-        if created:
-            store.record_run(conn, task, slot=None, job_id=row["id"], now=app.clock.now(),
-                             next_run_at=None)
-        return row["id"], created
-
-    job_id, created = run_in_transaction(app.engine, start)
+    values = dispatching.build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
+                                   title=f"{task} (manual)",
+                                   idempotency_key=f"cronjobs:{task}:manual:{token}")
+    job_id, created = run_in_transaction(
+        app.engine, lambda conn: _start(conn, app, task, values, again))
     if created:
         log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
-        app.send(job_id, values["queue"])
+        dispatching.send(app, job_id, values["queue"])
     return ManualRun(job_id, created)
+
+
+def _start(conn, app: App, task: str, values: dict, again: bool) -> tuple[int, bool]:
+    """In one transaction, under the lock of the task's runtime row: the row of this
+    request (new, or the one its key already made), refused while another manual run is
+    pending unless `again`."""
+    runtime = store.lock_runtime(conn, task)
+    existing = store.select_by_key(conn, values["idempotency_key"])
+    if existing is not None:
+        return existing["id"], False
+    last = runtime["last_manual_job_id"] if runtime else None
+    if not again and last is not None:
+        row = store.get_job(conn, last, ["status"])
+        if row is not None and row["status"] == "pending":
+            raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
+                                   f"{last} (use --again to start another)", last)
+    row, created = dispatching.insert_row(conn, values)
+    if created:
+        store.record_run(conn, task, slot=None, job_id=row["id"], now=app.clock.now(),
+                         next_run_at=None)
+    return row["id"], created

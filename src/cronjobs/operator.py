@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from . import store
+from . import dispatching, store
 from .app import App
 from .db import run_in_transaction
 from .errors import JobNotFound, JobStateError
@@ -55,4 +55,4 @@ def _refuse(app: App, job_id: int, needed: str, verb: str) -> None:
 def _send(app: App, rows: list[dict]) -> None:
     for row in rows:
         log.info("job %s retried", row["id"], extra={"trace_id": row["id"]})
-        app.send(row["id"], row["queue"])
+        dispatching.send(app, row["id"], row["queue"])

@@ -133,6 +133,12 @@ def unreadable(exc: BaseException) -> Outcome:
     return Outcome("fatal", error=error, log=error)
 
 
+def timeout_outcome(max_runtime_seconds: float, how: str) -> Outcome:
+    """The outcome of a job stopped at its MAX_RUNTIME (`how`: what was done to it)."""
+    error = f"timeout after {max_runtime_seconds:g} s (MAX_RUNTIME); {how}"
+    return Outcome("failed", error=error, log=error)
+
+
 def no_handler(job_type: str) -> Outcome:
     """The outcome of a row whose type this process has no handler for."""
     error = f"{NO_HANDLER} {job_type!r}"

@@ -28,18 +28,14 @@ import queue as queues
 import threading
 import time
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING
 
 from . import store
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import DatabaseUnavailable
-from .executor import Finish, call_handler, job_of, write_all
+from .executor import Executor, Finish, call_handler, job_of, write_all
 from .handler import Job
-from .outcome import Outcome, unreadable
-from .runner import KILL_GRACE_SECONDS, START_TIMEOUT_SECONDS, JobProcess
-
-if TYPE_CHECKING:
-    from .executor import Executor
+from .outcome import Outcome, timeout_outcome, unreadable
+from .runner import KILL_GRACE_SECONDS, READY, START_TIMEOUT_SECONDS, JobProcess
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -51,18 +47,30 @@ class SlotPool:
     """`slots` job slots and the loop that keeps them busy.
 
     Args:
-        executor: plans and reports outcomes, tracks leases.
+        executor: plans and reports outcomes, tracks leases; its `runtime` reaches the
+            job processes.
         slots: jobs that run at the same time.
         processes: run jobs in job processes (the hard MAX_RUNTIME stop); False runs
             every job in a thread (tests, debugging).
+        claim_limit: claim no more rows than this in all (`--max-jobs`); None: no limit.
+        accepting: rows are claimed only while this event is set (the worker clears it
+            when it recycles or stops); default: always.
+        stopped: set when the worker has stopped: waits for the database end.
     """
 
-    def __init__(self, executor: Executor, slots: int, *, processes: bool = True) -> None:
+    def __init__(self, executor: Executor, slots: int, *, processes: bool = True,
+                 claim_limit: int | None = None, accepting: threading.Event | None = None,
+                 stopped: threading.Event | None = None) -> None:
         self.executor = executor
         self.app = executor.app
         self.slots = slots
         self.processes = processes
-        self.claim_limit: int | None = None  # claim no more rows in all (--max-jobs)
+        self.claim_limit = claim_limit
+        if accepting is None:
+            accepting = threading.Event()
+            accepting.set()
+        self._accepting = accepting
+        self._stopped = stopped or threading.Event()
         self.claimed_total = 0
         self.claims = 0  # claim statements (for tests and benchmarks)
         self.commits = 0  # transactions that wrote outcomes and/or claimed
@@ -89,7 +97,7 @@ class SlotPool:
     def start(self) -> None:
         """Start the job processes (waiting until each has loaded the handlers) and the loop."""
         if self.processes:
-            self._procs = [JobProcess(self.app.settings) for _ in range(self.slots)]
+            self._procs = [self._new_process() for _ in range(self.slots)]
             for proc in self._procs:
                 self._await_ready(proc)
         self._loop_thread.start()
@@ -119,8 +127,6 @@ class SlotPool:
         grace: no signal can stop a thread, so their rows get a timeout outcome now
         (retried after backoff, or failed) and the caller recycles the worker, so the
         threads end with the process. Returns those jobs."""
-        from .jobprocess import timeout_outcome
-
         now = time.monotonic()
         with self._lock:
             overdue = [(job, started, limit) for started, limit, job in self._thread_jobs.values()
@@ -166,8 +172,6 @@ class SlotPool:
             pass
 
     def _await_ready(self, proc: JobProcess) -> None:
-        from .jobprocess import READY
-
         try:
             ready = proc.conn.poll(START_TIMEOUT_SECONDS) and proc.read() == READY
         except (EOFError, OSError):
@@ -193,7 +197,6 @@ class SlotPool:
             # the loop itself (a claim the database refuses, a bug): the process must exit
             # non-zero so that its supervisor starts a new one, never stay up looking alive.
             log.exception("the worker's job loop failed; the worker exits with status 1")
-            self.executor.accepting = False
             self._stopping.set()
             self.failed.set()
         finally:
@@ -213,7 +216,7 @@ class SlotPool:
 
     def _wants(self) -> list[tuple[str, int]]:
         """`(queue, rows)` to claim now: the idle slots, rung queue by rung queue."""
-        if self._stopping.is_set() or not self.executor.accepting:
+        if self._stopping.is_set() or not self._accepting.is_set():
             return []
         free = self._free()
         if self.claim_limit is not None:
@@ -234,7 +237,7 @@ class SlotPool:
                 lambda: run_in_transaction(self.app.engine,
                                            lambda conn: self._transaction(conn, plans, wants)),
                 "writing outcomes and claiming jobs", give_up_seconds=None,
-                stop=self.executor.stopped)
+                stop=self._stopped)
         except DatabaseUnavailable:  # stopping while the database is down
             log.error("%d outcome(s) not written (database unavailable while stopping); "
                       "their leases will expire and recover-stale takes them back", len(plans))
@@ -244,7 +247,7 @@ class SlotPool:
                 log.error("writing outcomes and claiming jobs failed (%s: %.300s); trying "
                           "again in 1 s", type(exc).__name__, exc)
                 self._plans = plans + self._plans
-                self.executor.stopped.wait(1.0)
+                self._stopped.wait(1.0)
                 return []
             finals, rows, drained = self._apart(plans, wants)
         self.commits += 1
@@ -286,7 +289,7 @@ class SlotPool:
             rows, drained = retry_while_unavailable(
                 lambda: run_in_transaction(self.app.engine,
                                            lambda conn: self._transaction(conn, [], wants)[1:]),
-                "claiming jobs", give_up_seconds=None, stop=self.executor.stopped)
+                "claiming jobs", give_up_seconds=None, stop=self._stopped)
         except DatabaseUnavailable:  # stopping while the database is down
             return finals, [], set()
         return finals, rows, drained
@@ -339,7 +342,7 @@ class SlotPool:
 
     def _run_in_thread(self, job: Job) -> None:
         started = time.monotonic()
-        outcome = call_handler(self.app, job)
+        outcome = call_handler(self.app, job, self.executor.runtime)
         self._thread_outcomes.put((job, outcome, (time.monotonic() - started) * 1000, False))
         self._wake()
 
@@ -389,8 +392,6 @@ class SlotPool:
                 self._overdue(proc)
 
     def _read(self, proc: JobProcess) -> None:
-        from .jobprocess import READY
-
         try:
             message = proc.read()
         except (EOFError, OSError) as exc:
@@ -446,8 +447,6 @@ class SlotPool:
         if proc.state == "starting":
             self._replace(proc, f"job process did not start within {START_TIMEOUT_SECONDS} s")
             return
-        from .jobprocess import timeout_outcome
-
         outcome = timeout_outcome(proc.max_runtime, "job process killed")
         log.warning("job %s: %s (no answer %g s after MAX_RUNTIME)", proc.job.id, outcome.error,
                     KILL_GRACE_SECONDS, extra={"trace_id": proc.job.id})
@@ -463,7 +462,7 @@ class SlotPool:
     def _respawn(self, proc: JobProcess) -> None:
         self._procs.remove(proc)
         if not self._stopping.is_set() and not self._cutting_off:
-            self._procs.append(JobProcess(self.app.settings))
+            self._procs.append(self._new_process())
 
     def _replace(self, proc: JobProcess, why: str) -> None:
         log.error("%s; starting another in 1 s", why)
@@ -471,7 +470,10 @@ class SlotPool:
         self._procs.remove(proc)
         if not self._stopping.is_set():
             self._stopping.wait(1.0)
-            self._procs.append(JobProcess(self.app.settings))
+            self._procs.append(self._new_process())
+
+    def _new_process(self) -> JobProcess:
+        return JobProcess(self.app.settings, self.executor.runtime)
 
     def _close(self) -> None:
         for proc in self._procs:

@@ -25,18 +25,16 @@ import time
 from typing import Any
 
 from .config import Settings
+from .context import Runtime
 from .handler import Job
+from .jobprocess import READY, serve
+
+__all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess"]
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.jobprocess"])
+_CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.preload"])
 START_TIMEOUT_SECONDS = 60
 KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
-
-
-def _child_main(conn, settings: Settings) -> None:
-    from .jobprocess import serve
-
-    serve(conn, settings)
 
 
 class JobProcess:
@@ -46,13 +44,17 @@ class JobProcess:
     outcome is there; `read()` returns what came. States: `starting`, `idle`, `busy`.
 
     Args:
-        settings: handed to the process, which builds its own App from them (or uses the
-            fork server's, when they are the same).
+        settings: the worker's settings. When they equal the fork server's (the `cronjobs
+            worker` and `cronjobs serve` commands: both read one environment), the
+            process runs jobs with the App the fork server preloaded, sharing its pages;
+            otherwise (a worker started from code with other settings) it builds an App
+            of its own, with its own handler registry, before it says it is ready.
+        runtime: handed to every job's `JobContext` (the serve URL).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, runtime: Runtime) -> None:
         self.conn, child_end = _CTX.Pipe()
-        self.process = _CTX.Process(target=_child_main, args=(child_end, settings),
+        self.process = _CTX.Process(target=serve, args=(child_end, settings, runtime),
                                     name="cronjobs-job", daemon=True)
         self.process.start()
         child_end.close()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import store
+from . import dispatching, store
 from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
@@ -196,18 +196,13 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dic
     """Start the due slots of one tick in one transaction: claim every slot record, insert
     the jobs of the slots won, note the runs; then ring each queue once. Returns task ->
     job id for the slots this scheduler won (a lost slot logs at DEBUG only)."""
-    from .queue import build_row
-
     due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
-    rows = {info.task: build_row(app, info.type, {"slot": slot.key},
-                                 title=f"{info.task} {slot.key}",
-                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}")
-            for info, slot in due}
+    rows = {info.task: _slot_row(app, info, slot) for info, slot in due}
 
     def claim_and_insert(conn) -> dict[str, int]:
         won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in due], now)
         mine = [(info, slot) for info, slot in due if info.task in won]
-        ids = store.insert_jobs(conn, [rows[info.task] for info, _ in mine])
+        ids = dispatching.insert_batch(conn, [rows[info.task] for info, _ in mine])
         store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
                                  for (info, slot), job_id in zip(mine, ids, strict=True)], now)
         return {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
@@ -235,20 +230,24 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dic
         queue = rows[info.task]["queue"]
         if queue not in rung:  # a message rings its queue: the worker claims all due rows
             rung.add(queue)
-            app.send(job_id, queue)
+            dispatching.send(app, job_id, queue)
     return started
 
 
-def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
-    from .queue import _insert, build_row
+def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
+    """The job row of one slot of a task (its key makes a second row of the slot a no-op)."""
+    return dispatching.build_row(app, info.type, {"slot": slot.key},
+                                 title=f"{info.task} {slot.key}",
+                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}")
 
-    values = build_row(app, info.type, {"slot": slot.key}, title=f"{info.task} {slot.key}",
-                       idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+
+def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
+    values = _slot_row(app, info, slot)
 
     def claim_and_insert(conn) -> int | None:
         if not store.claim_slot(conn, info.task, slot.key, now):
             return None
-        row, _ = _insert(conn, values)
+        row, _ = dispatching.insert_row(conn, values)
         store.record_run(conn, info.task, slot=slot.key, job_id=row["id"], now=now,
                          next_run_at=slot.next_at)
         return row["id"]
@@ -257,26 +256,8 @@ def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
     if job_id is not None:
         log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
                  extra={"trace_id": job_id})
-        app.send(job_id, values["queue"])
+        dispatching.send(app, job_id, values["queue"])
     return job_id
-
-
-def run_task(task: str, *, app: App | None = None, request_token: str | None = None,
-             again: bool = False) -> int:
-    """Dispatch task `task`'s scheduled type now (a manual run); the schedule is not moved.
-
-    The same function as the dashboard's Run now: see `cronjobs.manual.run_now` for the
-    request token and `again`.
-
-    Returns:
-        The row id.
-
-    Raises:
-        HandlerNotFound, TaskRefused, ManualRunPending, InvalidJob: see `run_now`.
-    """
-    from .manual import run_now
-
-    return run_now(task, request_token=request_token, again=again, app=app).id
 
 
 def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:

@@ -18,11 +18,15 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
     """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop, 1 when the
     worker's job loop broke (the process must be restarted).
 
-    When no uptime URLs or checks are configured, the built-in uptime task checks this
-    server's own `/health`, so a fresh install does real work with no internet. On loopback
-    with no `dashboard_token`, a token is generated and printed.
+    The worker is given this server's base URL (`JobContext.serve_url`): when no uptime
+    URLs or checks are configured, the built-in uptime task checks this server's own
+    `/health`, so a fresh install does real work with no internet. On loopback with no
+    `dashboard_token`, a token is generated (kept in the database) and printed. The App's
+    settings are never changed: the job processes' settings equal their fork server's, so
+    they run jobs with its preloaded App.
 
     Args:
+        app: the App; give it a pool of `worker.connections_needed(threads)`.
         host, port: where the web front listens (port 0 picks a free port); a host
             other than loopback needs a configured token (ConfigError otherwise).
         threads: worker threads (one job process each).
@@ -31,11 +35,9 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
     """
     signals = signals or Signals().install()
     server, url, generated = open_server(app, host, port)
-    if not app.settings.uptime_urls and not app.settings.uptime_checks:
-        app.settings = app.settings.model_copy(update={"uptime_urls": (url + "/health",)})
     web_thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
     web_thread.start()
-    worker = WorkerProcess(app, app.queues(), threads)
+    worker = WorkerProcess(app, app.queues(), threads, serve_url=url)
     worker.start()
     scheduler = run_forever(app, background=True)
     print(f"cronjobs is running: dashboard at {url}/  (Ctrl-C to stop)\n"

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from . import store
 from .app import App
+from .scheduler import task_infos
 from .slots import current_slot, describe
 
 NOT_INSTALLED = "module not installed"  # what a task whose handler is not available() shows
@@ -66,8 +67,6 @@ def source_kind(source: str | None) -> str:
 
 def task_rows(app: App) -> list[TaskRow]:
     """Every registered task, sorted by name (creates missing runtime rows, like the scheduler)."""
-    from .scheduler import task_infos
-
     registry = app.handlers
     now = app.clock.now()
     infos = task_infos(app)

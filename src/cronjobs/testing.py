@@ -11,9 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .app import App
+from .app import App, use
 from .clock import FrozenClock
-from .executor import JobReport
+from .config import Settings
+from .executor import Executor, JobReport
+from .migrate import upgrade
 
 __all__ = ["DrainReport", "FrozenClock", "drain", "make_test_app"]
 
@@ -23,10 +25,12 @@ def make_test_app(folder: str | Path, *, handler_paths: Iterable[str | Path] = (
                   **settings: Any) -> App:
     """A ready App for a test: migrated database, frozen clock, your handlers registered.
 
-    The registry is scanned again (built-in handlers, entry points and `handler_paths`),
-    and the App is installed as the current one, so `cronjobs.queue` functions work with
-    or without `app=`. Messages go to the in-process broker; nothing runs until you call
-    `queue.process(id)` or `drain(app)`.
+    The App has a handler registry of its own (built-in handlers, entry points,
+    `handler_paths`, and classes registered by code with `registry.register`), so tests
+    never share registrations through module globals; register a class for one test with
+    `app.handlers.register(TYPE, cls)`. The App is installed as the current one, so
+    `cronjobs.queue` functions work with or without `app=`. Messages go to the in-process
+    broker; nothing runs until you call `queue.process(id)` or `drain(app)`.
 
     Args:
         folder: a folder of the test's own (pytest's `tmp_path`; made when missing); the
@@ -40,19 +44,12 @@ def make_test_app(folder: str | Path, *, handler_paths: Iterable[str | Path] = (
     Returns:
         The App (`app.clock` is the `FrozenClock`).
     """
-    import registry
-
-    from .app import use
-    from .config import Settings
-    from .migrate import upgrade
-
     Path(folder).mkdir(parents=True, exist_ok=True)
     url = database_url or f"sqlite:///{Path(folder) / 'cronjobs-test.db'}"
     config = Settings(database_url=url, handler_paths=tuple(str(p) for p in handler_paths),
                       **settings)
-    registry.reset()
-    registry.load(config)
-    app = App(config, clock=FrozenClock(now or datetime(2026, 1, 1)), handlers=registry)
+    app = App(config, clock=FrozenClock(now or datetime(2026, 1, 1)))
+    app.handlers.load()  # a broken handler fails here, not in the first dispatch
     upgrade(app.engine)
     use(app)
     return app
@@ -80,12 +77,13 @@ def drain(app: App, queues: list[str] | None = None, limit: int = 100_000) -> Dr
     due until the app's clock reaches their `scheduled_at`.
     """
     report = DrainReport()
+    executor = Executor(app)
     names = queues or app.queues()
     progress = True
     while progress and len(report) < limit:
         progress = False
         for name in names:
-            while len(report) < limit and (job := app.executor.run_next(name)) is not None:
+            while len(report) < limit and (job := executor.run_next(name)) is not None:
                 report.reports.append(job)
                 progress = True
     return report

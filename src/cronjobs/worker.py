@@ -21,11 +21,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-import dramatiq
 import tenacity
 
-from . import heartbeat
+from . import dispatching, heartbeat
 from .app import App
+from .context import Runtime
+from .executor import Executor
 from .housekeeping import Housekeeper
 from .pool import SlotPool
 from .runner import KILL_GRACE_SECONDS
@@ -72,11 +73,24 @@ class Signals:
         self.stop.set()
 
 
+def connections_needed(threads: int) -> int:
+    """Database connections a worker process of `threads` slots keeps open: one per slot
+    (handlers that run in a thread use the worker's engine) plus the loop, the housekeeper
+    and the consumer. Build the worker's App with `App(settings, pool_size=...)` of this,
+    so no connection is opened and closed per job."""
+    return threads + 3
+
+
 class WorkerProcess:
     """The slots of one worker process and what keeps them going.
 
+    The process owns its `Executor`, its `SlotPool` and the broker consumer it starts;
+    whether it still takes rows (`accepting`) and whether it has stopped (`stopped`) are
+    its own state.
+
     Args:
-        app: the App (its broker and executor are used).
+        app: the App (its engine, broker and handlers are used); give it a connection
+            pool of `connections_needed(threads)` (the worker command does).
         queues: queue names to consume.
         threads: jobs run at the same time (slots; one job process each).
         limits: recycling limits.
@@ -86,27 +100,27 @@ class WorkerProcess:
             2 x threads, at least 16). Messages only ring the pool, so this holds no work.
         isolation: `"handler"` (each handler's ISOLATION, "process" unless it says
             "thread") or `"process"` (every job in a job process).
+        serve_url: the base URL of the `cronjobs serve` process this worker runs in
+            (handlers read it as `context.serve_url`); None for a worker alone.
     """
 
     def __init__(self, app: App, queues: list[str], threads: int = 8, *,
                  limits: Limits = Limits(), isolate: bool = True,
-                 prefetch: int | None = None, isolation: str = "handler") -> None:
+                 prefetch: int | None = None, isolation: str = "handler",
+                 serve_url: str | None = None) -> None:
         self.app, self.queues, self.threads, self.limits = app, queues, threads, limits
-        # One connection per slot (handlers that run in their thread use the worker's),
-        # plus the producer, the group commit's leader and the housekeeper.
-        app.size_pool(threads + 3)
-        self.executor = app.executor
-        self.executor.isolation = isolation
-        self.executor.accepting = True  # the App's executor may have served a stopped worker
-        self.executor.stopped.clear()
         self._started = time.monotonic()
+        self.accepting = threading.Event()  # cleared when recycling or stopping
+        self.accepting.set()
+        self.stopped = threading.Event()  # set once stopped: waits for the database end
         self.recycle = threading.Event()
         self.recycle_reason: str | None = None
         self.status = "running"
-        self.pool = SlotPool(self.executor, threads, processes=isolate)
-        self.pool.claim_limit = limits.max_jobs
-        app.pool = self.pool
-        app.broker.declare(queues)
+        self.executor = Executor(app, isolation=isolation, runtime=Runtime(serve_url),
+                                 on_job_done=self._after_job)
+        self.pool = SlotPool(self.executor, threads, processes=isolate,
+                             claim_limit=limits.max_jobs, accepting=self.accepting,
+                             stopped=self.stopped)
         embedded = app.settings.embedded_broker
         # Other processes cannot reach an in-process broker: the sweep is their delivery.
         sweep_every = min(app.settings.sweep_interval_seconds, 2.0) if embedded \
@@ -120,16 +134,24 @@ class WorkerProcess:
         ])
         # The actor only rings the pool; its threads are there to acknowledge messages
         # (one Redis round trip each) while others arrive.
-        self.worker = dramatiq.Worker(app.broker.dramatiq, queues=set(queues),
-                                      worker_threads=min(threads, 8), worker_timeout=100)
-        self.worker.queue_prefetch = prefetch or max(16, 2 * threads)
-        self.executor.on_job_done = self._after_job
+        self.consumer = app.broker.consume(queues, self.on_message, threads=min(threads, 8),
+                                           prefetch=prefetch or max(16, 2 * threads))
+
+    def on_message(self, queue: str, job_id: int) -> None:
+        """A broker message (a consumer thread): it rings the pool, whose loop claims the
+        best due rows of `queue` for its idle slots. A worker that is recycling or
+        stopping (or whose loop broke) claims nothing: it puts the message back on the
+        broker for another worker; the row stays `pending`, nothing is lost."""
+        if self.accepting.is_set() and not self.pool.failed.is_set():
+            self.pool.ring(queue)
+        else:
+            dispatching.send(self.app, job_id, queue)
 
     def start(self) -> None:
         """Start the slots and the consumer; rows left pending by a previous run are
         claimed at once (every queue is rung)."""
         self.pool.start()
-        self.worker.start()
+        self.consumer.start()
         for queue in self.queues:
             self.pool.ring(queue)
         try:
@@ -198,7 +220,7 @@ class WorkerProcess:
     def _recycle(self, reason: str) -> None:
         if not self.recycle.is_set():
             self.recycle_reason = reason
-            self.executor.accepting = False
+            self.accepting.clear()
             log.info("worker %s recycling: %s (%d jobs done); finishing current jobs, then "
                      "exit 0", self.executor.worker_id, reason, self.executor.jobs_done)
             self.recycle.set()
@@ -209,9 +231,9 @@ class WorkerProcess:
         an attempt after a signal; when the worker recycles (a limit), the cut-off uses the
         attempt, so a job that always outlives a limit ends `failed` instead of looping."""
         self.status = "stopping"
-        self.executor.accepting = False
+        self.accepting.clear()
         urgent = urgent or threading.Event()
-        self.worker.stop(timeout=1000)  # the actor only rings: nothing to wait for
+        self.consumer.stop(timeout=1000)  # the actor only rings: nothing to wait for
         self.pool.stop()
         deadline = time.monotonic() + timeout_seconds
         while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
@@ -227,9 +249,8 @@ class WorkerProcess:
         if not self.pool.join(15):
             log.warning("shutdown: job(s) of thread handlers still running end with the "
                         "process: %s", self.pool.running_ids())
-        self.executor.stopped.set()
+        self.stopped.set()
         self.housekeeper.stop()
-        self.app.pool = None
         log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
                  self.executor.worker_id, self.executor.jobs_done, self.pool.claims,
                  self.pool.commits)
@@ -243,7 +264,8 @@ def run_worker(app: App, queues: list[str], threads: int = 8, *, limits: Limits 
                shutdown_timeout: float = 30, signals: Signals | None = None,
                isolate: bool = True, prefetch: int | None = None,
                isolation: str = "handler") -> int:
-    """Consume `queues` in this process until a signal or a recycling limit.
+    """Consume `queues` in this process until a signal or a recycling limit (arguments as
+    `WorkerProcess`; give `app` a pool of `connections_needed(threads)`).
 
     Returns:
         0 after a signal or a recycling limit; 1 when the job loop itself broke (so that

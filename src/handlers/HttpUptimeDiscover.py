@@ -14,7 +14,9 @@ class HttpUptimeDiscover(CronJobHandler):
 
     Targets: every URL of `CRONJOBS_UPTIME_URLS` (expecting `uptime_expect_status`, or any
     2xx, and `uptime_expect` text when set), then every `[[uptime_checks]]` entry with its
-    own `expect_status` / `expect_text`. The idempotency key carries the URL and the slot,
+    own `expect_status` / `expect_text`. When neither is configured and the job runs in
+    `cronjobs serve`, the server's own `/health` (`context.serve_url`), so a fresh install
+    does real work with no internet. The idempotency key carries the URL and the slot,
     so a repeated discover of the same slot adds nothing. Result: `{"dispatched": n,
     "urls": [...], "jobs": [...]}`, or `cancelled` with reason `no-targets` when no URL
     is configured.
@@ -29,9 +31,12 @@ class HttpUptimeDiscover(CronJobHandler):
         """The execute payloads: `{"url", "expect", "expect_status", "timeout"}` each."""
         settings = self.settings
         timeout = settings.uptime_timeout_seconds
+        urls = settings.uptime_urls
+        if not urls and not settings.uptime_checks and self.context.serve_url:
+            urls = (self.context.serve_url + "/health",)
         targets = [{"url": url, "expect": settings.uptime_expect,
                     "expect_status": settings.uptime_expect_status, "timeout": timeout}
-                   for url in settings.uptime_urls]
+                   for url in urls]
         targets += [{"url": check.url, "expect": check.expect_text,
                      "expect_status": check.expect_status, "timeout": timeout}
                     for check in settings.uptime_checks]

@@ -1,4 +1,5 @@
-"""Shared by the race scripts: an App with no handlers (only rows matter there)."""
+"""Shared by the race scripts: an App with no handlers (only rows matter there; they
+dispatch with `known_type=False`)."""
 
 from cronjobs.app import App, use
 from cronjobs.config import Settings

@@ -21,10 +21,11 @@ def main() -> None:
     url, role, key, ready = sys.argv[1:5]
     app = bare_app(url)
     sent = []
-    app.send = lambda job_id, q, delay=0: sent.append(job_id)
+    app.broker.listen(lambda job_id, q, delay: sent.append(job_id))
     if role == "holder":
         with Session(app.engine) as session:
-            job_id = queue.dispatch("race.key.execute", {}, idempotency_key=key, session=session)
+            job_id = queue.dispatch("race.key.execute", {}, idempotency_key=key, session=session,
+                                    known_type=False)
             open(ready, "w").close()
             time.sleep(1.5)
             session.rollback()
@@ -33,7 +34,7 @@ def main() -> None:
     while not os.path.exists(ready):
         time.sleep(0.005)
     time.sleep(0.2)  # make sure the holder's insert is in place before we wait on it
-    job_id = queue.dispatch("race.key.execute", {}, idempotency_key=key)
+    job_id = queue.dispatch("race.key.execute", {}, idempotency_key=key, known_type=False)
     print(json.dumps({"role": role, "id": job_id, "sent": sent}))
 
 

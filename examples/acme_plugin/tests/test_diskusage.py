@@ -8,9 +8,8 @@ import os
 from datetime import datetime
 
 import pytest
-
-import registry
 from acme_cronjobs import DiskUsageExecute
+
 from cronjobs import queue
 from cronjobs.i18n import use_locale
 from cronjobs.scheduler import task_infos, tick
@@ -34,8 +33,8 @@ def folders(tmp_path, monkeypatch):
 def test_registered_through_the_entry_point(tmp_path):
     app = make_test_app(tmp_path)
     for job_type in ("acme.diskusage.discover", "acme.diskusage.execute"):
-        assert registry.resolve_handler(job_type) is not None
-        assert registry.handler_source(job_type).startswith("entry point acme (")
+        assert app.resolve(job_type) is not None
+        assert app.handlers.handler_source(job_type).startswith("entry point acme (")
     app.close()
 
 

@@ -59,15 +59,20 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _app(create: bool = False, database: bool = True):
+def _app(create: bool = False, database: bool = True, pool_size: int | None = None):
     """The App. A command that uses the database needs an existing SQLite file unless it
     may `create` one (so a typo in the path or the wrong folder is an error, not a new
-    empty database)."""
+    empty database). A command that runs a worker passes the `pool_size` its slots need:
+    the App is built with it and installed as the current one."""
     from .. import logs
-    from ..app import current
+    from ..app import App, current, use
     from ..errors import ConfigError
 
-    app = current()
+    if pool_size is None:
+        app = current()
+    else:
+        app = App(pool_size=pool_size)
+        use(app)
     logs.setup(app.settings.log_level)
     url = app.engine.url
     if (database and url.get_backend_name() == "sqlite"
@@ -81,10 +86,6 @@ def _app(create: bool = False, database: bool = True):
         if create and not path.parent.is_dir():
             raise ConfigError(f"folder of the database file does not exist: {str(path.parent)!r}")
     return app
-
-
-def _registry(app):
-    return app.handlers
 
 
 def _parse_time(value: str | None, name: str) -> datetime | None:

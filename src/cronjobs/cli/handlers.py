@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .base import _app, _dump, _registry, _table, main
+from .base import _app, _dump, _table, main
 
 
 @main.command()
@@ -25,15 +25,17 @@ def list_handlers(as_json: bool) -> None:
 
     A cron macro is shown with its expansion (`@daily (0 0 * * *)`); a handler whose
     available() is False shows "module not installed" (its task is not scheduled)."""
+    from registry import class_name
+
     from ..handler import task_name
     from ..slots import describe, expand
 
     app = _app(database=False)
-    registry = _registry(app)
+    registry = app.handlers
     rows = []
     for job_type, cls in sorted(registry.registered_handlers().items()):
         rows.append({"type": job_type, "task": task_name(job_type),
-                     "class": registry.class_name(cls),
+                     "class": class_name(cls),
                      "source": registry.handler_source(job_type) or "",
                      "frequency": cls.FREQUENCY or "",
                      "expanded_frequency": expand(cls.FREQUENCY) if cls.FREQUENCY else "",

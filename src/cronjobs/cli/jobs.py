@@ -8,8 +8,7 @@ import sys
 import click
 
 from .. import limits
-from ..errors import HandlerNotFound
-from .base import JOB_ID, _app, _dump, _parse_time, _registry, main
+from .base import JOB_ID, _app, _dump, _parse_time, main
 
 
 @main.command()
@@ -21,10 +20,14 @@ from .base import JOB_ID, _app, _dump, _parse_time, _registry, main
 @click.option("--at", "scheduled_at", help="Do not run before this ISO 8601 time (UTC if naive).")
 @click.option("--title", help="Up to 255 characters.")
 @click.option("--max-attempts", type=int, help="Override the handler's MAX_ATTEMPTS (>= 1).")
+@click.option("--remote", is_flag=True,
+              help="JOB_TYPE is run by another codebase's workers: accept it although no "
+                   "handler here knows it (as a type matching CRONJOBS_REMOTE_TYPES).")
 def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id: int | None,
              priority: int, scheduled_at: str | None, title: str | None,
-             max_attempts: int | None) -> None:
-    """Add a job of a registered JOB_TYPE; prints its row id."""
+             max_attempts: int | None, remote: bool) -> None:
+    """Add a job of a registered JOB_TYPE (or, with --remote, of a type another codebase
+    runs); prints its row id."""
     from .. import queue
 
     try:
@@ -41,11 +44,9 @@ def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id
                                  param_hint="--payload")
     when = _parse_time(scheduled_at, "--at")
     app = _app()
-    if _registry(app).resolve_handler(job_type) is None:
-        raise HandlerNotFound(f"unknown job type {job_type!r}; see `cronjobs list-handlers`")
     result = queue.submit(job_type, data, idempotency_key=idempotency_key, parent_id=parent_id,
                           priority=priority, scheduled_at=when, title=title,
-                          max_attempts=max_attempts, app=app)
+                          max_attempts=max_attempts, known_type=not remote, app=app)
     click.echo(result.id)
     if not result.created:
         click.echo(f"note: key {idempotency_key!r} already held by job {result.id} "
@@ -77,8 +78,9 @@ def get(job_id: int, columns: str | None) -> None:
 @click.argument("job_id", type=JOB_ID)
 def run(job_id: int) -> None:
     """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
-    app = _app()
-    report = app.executor.run_id(job_id)
+    from ..executor import Executor
+
+    report = Executor(_app()).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
     sys.exit(0 if report.status in ("completed", "deleted") else 1)
 

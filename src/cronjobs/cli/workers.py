@@ -39,9 +39,9 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
     Each process has --threads slots; each job runs in a job process forked from a
     preloaded fork server and is stopped at its MAX_RUNTIME."""
     from .. import logs
-    from ..worker import Limits, run_children, run_worker
+    from ..worker import Limits, connections_needed, run_children, run_worker
 
-    app = _app()
+    app = _app(pool_size=connections_needed(threads) if processes == 1 else None)
     logs.add_daily_file(log_dir or app.settings.log_dir)
     names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
@@ -107,8 +107,9 @@ def serve(host: str | None, port: int | None, threads: int, shutdown_timeout: fl
     """Scheduler + worker + web front in one process (the embedded mode)."""
     from ..migrate import upgrade
     from ..serve import serve as run
+    from ..worker import connections_needed
 
-    app = _app(create=True)
+    app = _app(create=True, pool_size=connections_needed(threads))
     upgrade(app.engine)
     sys.exit(run(app, host or app.settings.dashboard_host,
                  app.settings.dashboard_port if port is None else port, threads,

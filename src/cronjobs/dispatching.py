@@ -1,0 +1,300 @@
+"""Dispatching: check a new job, insert its row, ring its queue once the row is committed.
+
+Every producer of rows goes through here: the public API (`cronjobs.queue.dispatch`,
+`submit`, `dispatch_many`), a running handler's children (`JobContext.dispatch_child`),
+the scheduler's slots and manual runs. So the rules live in one place:
+
+- `build_row` checks every argument (limits from `cronjobs.limits`) and the type: a type
+  no handler of this process is registered for is refused (`InvalidJob`, with a "did you
+  mean" hint), unless the caller says `known_type=False` or the type matches a pattern of
+  `CRONJOBS_REMOTE_TYPES` (a type that only another codebase's workers run). It computes
+  the derived columns of a row (its queue).
+- `insert_row` inserts one row under the idempotency-key rules (a taken key gives the
+  holder's row); `insert_rows` many, in one statement when no row has a key.
+- The broker hears of a row only after its transaction committed (`send`,
+  `send_after_commit` for a caller's Session), and a batch rings each queue at most
+  `DOORBELLS_PER_QUEUE` times (`doorbells`). A failed send is logged, never raised: the
+  row is the truth, and the worker's sweep rings its queue again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from fnmatch import fnmatchcase
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from . import limits, store
+from .app import App
+from .clock import as_utc
+from .db import run_in_transaction
+from .errors import InvalidJob
+
+log = logging.getLogger("cronjobs.queue")
+
+DOORBELLS_PER_QUEUE = 16
+_SESSION_KEY = "cronjobs_pending_sends"
+_LISTENING = "cronjobs_listening"
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """The answer of `submit()`.
+
+    Attributes:
+        id: the row id (new or existing).
+        created: True when this call inserted the row.
+        status: the row's status (`pending` for a new row).
+        payload_matches: False when the key's existing row holds a different payload.
+    """
+
+    id: int
+    created: bool
+    status: str
+    payload_matches: bool
+
+
+def submit(app: App, type: str, payload: dict | None = None, *,
+           session: Session | None = None, **options: Any) -> Dispatched:
+    """Insert one job row and ring its queue after the commit (see `queue.submit`).
+
+    Args:
+        app: the App whose database and broker are used.
+        type, payload: the job.
+        session: the caller's Session: the row is written in its transaction and the
+            message waits for its commit (nothing is sent on rollback).
+        options: the keyword arguments of `build_row`.
+
+    Raises:
+        InvalidJob: see `build_row`; a missing parent.
+    """
+    values = build_row(app, type, payload, **options)
+    if session is not None:
+        row, created = insert_row(session.connection(), values)
+        if created:
+            send_after_commit(session, app, row["id"], values["queue"], values["scheduled_at"])
+    else:
+        row, created = run_in_transaction(app.engine, lambda conn: insert_row(conn, values))
+        if created:
+            send(app, row["id"], values["queue"], delay(app, values["scheduled_at"]))
+    return Dispatched(row["id"], created, row["status"], row["payload"] == values["payload"])
+
+
+def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = None) -> list[int]:
+    """Insert many rows in one transaction and ring their queues (see `queue.dispatch_many`).
+
+    Args:
+        jobs: dicts with `type` and the keyword arguments of `build_row`.
+
+    Raises:
+        InvalidJob: any row is invalid (nothing is inserted then).
+    """
+    rows = []
+    for spec in (dict(j) for j in jobs):
+        if "type" not in spec:
+            raise InvalidJob(f"dispatch_many: every job needs a 'type', got {spec!r:.200}")
+        rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
+    if session is not None:
+        ids = insert_rows(session.connection(), rows)
+        for job_id, values in doorbells(ids, rows):
+            send_after_commit(session, app, job_id, values["queue"], values["scheduled_at"])
+        return ids
+    ids = run_in_transaction(app.engine, lambda conn: insert_rows(conn, rows))
+    for job_id, values in doorbells(ids, rows):
+        send(app, job_id, values["queue"], delay(app, values["scheduled_at"]))
+    return ids
+
+
+def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str | None = None,
+              parent_id: int | None = None, priority: int = 5,
+              scheduled_at: datetime | None = None, title: str | None = None,
+              max_attempts: int | None = None, queue: str | None = None,
+              known_type: bool = True) -> dict:
+    """Check dispatch arguments and return the column values of a new row.
+
+    Args:
+        known_type: False accepts a type no handler of this process is registered for
+            (one that another codebase's workers run); see `check_type`.
+
+    Raises:
+        InvalidJob: naming the bad argument and its value.
+    """
+    limits.check_name(type, "job type", limits.TYPE_MAX_CHARS)
+    cls = app.resolve(type)
+    if cls is None and known_type:
+        check_type(app, type)
+    payload_json = _payload_json(payload)
+    if title is not None:
+        limits.check_name(title, "title", limits.TITLE_MAX_CHARS, allow_empty=True)
+    if idempotency_key is not None:
+        limits.check_name(idempotency_key, "idempotency key", limits.KEY_MAX_CHARS)
+    if queue is not None:
+        limits.check_queue(queue)
+    if not isinstance(priority, int) or isinstance(priority, bool) \
+            or not -2**31 <= priority < 2**31:
+        raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
+    if max_attempts is None:
+        max_attempts = int(cls.MAX_ATTEMPTS) if cls is not None else 3
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+        raise InvalidJob(f"max attempts must be an integer >= 1, got {max_attempts!r}")
+    if parent_id is not None and (not isinstance(parent_id, int) or not 1 <= parent_id < 2**63):
+        raise InvalidJob(f"parent id must be a positive integer, got {parent_id!r}")
+    if scheduled_at is not None and not isinstance(scheduled_at, datetime):
+        raise InvalidJob(f"scheduled_at must be a datetime, got {scheduled_at!r}")
+    now = app.clock.now()
+    return {"type": type, "queue": queue or app.queue_of(type), "status": "pending",
+            "priority": priority, "payload": payload_json, "attempts": 0,
+            "max_attempts": max_attempts, "idempotency_key": idempotency_key,
+            "parent_id": parent_id, "title": title,
+            "scheduled_at": as_utc(scheduled_at) if scheduled_at else None,
+            "created_at": now, "updated_at": now}
+
+
+def check_type(app: App, type: str) -> None:
+    """Refuse a type that no handler of this process is registered for, unless it matches
+    a pattern of the `remote_types` setting (`billing.*`: run by another codebase).
+
+    Raises:
+        InvalidJob: `unknown job type 'x' (did you mean 'y'?)`, one line.
+    """
+    if app.resolve(type) is not None or is_remote(app, type):
+        return
+    close = difflib.get_close_matches(type, list(app.handlers.registered_handlers()), n=1,
+                                      cutoff=0.8)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise InvalidJob(f"unknown job type {type!r}{hint}: no handler is registered for it here "
+                     f"(see `cronjobs list-handlers`); for a type that another codebase runs, "
+                     f"pass known_type=False (CLI --remote) or list it in "
+                     f"CRONJOBS_REMOTE_TYPES")
+
+
+def is_remote(app: App, type: str) -> bool:
+    """True when `type` matches a pattern of the `remote_types` setting (fnmatch, case
+    sensitive: `billing.*`, `*.export.execute`)."""
+    return any(fnmatchcase(type, pattern) for pattern in app.settings.remote_types)
+
+
+def _payload_json(payload: Any) -> str:
+    payload = {} if payload is None else payload
+    if not isinstance(payload, dict):
+        raise InvalidJob(f"payload must be a JSON object (dict), got "
+                         f"{payload.__class__.__name__}: {payload!r:.80}")
+    limits.check_json_depth(payload, "payload")
+    try:
+        payload_json = json.dumps(payload, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidJob("payload is not JSON-serialisable: nested too deeply") from None
+    limits.check_json_size(payload_json, "payload", limits.PAYLOAD_MAX_BYTES)
+    return payload_json
+
+
+def insert_row(conn, values: dict) -> tuple[dict, bool]:
+    """Insert one row (`build_row`'s values) in the caller's transaction, or find the row
+    that holds its idempotency key.
+
+    Returns:
+        `(row, created)`: `row` has `id`, `status`, `payload`; `created` is False when the
+        key was taken (see `store.insert_job` for concurrent inserters).
+
+    Raises:
+        InvalidJob: a missing parent, or another constraint the database refused.
+    """
+    try:
+        return store.insert_job(conn, values)
+    except IntegrityError as exc:
+        if values["parent_id"] is not None:
+            raise InvalidJob(f"parent job {values['parent_id']} does not exist") from None
+        raise InvalidJob(f"the database refused the job: {exc.orig}") from None
+
+
+def insert_rows(conn, rows: list[dict]) -> list[int]:
+    """Insert many rows in the caller's transaction; their ids in input order. When any row
+    has an idempotency key they are inserted one by one (a taken key gives its holder's
+    id), else in one statement.
+
+    Raises:
+        InvalidJob: a row the database refused (the caller's transaction keeps none).
+    """
+    if any(r["idempotency_key"] for r in rows):
+        return [insert_row(conn, r)[0]["id"] for r in rows]
+    try:
+        return store.insert_jobs(conn, rows)
+    except IntegrityError as exc:
+        raise InvalidJob(f"dispatch_many refused by the database: {exc.orig}") from None
+
+
+def insert_batch(conn, rows: list[dict]) -> list[int]:
+    """Insert rows in one statement, keys or not (the scheduler's slots, whose keys its
+    slot claims decided); their ids in input order.
+
+    Raises:
+        IntegrityError: a key was taken after all, or a parent is missing.
+    """
+    return store.insert_jobs(conn, rows)
+
+
+def doorbells(ids: list[int], rows: list[dict]) -> list[tuple[int, dict]]:
+    """The messages a batch needs: a message rings its queue (a worker's loop then claims
+    rows for all its idle slots and goes on while batches come back full), so a batch
+    sends at most `DOORBELLS_PER_QUEUE` messages per queue — enough to wake that many idle
+    workers — and one per row that is due later (its own delay)."""
+    sent: dict[str, int] = {}
+    bells = []
+    for job_id, values in zip(ids, rows, strict=True):
+        if values["scheduled_at"] is not None:
+            bells.append((job_id, values))
+            continue
+        count = sent.get(values["queue"], 0)
+        if count < DOORBELLS_PER_QUEUE:
+            sent[values["queue"]] = count + 1
+            bells.append((job_id, values))
+    return bells
+
+
+def send(app: App, job_id: int, queue: str, delay_seconds: float = 0) -> None:
+    """Put row `job_id` on the broker (its transaction has committed). A failure is
+    logged, not raised: the row is the truth, and the sweep rings its queue again."""
+    try:
+        app.broker.send(job_id, queue, delay_seconds)
+    except Exception as exc:  # the row is the truth; the sweep will resend it
+        log.warning("could not send job %s to queue %s (%s); the sweep will resend it",
+                    job_id, queue, exc)
+
+
+def send_after_commit(session: Session, app: App, job_id: int, queue: str,
+                      scheduled_at: datetime | None = None) -> None:
+    """`send` once `session` commits (delayed until `scheduled_at`, naive UTC, if given);
+    nothing when it rolls back."""
+    pending = session.info.setdefault(_SESSION_KEY, [])
+    pending.append((app, job_id, queue, scheduled_at))
+    if session.info.get(_LISTENING):
+        return
+    session.info[_LISTENING] = True
+
+    def after_commit(sess: Session) -> None:
+        for app_, id_, queue_, at in sess.info.pop(_SESSION_KEY, []):
+            send(app_, id_, queue_, delay(app_, at))
+
+    def after_rollback(sess: Session) -> None:
+        sess.info.pop(_SESSION_KEY, None)
+
+    # Listeners stay for the session's life (removing them inside the event is unsafe).
+    event.listen(session, "after_commit", after_commit)
+    event.listen(session, "after_rollback", after_rollback)
+
+
+def delay(app: App, scheduled_at: datetime | None) -> float:
+    """Seconds from the App's clock until `scheduled_at` (naive UTC); 0 for None or past."""
+    if scheduled_at is None:
+        return 0.0
+    return max(0.0, (scheduled_at - app.clock.now()).total_seconds())
