@@ -10,7 +10,7 @@ import pytest
 
 from cronjobs.health.alertstate import Policy, flapping, new_row, observe, owed, quiet
 from cronjobs.health.alerttext import entry, span, when
-from cronjobs.health.report import Problem
+from cronjobs.health.check import Problem
 
 T0 = datetime(2026, 3, 1, 14, 3)
 DEFAULT_POLICY = Policy()

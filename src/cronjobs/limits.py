@@ -59,6 +59,10 @@ DISPLAY_MAX_BYTES = 65_536
 SUMMARY_MAX_BYTES = RESULT_MAX_BYTES  # a larger stored result gets no Results-tab summary
 SUMMARY_HTML_MAX_CHARS = 4 * DISPLAY_MAX_BYTES  # more HTML from render_summary is refused
 API_TEXT_MAX_BYTES = 1_000_000  # /api/jobs/ID cuts a larger payload, result, error or log
+# Health: a problem's key is the primary key of `cronjob_alert` (an index limit, like the
+# idempotency key); a broken check's error is shown on one line.
+PROBLEM_KEY_MAX_CHARS = 191
+CHECK_ERROR_MAX_CHARS = 300
 MIN_MYSQL_PACKET_BYTES = 4 * 1024 * 1024  # a payload, a result and the rest in one statement
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")

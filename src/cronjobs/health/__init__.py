@@ -6,7 +6,8 @@
 `SharedHealth` serves one report to many concurrent callers (the web's probes).
 """
 
-from .report import CHECK_ERROR, EXIT_CODES, Check, HealthReport, Problem, health_engine, run_health
+from .check import CHECK_ERROR, EXIT_CODES, Check, HealthReport, Problem
+from .report import health_engine, run_health
 from .shared import SharedHealth
 
 __all__ = ["CHECK_ERROR", "EXIT_CODES", "Check", "HealthReport", "Problem", "SharedHealth",

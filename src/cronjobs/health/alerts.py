@@ -30,8 +30,8 @@ from ..app import App
 from ..db import run_in_transaction
 from . import alertstate, alerttext
 from .alertstate import Policy
+from .check import STATUSES, HealthReport, Problem
 from .notifiers import notifiers
-from .report import STATUSES, HealthReport, Problem
 
 log = logging.getLogger("cronjobs.alerts")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..config import Settings
-from .report import STATUSES, Problem
+from .check import STATUSES, Problem
 
 KINDS = ("problem", "flapping", "reminder", "recovered")
 

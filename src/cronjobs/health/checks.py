@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import heartbeat, store
 from ..app import App
 from ..slots import current_slot
-from .report import Check
+from .check import Check
 
 
 def database(app: App, check: Check) -> None:

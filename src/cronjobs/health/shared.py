@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 
 from ..app import App
-from .report import CheckFn, HealthReport, run_health
+from .check import CheckFn, HealthReport
+from .report import run_health
 
 
 class _Flight:
