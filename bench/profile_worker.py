@@ -152,9 +152,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--prefetch", type=int, default=None)
-    parser.add_argument("--pool-size", type=int, default=None,
-                        help="experiment: run the worker through bench.experiment_worker "
-                             "with this SQLAlchemy pool size (and as much overflow)")
     parser.add_argument("--log-level", default="WARNING", help="the worker's CRONJOBS_LOG_LEVEL")
     parser.add_argument("--no-pyspy", action="store_true", help="only the CPU accounting")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "profile")
@@ -165,20 +162,13 @@ def main(argv: list[str] | None = None) -> None:
         stores.dispatch_rows(app, args.rows)
         env = stores.worker_env(url, ns)
         env["CRONJOBS_LOG_LEVEL"] = args.log_level
-        if args.pool_size:
-            cmd = [sys.executable, "-m", "bench.experiment_worker", str(args.pool_size), "worker",
-                   "--queues", "default", "--threads", str(args.threads)]
-            cmd += ["--prefetch", str(args.prefetch)] if args.prefetch else []
-            running = procs.Procs([procs.Proc(cmd, "experiment worker", env)])
-        else:
-            running = procs.cronjobs_worker(env, args.threads, 1, args.prefetch)
+        running = procs.cronjobs_worker(env, args.threads, 1, args.prefetch)
         with running:
             procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), 1, running,
                            max_seconds=0)
             time.sleep(2)
             worker = psutil.Process(running[0].pid)
             result = {"settings": {"threads": args.threads,
-                                   "pool_size": args.pool_size or "default",
                                    "log_level": args.log_level,
                                    "prefetch": args.prefetch or "default"},
                       "cpu": cpu_window(app, worker, args.seconds)}
