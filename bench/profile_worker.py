@@ -11,10 +11,9 @@ Usage: python -m bench.profile_worker [--rows 8000] [--threads 8] [--seconds 12]
 2. `py-spy record --subprocesses` (CPU samples) and `py-spy record --idle` (wall-clock
    samples of every worker thread, idle or not) for `--seconds` each; the collapsed
    stacks are saved and summarised by category (`CATEGORIES`), per process.
-Experiments (`--no-pyspy` for the accounting only): `--pool-size N` runs the worker
-through `bench.experiment_worker` with an SQLAlchemy pool of N (+ N overflow);
-`--log-level INFO` turns on the per-job log lines. Not part of `make bench`
-(docs/performance.md shows its output).
+Experiments (`--no-pyspy` for the accounting only): `--log-level INFO` turns on the
+per-job log lines, `--prefetch N` sets the consumer's prefetch. Not part of `make bench`
+(docs/performance.md shows its output); the profiles it writes are not kept in git.
 """
 
 from __future__ import annotations
