@@ -1,4 +1,4 @@
-"""The dashboard in a real browser (issue 7 acceptance): Debian's Chromium driven by the
+"""The dashboard in a real browser: Debian's Chromium driven by the
 `playwright` package against a real `cronjobs serve` on MariaDB. Log in; see the tasks;
 switch a task off and see the scheduler skip it; Run now on the uptime task, land on its
 row, watch it complete, open the Results tab; a double click on Run now makes one row;

@@ -1,4 +1,4 @@
-"""Issue 9: the `db-backup` task backs up the system's own database (SQLite online backup
+"""The `db-backup` task backs up the system's own database (SQLite online backup
 API, `mariadb-dump`/`mysqldump`, `pg_dump`), keeps the newest N and records file, size,
 duration and SHA-256. Every backup is restored and compared row for row with the source.
 It is destructive (it deletes old backups), so it ships disabled; without its dump program

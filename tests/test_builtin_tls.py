@@ -1,4 +1,4 @@
-"""Issue 9: the `tls-certexpiry` task against real local TLS servers whose certificates
+"""The `tls-certexpiry` task against real local TLS servers whose certificates
 (made here with `cryptography`, signed by a test CA) expire at known times.
 
 The discover stage fans out one execute row per configured host (key: host, port, day);

@@ -1,4 +1,4 @@
-"""Issue 9: the `http-uptime` task against a real local HTTP server: several URLs from the
+"""The `http-uptime` task against a real local HTTP server: several URLs from the
 configuration (`uptime_urls` and `[[uptime_checks]]`), expected status code (a 3xx
 without following it), expected text, timeouts, and its Results tab."""
 

@@ -1,4 +1,4 @@
-"""Claiming (SPEC §5): priority then age within a queue; a row runs at most once at a time."""
+"""Claiming: priority then age within a queue; a row runs at most once at a time."""
 
 from __future__ import annotations
 

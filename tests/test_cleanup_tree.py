@@ -1,4 +1,4 @@
-"""Issue 6 item 1: cleanup never deletes a live row through the parent cascade.
+"""Cleanup never deletes a live row through the parent cascade.
 
 A finished parent is kept until its whole subtree is finished and past retention; no row
 is deleted while it or any descendant is `pending` or `running`. On every backend.

@@ -1,4 +1,4 @@
-"""Issue 6 item 4: clock skew between hosts and clock jumps on one host.
+"""Clock skew between hosts and clock jumps on one host.
 
 Leases and heartbeats are written and judged with the database's clock, so a host whose
 clock is an hour ahead (or behind) neither takes rows from a live worker nor declares it

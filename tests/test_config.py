@@ -1,4 +1,4 @@
-"""SPEC §11: settings from `CRONJOBS_*` variables and an optional TOML file (variables win);
+"""Settings from `CRONJOBS_*` variables and an optional TOML file (variables win);
 typos are errors with a "did you mean" hint."""
 
 from __future__ import annotations

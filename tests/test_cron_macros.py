@@ -1,4 +1,4 @@
-"""Issue 9: cron macros (@hourly ... @yearly) mean cron's five-field forms: the same fire
+"""Cron macros (@hourly ... @yearly) mean cron's five-field forms: the same fire
 times over a whole year (checked against an independent calendar walk, in UTC and in time
 zones with and without DST), the same slot keys, and the scheduler starts them alike."""
 

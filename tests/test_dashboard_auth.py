@@ -1,4 +1,4 @@
-"""Dashboard auth (issue 7, point 5): token or login session on every page, JSON route and
+"""Dashboard auth: token or login session on every page, JSON route and
 action; CSRF on every POST from a session; no state change by GET; no CORS; /health
 answers only its status without the token; the token rule for listening."""
 

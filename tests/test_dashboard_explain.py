@@ -1,4 +1,4 @@
-"""No page's SQL scans the whole table (issue 7): every SELECT on `cronjob_queue` that the
+"""No page's SQL scans the whole table: every SELECT on `cronjob_queue` that the
 pages, JSON lists, /metrics and /health run is captured and EXPLAINed on MariaDB with
 30,000 rows (made like bench/dashboard_pages.py, by one INSERT ... SELECT); none may be a
 full table scan (`ALL`) or a full index scan (`index` over more than 1,000 rows: the newest

@@ -1,4 +1,4 @@
-"""Dashboard pages (issue 7, points 1-4): queue filters and keyset pages, capped counts,
+"""Dashboard pages: queue filters and keyset pages, capped counts,
 Results tab safety, escaping of every value from outside, exact big integers, Run now,
 retry/cancel, failed groups, languages."""
 

@@ -1,4 +1,4 @@
-"""Issue 6 item 8: one retry library (tenacity) for every back-off, with transient,
+"""One retry library (tenacity) for every back-off, with transient,
 unavailable and refused errors told apart in one place (`cronjobs.db.classify`)."""
 
 from __future__ import annotations

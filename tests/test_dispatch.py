@@ -1,4 +1,4 @@
-"""SPEC §5 queue API: dispatch/submit/dispatch_many/get semantics on every backend."""
+"""Dispatch/submit/dispatch_many/get semantics on every backend."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_dispatch_returns_id_and_get_reads_columns(make_app):
     ({"idempotency_key": "k" * 192}, "idempotency key is 192 characters; the limit is 191"),
     ({"idempotency_key": ""}, "idempotency key must be a non-empty string"),
     ({"parent_id": 10**9}, "parent job 1000000000 does not exist"),
-    # Issue 6 items 2 and 3: every limit is checked in Python, the same on every backend,
+    # Every limit is checked in Python, the same on every backend,
     # and no message shows SQL.
     ({"queue": "q" * 300}, "queue name is 300 characters; the limit is 64"),
     ({"queue": "a b"}, "queue name 'a b' may only contain letters, digits"),

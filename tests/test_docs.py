@@ -1,4 +1,4 @@
-"""Issue 9: the documentation cannot drift from the code.
+"""The documentation cannot drift from the code.
 
 - Every code block marked runnable is run, page by page, in a fresh folder on SQLite:
   `<!-- runnable -->` before a `sh` block (run with bash, `set -e`) or a `python` block

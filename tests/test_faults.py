@@ -1,8 +1,8 @@
-"""Fault injection with real processes (issue 3): kill -9 of a worker, Redis restarted and
+"""Fault injection with real processes: kill -9 of a worker, Redis restarted and
 flushed, MariaDB restarted, recycling under a real supervisord. Each run prints one line:
 jobs, faults injected, lost, duplicated-concurrent, stuck — and asserts the last three are 0.
 
-Execution modes (issue 8): the runs use job processes (the default `--isolation handler`
+Execution modes: the runs use job processes (the default `--isolation handler`
 with a process handler); Redis restarted and flushed also run with `--isolation process`,
 and kill -9 also runs with thread-isolated jobs (`ISOLATION = "thread"`: the job dies
 with its worker).

@@ -1,4 +1,4 @@
-"""SPEC §3: every return shape of handle() ends the row in the state the table gives."""
+"""Every return shape of handle() ends the row in the state the table gives."""
 
 from __future__ import annotations
 
@@ -143,8 +143,8 @@ def test_other_returns_fail_without_retry(make_app, shape, shown):
 
 @BACKENDS
 def test_unregistered_type_fails_the_job_not_the_worker(make_app):
-    """With no grace period a row of an unknown type fails at once (issue 6 item 5 adds
-    the grace; see tests/test_orphans.py)."""
+    """With no grace period a row of an unknown type fails at once (the default grace is
+    in tests/test_orphans.py)."""
     app = make_app(clock=FrozenClock(T0), unknown_type_grace_seconds=0)
     job_id = queue.dispatch("nobody.home.execute", {}, known_type=False)
     report = Executor(app).run_next("default")

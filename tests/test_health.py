@@ -1,4 +1,4 @@
-"""Health (issue 7, point 6): every check, exit codes, the deadline with a stopped or hung
+"""Health: every check, exit codes, the deadline with a stopped or hung
 Redis and a hung database, overdue tasks, stuck workers, Redis maxmemory-policy."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 9: handlers' labels in English and Turkish (`cronjobs.i18n`) and the escaped
+"""Handlers' labels in English and Turkish (`cronjobs.i18n`) and the escaped
 summary table (`cronjobs.summary`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Idempotency keys under real concurrency (SPEC §5): one row per key, every caller gets
+"""Idempotency keys under real concurrency: one row per key, every caller gets
 that row's id — also when the first inserter's transaction rolls back."""
 
 from __future__ import annotations

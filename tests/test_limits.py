@@ -1,4 +1,4 @@
-"""Issue 6 items 2 and 3: size limits are checked in Python, the same on every backend; a
+"""Size limits are checked in Python, the same on every backend; a
 statement the database refuses is never retried as an outage; no message shows SQL."""
 
 from __future__ import annotations

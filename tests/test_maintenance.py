@@ -1,4 +1,4 @@
-"""recover_stale and cleanup (SPEC §5), tested with rows given old timestamps."""
+"""`recover_stale` and `cleanup`, tested with rows given old timestamps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Manual runs (issue 6, item 6): Run now and `cronjobs tasks run` are one code path with a
+"""Manual runs: Run now and `cronjobs tasks run` are one code path with a
 per-request token; a repeated request within milliseconds gives one row; the CLI refuses a
 second manual run while one is pending (naming its id) unless --again; `cronjobs tasks`
 shows the last scheduled and the last manual run apart; the slot is never taken."""

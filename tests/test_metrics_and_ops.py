@@ -1,4 +1,4 @@
-"""/metrics (issue 7, point 8), `cronjobs failed` and `cronjobs health` on the command line
+"""/metrics, `cronjobs failed` and `cronjobs health` on the command line
 (point 9, same code path as the Failed page), `cronjobs dashboard` refusing a public address
 without a token, and the message catalogs."""
 

@@ -1,4 +1,4 @@
-"""Issue 6 item 5: rows nobody would ever run.
+"""Rows nobody would ever run.
 
 A row whose handler (and queue) was removed is reported by `cronjobs workers`, and a worker
 started for that queue takes it (failing it with "no handler" after the grace period). A

@@ -1,4 +1,4 @@
-"""Issue 9: the plugin example `examples/acme_plugin/` installs into a fresh venv, registers
+"""The plugin example `examples/acme_plugin/` installs into a fresh venv, registers
 its discover/execute pair through the `cronjobs.handlers` entry point, passes its own
 tests, runs, is "module not installed" (and not scheduled) while its `available()` is
 False, and uninstalls cleanly: its old rows stay readable, its pending rows fail with a

@@ -1,4 +1,4 @@
-"""SPEC §3–4: the registry finds handlers in the built-in package, in handler folders and
+"""The registry finds handlers in the built-in package, in handler folders and
 in `cronjobs.handlers` entry points, and rejects malformed or conflicting classes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 9: `cronjobs new-handler NAME [--discover]` writes a handler (or a discover/execute
+"""`cronjobs new-handler NAME [--discover]` writes a handler (or a discover/execute
 pair) and a test into the first handler folder, refuses to overwrite, and the generated
 test passes as generated."""
 

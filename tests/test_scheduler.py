@@ -1,4 +1,4 @@
-"""SPEC §6: `tick(now)` starts each due task once per slot, on every backend."""
+"""`tick(now)` starts each due task once per slot, on every backend."""
 
 from __future__ import annotations
 

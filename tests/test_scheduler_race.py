@@ -1,4 +1,4 @@
-"""Acceptance (SPEC §6): 3 scheduler processes tick the same 10 simulated minutes for a
+"""3 scheduler processes tick the same 10 simulated minutes for a
 minute task whose handler returns `cancelled` (so its row is deleted) -> the handler ran
 exactly 10 times. The slot is claimed by the database, not proven by the job row."""
 

@@ -1,4 +1,4 @@
-"""SPEC §6: which slot an instant falls in (named frequencies in UTC, cron in a time zone),
+"""Which slot an instant falls in (named frequencies in UTC, cron in a time zone),
 frequency validation, DST rules and the count of skipped slots."""
 
 from __future__ import annotations

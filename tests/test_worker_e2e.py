@@ -1,4 +1,4 @@
-"""SPEC §1, §5, §7 end to end: real `cronjobs worker` processes on Redis + MariaDB.
+"""End to end: real `cronjobs worker` processes on Redis + MariaDB.
 
 The row is the truth and the broker only carries ids: a worker drains hundreds of jobs,
 claims by priority then age whatever order the messages come in, runs a doubly delivered

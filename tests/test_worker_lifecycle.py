@@ -1,4 +1,4 @@
-"""Issue 3 with real processes on MariaDB + Redis: the MAX_RUNTIME alarm for blocked
+"""With real processes on MariaDB + Redis: the MAX_RUNTIME alarm for blocked
 handlers, graceful stop, recycling, heartbeats and the daily log file — in every execution
 mode the CLI offers (`--isolation handler`, the default, and `--isolation process`)."""
 

@@ -1,4 +1,4 @@
-"""Issue 8: the worker's execution model. One loop per worker process writes outcomes and
+"""The worker's execution model. One loop per worker process writes outcomes and
 claims rows in shared transactions, job processes come from a preloaded fork server, the
 connection pool is sized from the slots, handlers may ask for ISOLATION = "thread"."""
 

@@ -178,7 +178,7 @@ class Settings(BaseModel):
     log_dir: str | None = Field(
         None,
         description="When set, workers also log to `DIR/workers-YYYY-MM-DD.log` (UTC date).")
-    # -- built-in handlers: http-uptime, tls-certexpiry, db-backup (issue 9) ---------------
+    # -- built-in handlers: http-uptime, tls-certexpiry, db-backup ----------------------
     uptime_urls: tuple[str, ...] = Field(
         (),
         description="URLs the `http-uptime` task checks every minute; comma-separated in the "
@@ -231,7 +231,7 @@ class Settings(BaseModel):
         description="Per-task settings, `[tasks.<task>]` tables in TOML with `enabled` and "
                     "`frequency` (no variable).")
 
-    # -- dashboard (issue 7) ----------------------------------------------------------------
+    # -- dashboard ------------------------------------------------------------------------
     dashboard_session_hours: float = Field(
         default=12, gt=0, description="How long a dashboard login lasts (hours).")
     dashboard_secure_cookie: bool = Field(
@@ -251,7 +251,7 @@ class Settings(BaseModel):
                     "connecting, one statement and one lock wait each end after this long, "
                     "and the page answers 503 (seconds).")
 
-    # -- health (issue 7) -------------------------------------------------------------------
+    # -- health ---------------------------------------------------------------------------
     health_timeout_seconds: float = Field(
         default=3, gt=0, le=60,
         description="A health report answers within this many seconds; a check still "
@@ -276,7 +276,7 @@ class Settings(BaseModel):
     health_memory_fail_percent: float = Field(default=97, gt=0, le=100,
                                               description="Memory use that fails (percent).")
 
-    # -- alerts (issue 7): the built-in health task sends to every channel configured here --
+    # -- alerts: the built-in health task sends to every channel configured here --
     alert_repeat_minutes: float = Field(
         default=60, gt=0, description="Alert again about a problem still open (or flapping) "
                                       "after this long (minutes).")

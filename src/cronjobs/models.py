@@ -113,7 +113,7 @@ cronjob_slot = Table(
     **MYSQL_TABLE_ARGS,
 )
 
-# One row per live worker process, refreshed every heartbeat (SPEC §7).
+# One row per live worker process, refreshed every heartbeat.
 cronjob_worker = Table(
     "cronjob_worker",
     metadata,
@@ -131,7 +131,7 @@ cronjob_worker = Table(
     **MYSQL_TABLE_ARGS,
 )
 
-# One row per health problem being watched (SPEC §9 alerts; the rules are in
+# One row per health problem being watched (alerts; the rules are in
 # cronjobs/health/alertstate.py): its state over health runs, its recent state changes
 # (flapping), and what was delivered. Deleted once it passes quietly.
 cronjob_alert = Table(

@@ -1,4 +1,4 @@
-"""What a run's outcome does to its row: the state machine of SPEC §3 in one place.
+"""What a run's outcome does to its row: the state machine of the handler contract in one place.
 
 `from_return` / `from_exception` turn what `handle()` returned or raised into an
 `Outcome`; `next_state(job, outcome, now, policy)` is the pure function that decides the

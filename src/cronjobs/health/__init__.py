@@ -1,4 +1,4 @@
-"""Health (SPEC §9): checks with a deadline, the report, and alerts about its problems.
+"""Health: checks with a deadline, the report, and alerts about its problems.
 
     from cronjobs.health import run_health
     report = run_health(app)          # HealthReport: status ok|warn|fail, checks, problems

@@ -1,4 +1,4 @@
-"""The health checks (SPEC §9). Each is `fn(app, check)`: it fills in the `Check` it is given."""
+"""The health checks. Each is `fn(app, check)`: it fills in the `Check` it is given."""
 
 from __future__ import annotations
 

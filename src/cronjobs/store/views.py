@@ -188,7 +188,7 @@ def throughput(conn: Connection, now: datetime, cap: int = 100_000) -> dict[str,
     """Completed `.execute` rows finished in the last hour and day:
     `{"hour": (n, capped), "day": ...}`.
 
-    Only execute rows count as work done (SPEC §3); discover rows are discovery. One
+    Only execute rows count as work done (docs/handlers.md); discover rows are discovery. One
     range read of the (status, finished_at, type) index serves both figures.
     """
     hour_ago = now - timedelta(hours=1)

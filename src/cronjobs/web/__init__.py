@@ -1,4 +1,4 @@
-"""The automation dashboard (SPEC §8): a Flask app with one blueprint per page group.
+"""The automation dashboard: a Flask app with one blueprint per page group.
 
 Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`, its texts whole at
 `/jobs/<id>/raw/<field>`), Workers (`/workers`), Failed (`/failed`), bulk operations
