@@ -38,11 +38,22 @@ def ago(value: datetime | None) -> Markup | str:
         value.isoformat(timespec="seconds"), fmt_time(value), relative(value, page_now()))
 
 
+UNITS = ((86_400, "day"), (3_600, "hour"), (60, "minute"), (1, "second"))
+
+
 def span(seconds: float) -> str:
-    """A length of time in the page's language ("12 sec.", "3 min."), not rounded up
-    before a whole unit is reached."""
-    return format_timedelta(timedelta(seconds=max(0.0, seconds)), format="short",
-                            threshold=1, locale=get_locale())
+    """A length of time in the page's language, in its two largest whole units: "12 sec",
+    "3 min 12 sec", "2 hr 5 min" (rounded down to whole seconds)."""
+    left = int(max(0.0, seconds))
+    parts = []
+    for size, unit in UNITS:
+        if left >= size or (size == 1 and not parts):
+            parts.append(format_timedelta(timedelta(seconds=left // size * size), format="short",
+                                          granularity=unit, threshold=1, locale=get_locale()))
+            left %= size
+        if len(parts) == 2 or (parts and not left):
+            break
+    return " ".join(parts)
 
 
 def elapsed(row: dict) -> str:
