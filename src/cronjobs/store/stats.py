@@ -67,8 +67,11 @@ def finished_buckets(conn: Connection, since: datetime, step_seconds: int,
     inner = (sa_select(_bucket(conn, q.c.finished_at, since, step_seconds).label("b"),
                        q.c.status, q.c.attempts)
              .where(q.c.status.in_(SERIES_STATUSES), q.c.finished_at >= since,
-                    q.c.finished_at < until)
-             .subquery())
+                    q.c.finished_at < until))
+    for dialect in ("mysql", "mariadb"):  # when the window holds most rows, MariaDB would
+        inner = inner.with_hint(  # read the whole table instead (seen with 30,000 rows)
+            q, "FORCE INDEX (ix_cronjob_queue_status_finished)", dialect_name=dialect)
+    inner = inner.subquery()
     retried = func.sum(case((inner.c.attempts > 1, inner.c.attempts - 1), else_=0))
     stmt = (sa_select(inner.c.b, inner.c.status, func.count().label("n"), retried.label("r"))
             .group_by(inner.c.b, inner.c.status))
@@ -83,11 +86,16 @@ def finished_buckets(conn: Connection, since: datetime, step_seconds: int,
 
 
 def live_queues(conn: Connection) -> list[str]:
-    """Queues that hold `pending` or `running` rows, sorted (a loose scan of the claim
-    index: one probe per queue, whatever the number of rows)."""
-    stmt = (sa_select(q.c.queue).where(q.c.status.in_(("pending", "running")))
-            .group_by(q.c.queue).order_by(q.c.queue))
-    return [r[0] for r in conn.execute(stmt)]
+    """Queues that hold `pending` or `running` rows, sorted: a loose scan of the claim
+    index `(queue, status, ...)`, one probe per (queue, status) whatever the number of rows.
+    The grouping names both columns and the rows are sorted here: MariaDB walked the whole
+    index for `GROUP BY queue` alone, and read every live row with an ORDER BY (1.1 s at
+    30,000 live rows of 1,000,000)."""
+    stmt = (sa_select(q.c.queue, q.c.status).where(q.c.status.in_(("pending", "running")))
+            .group_by(q.c.queue, q.c.status))
+    for dialect in ("mysql", "mariadb"):
+        stmt = stmt.with_hint(q, "FORCE INDEX (ix_cronjob_queue_claim)", dialect_name=dialect)
+    return sorted({r.queue for r in conn.execute(stmt)})
 
 
 def queue_stats(conn: Connection, now: datetime, limit: int = QUEUES_SHOWN,
