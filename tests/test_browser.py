@@ -44,12 +44,13 @@ def utcnow() -> datetime:
 
 
 class Serve:
-    """`cronjobs serve --port 0` as a real process; `url` once it prints its line."""
+    """`cronjobs serve --port PORT` (default 0: any free port) as a real process; `url` once
+    it prints its line."""
 
-    def __init__(self, env: dict, cwd: Path) -> None:
+    def __init__(self, env: dict, cwd: Path, port: int = 0) -> None:
         self.log = open(cwd / "serve.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "serve", "--port", "0",
-                                      "--threads", "2"], env=env, cwd=cwd, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "serve", "--port",
+                                      str(port), "--threads", "2"], env=env, cwd=cwd, text=True,
                                      stdout=subprocess.PIPE, stderr=self.log)
         self.lines: list[str] = []
         self.url = None
@@ -218,6 +219,8 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
             shot("job-xss")
             page.goto(f"{base}/jobs/{broken}?tab=results")
             assert "ValueError" in page.locator("#results .error-box").inner_text()
+            assert page.locator("#payload").count() == 0  # the Results tab shows results only
+            page.click("#overview-tab")
             assert "yes" in page.locator("#payload").inner_text()
 
             page.goto(base + "/queue")

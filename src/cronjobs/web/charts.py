@@ -51,7 +51,8 @@ def nice_max(value: float) -> float:
 
 
 def _number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+    """An axis label: whole numbers with thousands separators, small ones to 3 digits."""
+    return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:.3g}"
 
 
 def bars(columns: list[Column], *, label: str, unit: str = "", chart_id: str = "") -> Markup:
