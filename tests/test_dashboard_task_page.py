@@ -5,6 +5,7 @@ dispatched), merged with the manual-run marker."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import datetime, timedelta
@@ -117,8 +118,6 @@ def test_a_bad_payload_is_a_400_with_the_reason_and_nothing_is_dispatched(app, p
         "csrf_token": csrf, "request_token": "tok-bad-123", "back": "task", "payload": payload})
     text = resp.get_data(as_text=True)
     assert resp.status_code == 400, text[:300]
-    import html
-
     assert reason in html.unescape(text.split('id="error"', 1)[1].split("</p>", 1)[0])
     assert 'id="payload"' in text  # the task's page again, the text kept to be corrected
     assert count(app) == 0

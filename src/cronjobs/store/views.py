@@ -67,9 +67,8 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
             windows of `SEARCH_WINDOW` ids.
         before / after: ids from a previous page's `older` / `newer`.
         limit: rows per page (1 to 500).
-        hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`); like a title
-            search, the rows are looked for in windows of `SEARCH_WINDOW` ids, so rows
-            mostly hidden never make a page read the whole table.
+        hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`); searched in
+            windows of `SEARCH_WINDOW` ids, like a title.
 
     Returns:
         A `Page`.
@@ -101,6 +100,14 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
             stmt = _force_index(stmt, job_type is not None, bool(status))
         stmt = stmt.order_by(q.c.id.asc() if ascending else q.c.id.desc()).limit(limit + 1)
         rows.extend(dict(r) for r in conn.execute(stmt).mappings())
+    page = _page(rows, limit, ascending, before is not None)
+    if window_low is not None and page.older is None and window_low > 0:
+        page.searched_to = window_low
+    return page
+
+
+def _page(rows: list[dict], limit: int, ascending: bool, has_before: bool) -> Page:
+    """The `Page` of up to `limit + 1` rows read (newest first in the result)."""
     rows.sort(key=lambda r: r["id"], reverse=not ascending)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -108,14 +115,8 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
         rows.reverse()
     page = Page(rows)
     if rows:
-        if ascending:
-            page.newer = rows[0]["id"] if more else None
-            page.older = rows[-1]["id"]
-        else:
-            page.newer = rows[0]["id"] if before is not None else None
-            page.older = rows[-1]["id"] if more else None
-    if window_low is not None and not more and window_low > 0:
-        page.searched_to = window_low
+        page.newer = rows[0]["id"] if (more if ascending else has_before) else None
+        page.older = rows[-1]["id"] if ascending or more else None
     return page
 
 

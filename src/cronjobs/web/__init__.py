@@ -85,6 +85,16 @@ def create_app(app: App, token: str | None = None) -> Flask:
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
+    _install(web, app)
+    return web
+
+
+def _install(web: Flask, app: App) -> None:
+    """Filters, error pages, the blueprints and the auth checks of the dashboard `web`.
+
+    The page modules are imported here, when a dashboard is built, so that importing
+    `cronjobs.web` (the commands import `cronjobs.web.server`) loads none of them.
+    """
     from . import (
         api,
         auth,
@@ -111,4 +121,3 @@ def create_app(app: App, token: str | None = None) -> Flask:
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)
-    return web

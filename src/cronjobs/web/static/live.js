@@ -2,6 +2,8 @@
 // "html" of that JSON route every data-live-seconds while the tab is visible; polling ends
 // when the answer says "done" (a job that ended) or the session ended (401). Without
 // JavaScript the pages still work: a Refresh link, or a reload while a job runs.
+// While someone works inside a live part (a field has the focus, a box is ticked) it is
+// left as it is, and updated at the next poll after that.
 (function () {
   "use strict";
 
@@ -18,8 +20,15 @@
       }
     }
 
+    function inUse() {
+      var active = document.activeElement;
+      var editing = active && box.contains(active) &&
+        /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
+      return editing || box.querySelector("input[type=checkbox]:checked") !== null;
+    }
+
     function apply(data) {
-      if (!data) {
+      if (!data || inUse()) {
         return;
       }
       if (typeof data.html === "string" && data.html !== last) {
