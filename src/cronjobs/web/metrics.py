@@ -36,6 +36,7 @@ from prometheus_client.core import (
 from .. import heartbeat, store
 from ..app import App
 from ..store import stats
+from .view import handler_registry
 
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600)
 OTHER = "other"
@@ -131,7 +132,7 @@ class Metrics:
 
     def _read(self) -> list:
         now = self.app.clock.now()
-        types = set(self.app.handlers.registered_handlers())
+        types = set(handler_registry(self.app).registered_handlers())
         with self.app.engine.connect() as conn:  # heartbeats only: never every pending row
             live = [w for w in stats.heartbeats(conn, heartbeat.LIVE_SECONDS) if w["live"]]
         queues = set(self.app.queues()) | {q for w in live for q in w["queues"].split(",") if q}

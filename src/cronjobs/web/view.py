@@ -59,9 +59,9 @@ def valid_text(value):
     return Markup(cleaned) if isinstance(value, Markup) else cleaned
 
 
-def lang_url(lang: str) -> str:
-    """This page in language `lang`, with its path and query (its tab, filters and page);
-    the Overview for an error or a POST."""
+def lang_url(lang: str | None = None) -> str:
+    """This page in language `lang` (None: the page's), with its path and query (its tab,
+    filters and page); the Overview for an error or a POST."""
     rule = request.url_rule
     if request.endpoint and rule is not None and "GET" in (rule.methods or ()):
         args = {key: values for key, values in request.args.lists() if key != "lang"}
@@ -77,7 +77,8 @@ def cronjobs_app() -> App:
 
 def handler_registry(app: App):
     """The handler registry of `app` (`tasks()`, `task_types(task)`, `resolve_handler(type)`,
-    `handler_source(type)`): the one place the dashboard reaches it."""
+    `registered_handlers()`): the one place the dashboard reaches it, so a move of the
+    registry on the App is a change of this line."""
     return app.handlers
 
 
