@@ -4,7 +4,9 @@ switch a task off and see the scheduler skip it; Run now on the uptime task, lan
 row, watch it complete, open the Results tab; a double click on Run now makes one row;
 retry a failed row and a whole failed group; cancel a pending row; XSS payloads stay text
 (no dialog ever opens); a raising render_summary shows its error box; switch to Turkish.
-Each page is saved as a screenshot (to $CRONJOBS_SCREENSHOTS, else the test's tmp dir).
+Each page is saved as a screenshot (to $CRONJOBS_SCREENSHOTS/fixtures, else the test's tmp
+dir); the README's screenshots come from a demo without test fixtures
+(tests/test_readme_screenshots.py).
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ def utcnow() -> datetime:
 
 
 class Serve:
-    """`cronjobs serve --port 0` as a real process; `url` once it prints its line."""
+    """`cronjobs serve --port PORT` (default 0: any free port) as a real process; `url` once
+    it prints its line."""
 
-    def __init__(self, env: dict, cwd: Path) -> None:
+    def __init__(self, env: dict, cwd: Path, port: int = 0) -> None:
         self.log = open(cwd / "serve.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "serve", "--port", "0",
-                                      "--threads", "2"], env=env, cwd=cwd, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "serve", "--port",
+                                      str(port), "--threads", "2"], env=env, cwd=cwd, text=True,
                                      stdout=subprocess.PIPE, stderr=self.log)
         self.lines: list[str] = []
         self.url = None
@@ -94,7 +97,7 @@ def get(engine: sa.Engine, job_id: int) -> dict:
 def test_the_dashboard_in_a_browser(db_url, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    shots = Path(os.environ.get("CRONJOBS_SCREENSHOTS") or tmp_path / "screenshots")
+    shots = Path(os.environ.get("CRONJOBS_SCREENSHOTS") or tmp_path / "screenshots") / "fixtures"
     shots.mkdir(parents=True, exist_ok=True)
     env = cli_env(db_url, CRONJOBS_DASHBOARD_TOKEN=TOKEN, CRONJOBS_LOG_LEVEL="WARNING")
     engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
@@ -119,6 +122,9 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
             page.fill("input[name=token]", TOKEN)
             page.click("form.login button")
             page.wait_for_url(base + "/")
+            assert page.locator("h1").inner_text() == "Overview"
+            page.click("header nav a:text-is('Tasks')")
+            page.wait_for_url(base + "/tasks")
             assert page.locator("h1").inner_text() == "Tasks"
             for task in ("http-uptime", "test-count", "cronjobs-health", "test-gone"):
                 assert page.locator(f"tr[data-task='{task}']").count() == 1
@@ -157,12 +163,12 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
                         cronjob_queue.c.idempotency_key.like("cronjobs:http-uptime:manual:%"))).scalar()
 
             before = manual_rows()
-            page.goto(base + "/")
+            page.goto(base + "/tasks")
             page.dblclick("tr[data-task='http-uptime'] button.run-now")
             page.wait_for_url(re.compile(r".*/jobs/\d+$"))
             time.sleep(1.0)  # a second POST of the double click would have arrived by now
             assert manual_rows() == before + 1
-            page.goto(base + "/")
+            page.goto(base + "/tasks")
             page.click("tr[data-task='http-uptime'] button.run-now")  # a deliberate click
             page.wait_for_url(re.compile(r".*/jobs/\d+$"))
             assert manual_rows() == before + 2
@@ -213,6 +219,8 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
             shot("job-xss")
             page.goto(f"{base}/jobs/{broken}?tab=results")
             assert "ValueError" in page.locator("#results .error-box").inner_text()
+            assert page.locator("#payload").count() == 0  # the Results tab shows results only
+            page.click("#overview-tab")
             assert "yes" in page.locator("#payload").inner_text()
 
             page.goto(base + "/queue")
@@ -222,7 +230,7 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
             shot("workers")
 
             # -- Turkish
-            page.goto(base + "/")
+            page.goto(base + "/tasks")
             page.click("a[lang=tr]")
             page.wait_for_load_state()
             assert page.locator("h1").inner_text() == "Görevler"

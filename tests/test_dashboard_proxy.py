@@ -153,8 +153,8 @@ def test_login_and_navigation_in_chromium_stay_under_the_prefix(behind_proxy, tm
             page.click("#results-tab")
             page.wait_for_url(base + f"/jobs/{ids['parent']}?tab=results")
             page.click("a[lang=tr]")
-            page.wait_for_url(base + f"/jobs/{ids['parent']}?lang=tr")
-            assert page.locator("header nav a").first.inner_text() == "Görevler"
+            page.wait_for_url(base + f"/jobs/{ids['parent']}?tab=results&lang=tr")
+            assert page.locator("header nav a").nth(1).inner_text() == "Görevler"
             page.click("a[lang=en]")
             page.goto(base + f"/jobs/{ids['failed']}")
             page.click("button.retry")  # a POST form; its redirect keeps the prefix
@@ -185,7 +185,8 @@ def test_every_url_and_redirect_carries_the_prefix(behind_proxy, tls):
     assert done.status == 303 and done.headers["Location"] == PREFIX + target
     cookie = cookie_pair(done.cookies()["cronjobs_session"])
     assert ("; Secure" in done.cookies()["cronjobs_session"]) is tls
-    pages = ["/", "/queue", f"/queue?parent={ids['parent']}", "/queue?limit=1", "/workers",
+    pages = ["/", "/tasks", "/tasks/test-count", "/queue", f"/queue?parent={ids['parent']}",
+             "/queue?limit=1", "/workers",
              "/failed", f"/jobs/{ids['parent']}", f"/jobs/{ids['done']}?tab=results",
              f"/jobs/{ids['failed']}", f"/jobs/{ids['pending']}", "/no/such/page", "/jobs/0"]
     for path in pages:
@@ -203,7 +204,7 @@ def test_every_url_and_redirect_carries_the_prefix(behind_proxy, tls):
 
     assert post(f"/jobs/{ids['pending']}/cancel") == f"{PREFIX}/jobs/{ids['pending']}"
     assert post(f"/jobs/{ids['failed']}/retry") == f"{PREFIX}/jobs/{ids['failed']}"
-    assert post("/tasks/test-count/enabled", enabled="1") == f"{PREFIX}/"
+    assert post("/tasks/test-count/enabled", enabled="1") == f"{PREFIX}/tasks"
     assert re.fullmatch(re.escape(PREFIX) + r"/jobs/\d+", post("/tasks/test-count/run"))
     assert re.fullmatch(re.escape(PREFIX) + r"/operations/\d+",
                         post("/failed/retry", job=str(ids["failed2"])))

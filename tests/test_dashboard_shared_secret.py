@@ -38,7 +38,7 @@ def test_two_dashboards_on_one_database_share_the_generated_token(db_url, tmp_pa
         cookie, csrf = cookie_pair(home.cookies()["cronjobs_session"]), csrf_of(home.text)
         switched = request(second.url + "/tasks/test-count/enabled", "POST", cookie=cookie,
                            data={"enabled": "0", "csrf_token": csrf})
-        assert switched.status == 303 and switched.headers["Location"] == "/"
+        assert switched.status == 303 and switched.headers["Location"] == "/tasks"
         engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
         with engine.connect() as conn:
             enabled = conn.execute(sa.select(cronjob_runtime.c.enabled)

@@ -74,6 +74,7 @@ def test_json_nested_10000_deep_is_shown_as_stored(app):
     assert f'<pre class="json" id="payload">{DEEP}</pre>' in text
     assert f'<pre class="json" id="result">{DEEP}</pre>' in text
     tab = utf8_page(client, f"/jobs/{job}?tab=results")
+    assert len(tab.encode()) < 16_000 and 'id="payload"' not in tab
     assert "the result cannot be read as JSON: RecursionError" in tab
     resp = client.get(f"/api/jobs/{job}", headers=BEARER)
     assert resp.status_code == 200 and json.loads(resp.get_data())["payload"] == DEEP
@@ -89,18 +90,18 @@ def test_multi_megabyte_texts_show_their_first_64_kb_and_download_whole(app, bac
     for column, text in (("payload", payload), ("result_payload", result), ("process_logs", log)):
         append(app, job, column, text)
     client = web_client(app)
-    for path in (f"/jobs/{job}", f"/jobs/{job}?tab=results"):
-        text = utf8_page(client, path)
-        assert len(text.encode()) < PAGE_MAX, (path, len(text.encode()))
-        for name, stored in (("payload", payload), ("result", result), ("log", log)):
-            size = len(stored.encode())
-            assert f"The first 64 KB of {size:,} bytes." in text, name
-            assert f'href="/jobs/{job}/raw/{name}" download' in text
-            shown = html.unescape(text.split(f'id="{name}">', 1)[1].split("</pre>", 1)[0])
-            assert stored.startswith(shown)
-            assert limits.DISPLAY_MAX_BYTES - 3 <= len(shown.encode()) <= limits.DISPLAY_MAX_BYTES
-        assert "40,000 bytes." in text  # the error: under the limit, shown whole
+    text = utf8_page(client, f"/jobs/{job}")  # the Results tab shows the summary alone
+    assert len(text.encode()) < PAGE_MAX, len(text.encode())
+    for name, stored in (("payload", payload), ("result", result), ("log", log)):
+        size = len(stored.encode())
+        assert f"The first 64 KB of {size:,} bytes." in text, name
+        assert f'href="/jobs/{job}/raw/{name}" download' in text
+        shown = html.unescape(text.split(f'id="{name}">', 1)[1].split("</pre>", 1)[0])
+        assert stored.startswith(shown)
+        assert limits.DISPLAY_MAX_BYTES - 3 <= len(shown.encode()) <= limits.DISPLAY_MAX_BYTES
+    assert "40,000 bytes." in text  # the error: under the limit, shown whole
     tab = utf8_page(client, f"/jobs/{job}?tab=results")
+    assert len(tab.encode()) < 16_000 and 'id="payload"' not in tab
     assert (f"The result is {len(result.encode()):,} bytes; summaries are made of results "
             "up to 1,000,000 bytes.") in tab
     for name, stored in (("payload", payload), ("result", result), ("log", log)):

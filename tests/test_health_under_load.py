@@ -54,7 +54,7 @@ def test_forty_concurrent_health_calls_share_one_run_and_leave_the_pages_fast(ma
                    health_disk_fail_percent=100)
     make_healthy(app)
     with served(app) as (base, web):
-        assert fetch(base + "/")[0] == 200  # the page's first visit creates nothing later
+        assert fetch(base + "/tasks")[0] == 200  # the page's first visit creates nothing later
         go = threading.Barrier(CALLERS + 1)
         answers: list[tuple[int, str, float]] = []
 
@@ -66,7 +66,7 @@ def test_forty_concurrent_health_calls_share_one_run_and_leave_the_pages_fast(ma
         for caller in callers:
             caller.start()
         go.wait()
-        status, page, page_seconds = fetch(base + "/")
+        status, page, page_seconds = fetch(base + "/tasks")
         for caller in callers:
             caller.join(30)
         runs = web.extensions["cronjobs_health"].runs
@@ -82,7 +82,7 @@ def test_forty_concurrent_health_calls_share_one_run_and_leave_the_pages_fast(ma
 
 
 def lock_tables(holder) -> None:
-    """Lock the tables `/` and `/workers` read, on the connection `holder`."""
+    """Lock the tables the pages read, on the connection `holder`."""
     if holder.dialect.name == "postgresql":
         holder.exec_driver_sql("LOCK TABLE cronjob_queue, cronjob_runtime IN ACCESS EXCLUSIVE MODE")
     else:
@@ -101,11 +101,12 @@ def test_a_locked_table_is_503_within_seconds_on_every_page(make_app, db_url):
     app = make_app(dashboard_token=TOKEN, dashboard_db_timeout_seconds=timeout)
     make_healthy(app)
     locker = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
-    with served(app) as (base, _), locker.connect() as holder:
+    with served(app) as (base, web), locker.connect() as holder:
+        web.config["CRONJOBS_OVERVIEW_CACHE_SECONDS"] = 0  # else "/" answers from its snapshot
         assert fetch(base + "/")[0] == 200
         lock_tables(holder)
         try:
-            for path in ("/", "/workers", "/api/jobs"):
+            for path in ("/", "/tasks", "/workers", "/api/jobs"):
                 status, body, seconds = fetch(base + path)
                 print(f"\n{path} with the table locked: {status} in {seconds:.2f} s")
                 assert status == 503 and seconds < timeout + 2, (path, status, seconds, body[:300])

@@ -147,7 +147,7 @@ def test_make_run_serves_dashboard_does_uptime_work_and_stops_cleanly(tmp_path: 
         assert (parent["type"], parent["status"]) == ("http.uptime.discover", "completed")
 
         # 4. the Tasks page lists the task
-        status, ctype, page = _fetch(base + "/", token)
+        status, ctype, page = _fetch(base + "/tasks", token)
         assert status == 200 and ctype.startswith("text/html")
         assert "<table" in page and 'data-task="http-uptime"' in page
 

@@ -162,7 +162,7 @@ def test_dashboard_command_serves_the_pages_and_stops_on_sigterm(db_url, tmp_pat
         assert "log in at" in hint and TOKEN not in hint  # a configured token is not printed
         with urllib.request.urlopen(urllib.request.Request(url + "/", headers=BEARER),
                                     timeout=10) as resp:
-            assert resp.status == 200 and b"<h1>Tasks</h1>" in resp.read()
+            assert resp.status == 200 and b"<h1>Overview</h1>" in resp.read()
         try:
             urllib.request.urlopen(url + "/queue", timeout=10)
             raise AssertionError("answered without the token")

@@ -22,6 +22,7 @@ def test_wheel_contents_and_migrate_from_it(tmp_path):
                    "cronjobs/translations/tr/LC_MESSAGES/handlers.po",
                    # the dashboard's templates, static files and compiled message catalogs
                    "cronjobs/web/templates/job.html", "cronjobs/web/static/style.css",
+                   "cronjobs/web/templates/overview.html", "cronjobs/web/static/live.js",
                    "cronjobs/web/translations/tr/LC_MESSAGES/messages.mo"):
         assert needed in names
     site = tmp_path / "site"

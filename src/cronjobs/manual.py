@@ -59,7 +59,7 @@ def new_request_token() -> str:
 
 
 def run_now(task: str, *, request_token: str | None = None, again: bool = False,
-            app: App | None = None) -> ManualRun:
+            payload: dict | None = None, app: App | None = None) -> ManualRun:
     """Start a manual run of `task` now (its scheduled type, priority 1).
 
     Args:
@@ -67,6 +67,9 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
         request_token: 8-64 characters `[A-Za-z0-9_-]` naming this request; the same
             token always gives the same row. None: a new token (a new request).
         again: also start a run while an earlier manual run of `task` is still pending.
+        payload: keys for the row's payload (a JSON object within the payload limits of
+            `cronjobs.limits`); the row's payload is this with `"manual": True` added (the
+            marker always wins, so the run is still a task run). None: `{"manual": True}`.
 
     Returns:
         A `ManualRun`.
@@ -76,7 +79,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
         TaskRefused: the task is disabled, or its handler is not available.
         ManualRunPending: `again` is False and a manual run of `task` is still pending
             (its id is in the message and in `.job_id`).
-        InvalidJob: a malformed request token.
+        InvalidJob: a malformed request token; a payload that is not a dict, nested too
+            deep or too large (nothing is dispatched).
     """
     app = app or current()
     token = request_token or new_request_token()
@@ -92,8 +96,11 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     if not info.enabled:
         raise TaskRefused(f"task {task!r} is disabled; enable it first "
                           f"(`cronjobs tasks enable {task}` or the dashboard's switch)")
-    values = dispatching.build_row(app, info.type, {"manual": True}, priority=MANUAL_PRIORITY,
-                                   title=f"{task} (manual)",
+    if payload is not None and not isinstance(payload, dict):
+        raise InvalidJob(f"payload must be a JSON object (dict), got "
+                         f"{payload.__class__.__name__}: {payload!r:.80}")
+    values = dispatching.build_row(app, info.type, {**(payload or {}), "manual": True},
+                                   priority=MANUAL_PRIORITY, title=f"{task} (manual)",
                                    idempotency_key=f"cronjobs:{task}:manual:{token}")
     job_id, created = run_in_transaction(
         app.engine, lambda conn: _start(conn, app, task, values, again))

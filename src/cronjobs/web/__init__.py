@@ -1,10 +1,11 @@
 """The automation dashboard: a Flask app with one blueprint per page group.
 
-Pages: Tasks (`/`), Queue (`/queue`), Job (`/jobs/<id>`, its texts whole at
-`/jobs/<id>/raw/<field>`), Workers (`/workers`), Failed (`/failed`), bulk operations
-(`/operations/<id>`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`; `/metrics`; the
-probes `/health`, `/health/live`, `/health/ready` (`health.py`). Behind a reverse proxy:
-`proxy`.
+Pages: Overview (`/`), Tasks (`/tasks`), a task (`/tasks/<name>`), Queue (`/queue`), Job
+(`/jobs/<id>`, its texts whole at `/jobs/<id>/raw/<field>`), Workers (`/workers`), Failed
+(`/failed`), bulk operations (`/operations/<id>`); JSON: `/api/tasks`, `/api/jobs`,
+`/api/jobs/<id>`, and what the pages poll to update themselves (`/api/overview`,
+`/api/queue`, `/api/jobs/<id>/live`: `live.py`); `/metrics`; the probes `/health`,
+`/health/live`, `/health/ready` (`health.py`). Behind a reverse proxy: `proxy`.
 Templates (Jinja2, autoescape on), static files and the message catalogs ship in this
 package. Auth and CSRF: `cronjobs.web.auth`.
 """
@@ -84,13 +85,39 @@ def create_app(app: App, token: str | None = None) -> Flask:
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
-    from . import api, auth, failed, fields, health, jobs, operations, proxy, tasks, view, workers
+    _install(web, app)
+    return web
+
+
+def _install(web: Flask, app: App) -> None:
+    """Filters, error pages, the blueprints and the auth checks of the dashboard `web`.
+
+    The page modules are imported here, when a dashboard is built, so that importing
+    `cronjobs.web` (the commands import `cronjobs.web.server`) loads none of them.
+    """
+    from . import (
+        api,
+        auth,
+        failed,
+        fields,
+        health,
+        jobs,
+        live,
+        operations,
+        overview,
+        proxy,
+        tasks,
+        times,
+        view,
+        workers,
+    )
 
     view.install(web)
+    times.install(web)
+    tasks.install(web)
     proxy.install(web, app.settings.dashboard_proxy)
-    for blueprint in (auth.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
-                      operations.bp, api.bp):
+    for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
+                      operations.bp, api.bp, live.bp):
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)
-    return web

@@ -33,12 +33,14 @@ def tasks():
 
 @bp.get("/api/jobs")
 def jobs():
-    """A page of rows (the Queue page's filters and keyset: `before`, `after`, `limit`)."""
-    f = queue_filters()
+    """A page of rows (the Queue page's filters and keyset: `before`, `after`, `limit`);
+    housekeeping rows are included unless `housekeeping=0`."""
+    f = queue_filters(hide_by_default=False)
     with cronjobs_app().engine.connect() as conn:
         page = store.views.list_rows(conn, status=f["status"], types=f["types"],
                                      parent_id=f["parent"], title=f["title"],
-                                     before=f["before"], after=f["after"], limit=f["limit"])
+                                     before=f["before"], after=f["after"], limit=f["limit"],
+                                     hide=f["hide"])
     response = jsonify(_clean(page.rows))
     if page.older is not None:
         response.headers["X-Next-Before"] = str(page.older)

@@ -11,7 +11,7 @@ from .. import limits, operator, store
 from ..handler import stage_of
 from ..models import STATUSES
 from .fields import page_row
-from .view import cronjobs_app, render_summary
+from .view import cronjobs_app, handler_registry, render_summary
 
 bp = Blueprint("jobs", __name__)
 
@@ -29,11 +29,27 @@ def _int_arg(name: str, low: int = 1, high: int = 2**63 - 1) -> int | None:
     return number
 
 
-def queue_filters() -> dict:
+# The platform's own rows, hidden from the Queue page by default (a toggle shows them):
+# the maintenance tasks of the built-in handlers (recover-stale every minute, cleanup,
+# the health check) and the built-in uptime check (`http.uptime.discover` and its
+# executes every minute; by default it checks the dashboard's own /health). About 4,300
+# rows a day that would bury a user's own rows. A filter by task, type or parent shows
+# them anyway: whoever asks for them sees them.
+HOUSEKEEPING_TYPES = ("cronjobs.recoverstale.execute", "cronjobs.cleanup.execute",
+                      "cronjobs.health.execute", "http.uptime.*")
+
+
+def queue_filters(hide_by_default: bool = True) -> dict:
     """The Queue page's filters from the query string, validated (400 on bad input).
 
+    Args:
+        hide_by_default: leave out `HOUSEKEEPING_TYPES` unless `housekeeping=1` (the
+            page); False: only with `housekeeping=0` (the JSON list `/api/jobs`).
+
     Returns:
-        `{status, type, task, types, parent, title, before, after, limit}`.
+        `{status, type, task, types, parent, title, before, after, limit, housekeeping,
+        hide}`: `housekeeping` is True when those rows are shown, `hide` the types left
+        out (empty when shown, or when a task, type or parent is asked for).
     """
     app = cronjobs_app()
     status = request.args.get("status") or None
@@ -43,16 +59,34 @@ def queue_filters() -> dict:
     task = (request.args.get("task") or "").strip() or None
     types = [job_type] if job_type else None
     if task:
-        task_types = app.handlers.task_types(task)
+        task_types = handler_registry(app).task_types(task)
         if not task_types:
             abort(400, f"unknown task {task!r}")
         types = [t for t in task_types if not job_type or t == job_type] or [job_type]
     title = (request.args.get("title") or "").strip() or None
     if title and len(title) > 255:
         abort(400, "title filter is longer than 255 characters")
+    parent = _int_arg("parent")
+    flag = request.args.get("housekeeping")
+    shown = flag == "1" if hide_by_default else flag != "0"
+    hide = () if shown or types or parent is not None else HOUSEKEEPING_TYPES
     return {"status": status, "type": job_type, "task": task, "types": types,
-            "parent": _int_arg("parent"), "title": title, "before": _int_arg("before"),
-            "after": _int_arg("after", 0), "limit": _int_arg("limit", 1, 500) or 50}
+            "parent": parent, "title": title, "before": _int_arg("before"),
+            "after": _int_arg("after", 0), "limit": _int_arg("limit", 1, 500) or 50,
+            "housekeeping": shown, "hide": hide}
+
+
+def queue_links(f: dict) -> dict:
+    """Query arguments that keep the filters `f` in the Queue page's links:
+    `{"keep": all but the page, "keep_base": task, type and the housekeeping toggle,
+    "live_args": the page's own arguments}`."""
+    flag = "1" if f["housekeeping"] else None
+    keep = {"status": f["status"], "type": f["type"], "task": f["task"], "parent": f["parent"],
+            "title": f["title"], "housekeeping": flag}
+    return {"keep": keep, "keep_base": {"type": f["type"], "task": f["task"],
+                                        "housekeeping": flag},
+            "live_args": {**keep, "before": f["before"], "after": f["after"],
+                          "limit": request.args.get("limit")}}
 
 
 THROUGHPUT_SECONDS = 30  # the hour/day throughput is read at most this often per process
@@ -82,7 +116,8 @@ def queue_page(f: dict) -> dict:
     with app.engine.connect() as conn:
         page = store.views.list_rows(conn, status=f["status"], types=f["types"],
                                      parent_id=f["parent"], title=f["title"],
-                                     before=f["before"], after=f["after"], limit=f["limit"])
+                                     before=f["before"], after=f["after"], limit=f["limit"],
+                                     hide=f["hide"])
         discover = [r["id"] for r in page.rows if stage_of(r["type"]) == "discover"]
         children = store.views.children_counts(conn, discover)
         counts = store.views.count_by_status(conn, f["types"])
@@ -90,26 +125,34 @@ def queue_page(f: dict) -> dict:
     return {"page": page, "children": children, "counts": counts, "speed": speed}
 
 
+QUEUE_POLL_SECONDS = 3
+
+
 @bp.get("/queue")
 def queue():
-    """Rows filtered by status, type, task, parent and title text, newest first."""
+    """Rows filtered by status, type, task, parent and title text, newest first; the rows
+    and counts update themselves (`/api/queue`)."""
     f = queue_filters()
     app = cronjobs_app()
-    return render_template("queue.html", f=f, statuses=STATUSES, tasks=sorted(app.handlers.tasks()),
-                           **queue_page(f))
+    return render_template("queue.html", f=f, statuses=STATUSES,
+                           tasks=sorted(handler_registry(app).tasks()),
+                           poll_seconds=QUEUE_POLL_SECONDS, **queue_links(f), **queue_page(f))
 
 
-@bp.get("/jobs/<id:job_id>")
-def job(job_id: int):
-    """One row: status, times, error, log, payload, result, children; `?tab=results`.
+JOB_POLL_SECONDS = 2
+LIVE = ("pending", "running")
 
-    Each large text shows its first 64 KB only (`web.fields`), so the page stays small
-    whatever the row holds.
+
+def job_page(job_id: int, tab: str = "overview") -> dict:
+    """What the Job page shows of row `job_id` (404 when there is none).
+
+    Returns:
+        `{row, tab, summary, children, child_counts, handler_known, live, refresh}`:
+        `live` while the row or one of its children is pending or running (the page
+        polls), `refresh` while it runs or is due within a minute (the page reloads
+        itself every 2 s when JavaScript is off).
     """
     app = cronjobs_app()
-    tab = request.args.get("tab", "overview")
-    if tab not in ("overview", "results"):
-        abort(400, f"tab must be overview or results, got {tab!r}")
     with app.engine.connect() as conn:
         row = page_row(conn, job_id)
         if row is None:
@@ -119,12 +162,29 @@ def job(job_id: int):
         cls = app.resolve(row["type"])
         summary = _summary(conn, cls, row) if tab == "results" else None
     now = app.clock.now()
-    refresh = row["status"] == "running" or (
+    busy_kids = any(kid_counts.get(s) for s in LIVE)
+    refresh = row["status"] == "running" or busy_kids or (
         row["status"] == "pending" and (row["scheduled_at"] is None
                                         or row["scheduled_at"] <= now + timedelta(seconds=60)))
-    return render_template("job.html", row=row, tab=tab, summary=summary, children=kids,
-                           child_counts=kid_counts, refresh=refresh,
-                           handler_known=cls is not None)
+    return {"row": row, "tab": tab, "summary": summary, "children": kids,
+            "child_counts": kid_counts, "handler_known": cls is not None,
+            "live": row["status"] in LIVE or busy_kids, "refresh": refresh}
+
+
+@bp.get("/jobs/<id:job_id>")
+def job(job_id: int):
+    """One row: status, times, error, log, payload, result, children; `?tab=results` shows
+    the handler's summary alone. While the row or a child is live the page updates itself
+    (`/api/jobs/ID/live`).
+
+    Each large text shows its first 64 KB only (`web.fields`), so the page stays small
+    whatever the row holds.
+    """
+    tab = request.args.get("tab", "overview")
+    if tab not in ("overview", "results"):
+        abort(400, f"tab must be overview or results, got {tab!r}")
+    data = job_page(job_id, tab)
+    return render_template("job.html", poll_seconds=JOB_POLL_SECONDS, **data)
 
 
 def _summary(conn, cls: type | None, row: dict) -> dict:

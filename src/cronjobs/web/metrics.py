@@ -35,6 +35,8 @@ from prometheus_client.core import (
 
 from .. import heartbeat, store
 from ..app import App
+from ..store import stats
+from .view import handler_registry
 
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600)
 OTHER = "other"
@@ -130,10 +132,10 @@ class Metrics:
 
     def _read(self) -> list:
         now = self.app.clock.now()
-        types = set(self.app.handlers.registered_handlers())
-        workers = heartbeat.view(self.app)
-        queues = set(self.app.queues()) | {q for w in workers.live
-                                           for q in w["queues"].split(",") if q}
+        types = set(handler_registry(self.app).registered_handlers())
+        with self.app.engine.connect() as conn:  # heartbeats only: never every pending row
+            live = [w for w in stats.heartbeats(conn, heartbeat.LIVE_SECONDS) if w["live"]]
+        queues = set(self.app.queues()) | {q for w in live for q in w["queues"].split(",") if q}
         with self.app.engine.connect() as conn:
             counts = store.views.rows_by_queue_status(conn, queues=queues, other=OTHER)
             due = store.views.due_by_queue(conn, now, queues=queues, other=OTHER)
@@ -150,7 +152,7 @@ class Metrics:
                     break
         return [*_queue_gauges(counts, due, now),
                 _gauge("cronjobs_live_workers", "Workers with a fresh heartbeat.", [],
-                       {(): len(workers.live)}),
+                       {(): len(live)}),
                 _gauge("cronjobs_status_rows", "Rows per status, all queues (capped at 10,000; "
                        "the Queue page's counts).", ["status"],
                        {(status,): n for status, (n, _) in statuses.items()}),

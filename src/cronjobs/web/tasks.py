@@ -1,53 +1,198 @@
-"""Tasks page: every task with its schedule state, kill switch and Run now button."""
+"""Tasks page (`/tasks`: every task with its schedule state, kill switch and Run now) and
+the page of one task (`/tasks/NAME`: settings, next fire times, the last 50 runs with a
+duration chart and success rate, Run now with an optional JSON payload)."""
 
 from __future__ import annotations
 
+import json
+import statistics
+from datetime import datetime
+from itertools import islice
+
 from flask import Blueprint, abort, redirect, render_template, request, url_for
+from flask_babel import format_percent
 from flask_babel import gettext as _
 
-from ..errors import TaskRefused
+from .. import limits, store
+from ..errors import InvalidJob, TaskRefused
+from ..handler import stage_of
 from ..manual import new_request_token, run_now
 from ..scheduler import set_enabled
-from ..taskrows import task_rows
-from .view import cronjobs_app
+from ..slots import current_slot, describe, fires_after, is_cron
+from ..taskrows import TaskRow, task_rows
+from . import charts
+from .view import cronjobs_app, handler_registry, page_now
 
 bp = Blueprint("tasks", __name__)
+RUNS_SHOWN = 50
+FIRES_SHOWN = 5
+
+
+def frequency_text(frequency: str | None) -> str:
+    """A frequency in the page's language: `every minute` ... `every month` for the named
+    ones, a cron line (a macro with its expansion) as it is; `""` for None."""
+    words = {"minute": _("every minute"), "hour": _("every hour"), "day": _("every day"),
+             "month": _("every month")}
+    return words.get(frequency or "", describe(frequency))
+
+
+def next_fires(frequency: str | None, now: datetime, tz: str, n: int = FIRES_SHOWN
+               ) -> list[datetime]:
+    """The next `n` times `frequency` starts a slot after `now` (naive UTC); cron lines are
+    read in zone `tz`, named frequencies in UTC (as the scheduler does)."""
+    if not frequency:
+        return []
+    if is_cron(frequency):
+        return list(islice(fires_after(frequency, now, tz), n))
+    fires = [current_slot(frequency, now, tz).next_at]
+    while len(fires) < n:
+        fires.append(current_slot(frequency, fires[-1], tz).next_at)
+    return fires
+
+
+def _gone(rows: list[TaskRow]) -> set[int]:
+    """Ids of last runs (scheduled or manual) whose row no longer exists."""
+    ids = {i for r in rows for i in (r.last_job_id, r.last_manual_job_id) if i}
+    with cronjobs_app().engine.connect() as conn:
+        return ids - set(store.views.job_statuses(conn, sorted(ids)))
 
 
 def _page(error: str | None = None, code: int = 200):
     rows = task_rows(cronjobs_app())
-    return render_template("tasks.html", rows=rows, error=error,
+    return render_template("tasks.html", rows=rows, error=error, gone=_gone(rows),
                            tokens={r.task: new_request_token() for r in rows}), code
 
 
-@bp.get("/")
+@bp.get("/tasks")
 def index():
-    """The Tasks page (the dashboard's home)."""
+    """The Tasks page."""
     return _page()
+
+
+def _task_row(task: str) -> TaskRow:
+    row = next((r for r in task_rows(cronjobs_app()) if r.task == task), None)
+    if row is None:
+        abort(404, f"unknown task {task!r}")
+    return row
+
+
+def run_stats(runs: list[dict]) -> dict:
+    """Success rate and durations of finished runs (rows of `views.list_rows`).
+
+    Returns:
+        `{"finished": n, "completed": n, "rate": fraction or None, "median": seconds or
+        None, "longest": seconds or None}` over the completed and failed runs.
+    """
+    ended = [r for r in runs if r["status"] in ("completed", "failed")]
+    done = [r for r in ended if r["status"] == "completed"]
+    seconds = [(r["finished_at"] - r["started_at"]).total_seconds() for r in ended
+               if r["started_at"] and r["finished_at"] and r["finished_at"] >= r["started_at"]]
+    return {"finished": len(ended), "completed": len(done),
+            "rate": len(done) / len(ended) if ended else None,
+            "median": statistics.median(seconds) if seconds else None,
+            "longest": max(seconds) if seconds else None}
+
+
+def duration_chart(runs: list[dict]):
+    """Bars of the runs' durations, oldest left, coloured by outcome."""
+    columns = []
+    for r in reversed(runs):
+        start, end = r["started_at"], r["finished_at"]
+        seconds = (end - start).total_seconds() if start and end and end >= start else 0.0
+        tip = _("#%(id)s %(status)s, %(seconds)s s", id=r["id"], status=_(r["status"]),
+                seconds=f"{seconds:.3f}")
+        columns.append(charts.Column([(seconds, f"seg-{r['status']}")], tip))
+    return charts.bars(columns, label=_("Duration of the last runs"), unit=" s",
+                       chart_id="chart-durations")
+
+
+def _task_page(task: str, error: str | None = None, payload_text: str = "", code: int = 200):
+    app = cronjobs_app()
+    row = _task_row(task)
+    cls = handler_registry(app).resolve_handler(row.type)
+    with app.engine.connect() as conn:
+        runs = store.views.list_rows(conn, types=[row.type], limit=RUNS_SHOWN).rows
+        discover = [r["id"] for r in runs if stage_of(r["type"]) == "discover"]
+        children = store.views.children_counts(conn, discover)
+    zone = app.settings.timezone
+    return render_template(
+        "task.html", t=row, cls=cls, runs=runs, children=children, error=error,
+        payload_text=payload_text, zone=zone if row.frequency and is_cron(row.frequency)
+        else "UTC", fires=next_fires(row.frequency, page_now(), zone), stats=run_stats(runs),
+        chart=duration_chart(runs), gone=_gone([row]), token=new_request_token(),
+        payload_limit=limits.PAYLOAD_MAX_BYTES), code
+
+
+@bp.get("/tasks/<task>")
+def task(task: str):
+    """One task: settings, next fire times, last runs, duration chart, Run now."""
+    return _task_page(task)
+
+
+def parse_payload(text: str) -> dict | None:
+    """The Run now form's payload: None when empty, else a JSON object.
+
+    Raises:
+        InvalidJob: the text is larger than `PAYLOAD_MAX_BYTES`, not JSON, nested deeper
+            than `JSON_MAX_DEPTH`, or not an object; the message says which.
+    """
+    if not text.strip():
+        return None
+    limits.check_json_size(text, "payload", limits.PAYLOAD_MAX_BYTES)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidJob(f"payload is nested more than {limits.JSON_MAX_DEPTH} levels deep; "
+                         f"the limit is {limits.JSON_MAX_DEPTH}") from None
+    except ValueError as exc:
+        raise InvalidJob(f"payload is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidJob(f'payload must be a JSON object ({{"key": "value"}}), got '
+                         f"{type(value).__name__}")
+    limits.check_json_depth(value, "payload")
+    return value
 
 
 @bp.post("/tasks/<task>/run")
 def run(task: str):
-    """Run now: one row per request token (a double click is one row), then the row's page."""
+    """Run now: one row per request token (a double click is one row), then the row's page.
+
+    Form: `request_token`; `payload` (optional JSON object, from the task's page); `back`
+    = `task` to answer a refusal with the task's page. A bad payload is a 400 naming the
+    reason, and nothing is dispatched.
+    """
     app = cronjobs_app()
-    if task not in app.handlers.tasks():
+    if task not in handler_registry(app).tasks():
         abort(404, f"unknown task {task!r}")
+    from_task_page = request.form.get("back") == "task"
+    text = request.form.get("payload") or ""
     try:
         started = run_now(task, request_token=request.form.get("request_token") or None,
-                          again=True, app=app)
+                          again=True, payload=parse_payload(text), app=app)
+    except InvalidJob as exc:
+        return _task_page(task, _("Run now refused: %(reason)s", reason=str(exc)), text, 400)
     except TaskRefused as exc:
-        return _page(_("Run now refused: %(reason)s", reason=str(exc)), 409)
+        message = _("Run now refused: %(reason)s", reason=str(exc))
+        return _task_page(task, message, text, 409) if from_task_page else _page(message, 409)
     return redirect(url_for("jobs.job", job_id=started.id), 303)
 
 
 @bp.post("/tasks/<task>/enabled")
 def enabled(task: str):
-    """The kill switch: form field `enabled` = `1` (on) or `0` (off)."""
+    """The kill switch: form field `enabled` = `1` (on) or `0` (off); back to the page it
+    came from (`back` = `task`: the task's page)."""
     app = cronjobs_app()
-    if task not in app.handlers.tasks():
+    if task not in handler_registry(app).tasks():
         abort(404, f"unknown task {task!r}")
     value = request.form.get("enabled")
     if value not in ("0", "1"):
         abort(400, f"enabled must be 0 or 1, got {value!r}")
     set_enabled(task, value == "1", app=app)
+    if request.form.get("back") == "task":
+        return redirect(url_for("tasks.task", task=task), 303)
     return redirect(url_for("tasks.index"), 303)
+
+
+def install(web) -> None:
+    """Template filters of the task pages: `frequency` (in the page's language), `percent`."""
+    web.jinja_env.filters.update(frequency=frequency_text, percent=format_percent)

@@ -7,7 +7,7 @@ import json
 import re
 from datetime import datetime
 
-from flask import Flask, current_app, render_template, request, url_for
+from flask import Flask, current_app, g, render_template, request, url_for
 from flask_babel import format_decimal, get_locale
 from flask_babel import gettext as _
 from markupsafe import Markup
@@ -59,18 +59,35 @@ def valid_text(value):
     return Markup(cleaned) if isinstance(value, Markup) else cleaned
 
 
-def lang_url(lang: str) -> str:
-    """This page in language `lang` (a GET page; the Tasks page for an error or a POST)."""
+def lang_url(lang: str | None = None) -> str:
+    """This page in language `lang` (None: the page's), with its path and query (its tab,
+    filters and page); the Overview for an error or a POST."""
     rule = request.url_rule
     if request.endpoint and rule is not None and "GET" in (rule.methods or ()):
-        return url_for(request.endpoint, **(request.view_args or {}), lang=lang)
-    return url_for("tasks.index", lang=lang)
+        args = {key: values for key, values in request.args.lists() if key != "lang"}
+        return url_for(request.endpoint, **{**args, **(request.view_args or {})}, lang=lang)
+    return url_for("overview.index", lang=lang)
 
 
 def cronjobs_app() -> App:
     """The App the dashboard shows, reading and writing through `web_engine`."""
     app = current_app.extensions["cronjobs_app"]
     return app.using(web_engine(app))
+
+
+def handler_registry(app: App):
+    """The handler registry of `app` (`tasks()`, `task_types(task)`, `resolve_handler(type)`,
+    `registered_handlers()`): the one place the dashboard reaches it, so a move of the
+    registry on the App is a change of this line."""
+    return app.handlers
+
+
+def page_now() -> datetime:
+    """The App clock's now (naive UTC), read once per request: every relative time of a
+    page is measured from the same instant."""
+    if "now" not in g:
+        g.now = cronjobs_app().clock.now()
+    return g.now
 
 
 def fmt_time(value: datetime | None) -> str:

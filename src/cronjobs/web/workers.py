@@ -5,7 +5,8 @@ from __future__ import annotations
 from flask import Blueprint, render_template
 
 from .. import store
-from ..heartbeat import view
+from ..heartbeat import LIVE_SECONDS
+from ..store import stats
 from .view import cronjobs_app
 
 bp = Blueprint("workers", __name__)
@@ -13,13 +14,18 @@ bp = Blueprint("workers", __name__)
 
 @bp.get("/workers")
 def workers():
-    """Live and dead workers, queues with no live worker, due rows per queue."""
+    """Live and dead workers, queues with no live worker, due rows per queue.
+
+    Reads the heartbeats and the due rows per queue (capped, on the claim index); never
+    every pending row.
+    """
     app = cronjobs_app()
-    seen = view(app)
     with app.engine.connect() as conn:
+        seen = stats.heartbeats(conn, LIVE_SECONDS)
         due = store.views.due_by_queue(conn, app.clock.now())
-    served = {q for w in seen.live for q in w["queues"].split(",") if q}
+    live = [w for w in seen if w["live"]]
+    served = {q for w in live for q in w["queues"].split(",") if q}
     orphans = sorted(q for q in due if q not in served)
-    return render_template("workers.html", live=seen.live, dead=seen.dead,
-                           unserved=seen.unserved, orphans=orphans, due=due,
-                           now=app.clock.now())
+    return render_template("workers.html", live=live, dead=[w for w in seen if not w["live"]],
+                           unserved=[q for q in app.queues() if q not in served],
+                           orphans=orphans, due=due, now=app.clock.now())
