@@ -236,8 +236,9 @@ def _take(conn: Connection, dialect: str, request: ClaimRequest, terms: HandlerT
     """Mark the locked `rows` running with one UPDATE per (lease, max attempts) group."""
     if not rows:
         return rows
-    plan = [(row, terms.lease_seconds(row["type"]), terms.max_attempts(row["type"]))
-            for row in rows]
+    types = {row["type"] for row in rows}
+    by_type = {t: (terms.lease_seconds(t), terms.max_attempts(t)) for t in types}
+    plan = [(row, *by_type[row["type"]]) for row in rows]
     groups: dict[tuple[float, int | None], list[int]] = {}
     for row, lease, attempts in plan:
         groups.setdefault((lease, attempts), []).append(row["id"])
