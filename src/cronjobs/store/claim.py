@@ -91,14 +91,17 @@ class ClaimPolicy:
 
     1. `where(conn, request)` -> `(sql, params)`: a condition AND-ed to the candidate
        SELECT (`WHERE queue = ... AND <due> AND (<sql>) ORDER BY priority, id LIMIT n
-       FOR UPDATE SKIP LOCKED`), as driver SQL on `cronjob_queue` with placeholders from
-       `store.sql.ph(dialect, key)` and `params` bound by those keys (prefix them `p_`:
-       the claim's own are `queue`, `job_id`, `now`, `limit`). Exclude here what cannot
-       be taken (a paused queue, a blocked key, a type at its concurrency limit), so rows
-       behind them are reached: excluding in the SELECT, not after it, is what keeps a
-       backlog of held rows from blocking the queue. The policy may read or lock its own
-       rows here (a limiter row FOR UPDATE serialises claimers of one limit). `""`: no
-       condition (the SELECT text is cached per distinct `sql`).
+       FOR UPDATE SKIP LOCKED`; by id: `WHERE id = ... AND status = 'pending' AND
+       (<sql>) FOR UPDATE`, and the policy decides whether an operator's "run it now"
+       passes its limits: `request.job_id` tells), as driver SQL on `cronjob_queue`
+       with placeholders from `store.sql.ph(dialect, key)` and `params` bound by those
+       keys (prefix them `p_`: the claim's own are `queue`, `job_id`, `now`, `limit`).
+       Exclude here what cannot be taken (a paused queue, a blocked key, a type at its
+       concurrency limit), so rows behind them are reached: excluding in the SELECT, not
+       after it, is what keeps a backlog of held rows from blocking the queue. The
+       policy may read or lock its own rows here (a limiter row FOR UPDATE serialises
+       claimers of one limit). `""`: no condition (the SELECT text is cached per
+       distinct `sql`).
     2. `accept(conn, request, rows)` -> the candidates to take, a sub-list of `rows`
        (locked, in claim order), e.g. at most N more of a limited type. Those dropped
        stay `pending` with their attempts; their locks end with the transaction.
@@ -121,7 +124,7 @@ class ClaimPolicy:
 
 
 def claim_jobs(conn: Connection, request: ClaimRequest, terms: HandlerTerms,
-          policy: ClaimPolicy | None = None) -> list[dict]:
+               policy: ClaimPolicy | None = None) -> list[dict]:
     """Claim rows for `request.worker_id`: status `running`, attempts + 1, a lease of
     `terms.lease_seconds(type)` on the database's clock, an unset `max_attempts` resolved
     to `terms.max_attempts(type)`. Best first: lowest priority, then oldest id.
