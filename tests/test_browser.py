@@ -200,6 +200,20 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
             page.wait_for_selector("h1 .st-cancelled")
             assert get(engine, pending)["status"] == "cancelled"
 
+            # -- a row dispatched without max attempts shows its handler's (— when unknown)
+            later = utcnow() + timedelta(days=1)  # no worker takes them first
+            unset = {i: insert(engine, type=kind, status="pending", attempts=0, finished_at=None,
+                               max_attempts=None, scheduled_at=later, title=f"unset {i}")
+                     for i, kind in (("known", "test.shape.execute"),
+                                     ("remote", "billing.invoice.execute"))}
+            for key, shown in (("known", "0/3"), ("remote", "0/—")):
+                page.goto(f"{base}/jobs/{unset[key]}")
+                cell = page.locator("table.kv tr", has_text="Attempts").locator("td")
+                assert cell.inner_text() == shown, key
+            page.goto(base + "/queue?title=unset")
+            assert page.locator(f"#rows tr:has(a[href='/jobs/{unset['remote']}'])").locator(
+                "td").nth(4).inner_text() == "0/—"
+
             # -- values from outside stay text; a raising render_summary shows its error box
             nasty = insert(engine, title=(XSS + " " + TEXT)[:255], error=XSS,
                            process_logs=XSS + "\n",

@@ -1,4 +1,5 @@
-"""Claiming: priority then age within a queue; a row runs at most once at a time."""
+"""Claiming: priority then age within a queue; a row runs at most once at a time; outcomes
+are fenced by the run's attempt."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_run_next_takes_priority_then_age(make_app):
                                               priority=0)) for _ in range(30)]
     for priority, job_id in ids:
         with app.engine.begin() as conn:
-            conn.execute(store.jobs.q.update().where(store.jobs.q.c.id == job_id)
+            conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == job_id)
                          .values(priority=priority))
     order, executor = [], Executor(app)
     while (report := executor.run_next("default")) is not None:
@@ -38,14 +39,13 @@ def test_queues_are_separate(make_app):
 def test_a_row_is_claimed_once(make_app):
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"})
-    lease = Executor(app).lease_seconds
+    one, two = Executor(app, "w:1"), Executor(app, "w:2")
     with app.engine.begin() as conn:
-        first = store.claim_by_id(conn, job_id, T0, "w:1", lease)
+        [first] = one.claim_rows(conn, T0, job_id=job_id)
     with app.engine.begin() as conn:
-        second = store.claim_by_id(conn, job_id, T0, "w:2", lease)
-        assert store.claim_next(conn, "default", T0, "w:2", lease) is None
+        assert two.claim_rows(conn, T0, job_id=job_id) == []
+        assert two.claim_rows(conn, T0, queue="default", limit=5) == []
     assert first["status"] == "running" and first["attempts"] == 1
-    assert second is None
     row = queue.get(job_id)
     assert row["worker_id"] == "w:1" and row["attempts"] == 1
 
@@ -54,12 +54,11 @@ def test_stale_run_cannot_overwrite_a_newer_run(make_app):
     """A worker whose lease was taken finishes late: its outcome is dropped."""
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"})
-    lease = Executor(app).lease_seconds
     with app.engine.begin() as conn:
-        store.claim_by_id(conn, job_id, T0, "old:1", lease)
-        conn.execute(store.jobs.q.update().where(store.jobs.q.c.id == job_id)
+        Executor(app, "old:1").claim_rows(conn, T0, job_id=job_id)
+        conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == job_id)
                      .values(status="pending"))  # as recover_stale would
-        store.claim_by_id(conn, job_id, T0, "new:2", lease)
+        Executor(app, "new:2").claim_rows(conn, T0, job_id=job_id)
     with app.engine.begin() as conn:
         assert not store.finish_job(conn, job_id, 1, {"status": "failed"})
         assert store.finish_job(conn, job_id, 2, {"status": "completed"})
@@ -74,7 +73,7 @@ def test_finish_many_writes_each_row_its_own_values_and_fences_lost_runs(make_ap
     app = make_app(clock=FrozenClock(T0))
     ids = [queue.dispatch("test.shape.execute", {"n": n}) for n in range(4)]
     with app.engine.begin() as conn:
-        rows = store.claim_batch(conn, "default", T0, "w:1", lambda t: 60.0, 10)
+        rows = Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10)
     assert [r["id"] for r in rows] == ids and all(r["attempts"] == 1 for r in rows)
     with app.engine.begin() as conn:  # as recover_stale and a new claim would: attempt 2
         conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == ids[3])

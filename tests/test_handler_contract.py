@@ -204,7 +204,6 @@ def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
 
 @BACKENDS
 def test_process_runs_a_row_here_and_now(make_app):
-    from cronjobs import store
     from cronjobs.errors import JobNotFound, JobStateError
 
     app = make_app(clock=FrozenClock(T0))
@@ -218,7 +217,7 @@ def test_process_runs_a_row_here_and_now(make_app):
     assert queue.process({"id": bad, "status": "pending"}) is False
     claimed_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
     with app.engine.begin() as conn:
-        claimed = store.claim_by_id(conn, claimed_id, T0, "me:1", Executor(app).lease_seconds)
+        [claimed] = Executor(app, "me:1").claim_rows(conn, T0, job_id=claimed_id)
     assert queue.process(claimed) is True
     assert queue.get(claimed_id)["result_payload"] == '{"answer": 42}'
 

@@ -56,11 +56,9 @@ def test_a_renewed_lease_is_never_taken(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     job_id = queue.dispatch("test.shape.execute", {})
+    executor = Executor(app, "w:1")
     with app.engine.begin() as conn:
-        from cronjobs import store
-
-        row = store.claim_by_id(conn, job_id, T0, "w:1", Executor(app).lease_seconds)
-    executor = Executor(app)
+        [row] = executor.claim_rows(conn, T0, job_id=job_id)
     executor._running[job_id] = (row["attempts"], executor.lease_seconds(row["type"]))
     for _ in range(20):  # an hour and forty minutes of renewals every 5 minutes
         clock.advance(300)

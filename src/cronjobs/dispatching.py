@@ -8,7 +8,9 @@ the scheduler's slots and manual runs. So the rules live in one place:
   no handler of this process is registered for is refused (`InvalidJob`, with a "did you
   mean" hint), unless the caller says `known_type=False` or the type matches a pattern of
   `CRONJOBS_REMOTE_TYPES` (a type that only another codebase's workers run). It computes
-  the derived columns of a row (its queue).
+  the derived columns of a row (its queue). What the handler that runs the row decides
+  is left unset: `max_attempts` (unless the caller gives it) is set at claim time by the
+  claiming worker (`store.claim_jobs`), as is the lease.
 - `insert_row` inserts one row under the idempotency-key rules (a taken key gives the
   holder's row); `insert_rows` many, in one statement when no row has a key.
 - The broker hears of a row only after its transaction committed (`send`,
@@ -121,6 +123,9 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     """Check dispatch arguments and return the column values of a new row.
 
     Args:
+        max_attempts: attempts of this row (>= 1); None leaves it unset, and the worker
+            that claims the row sets its handler's MAX_ATTEMPTS (the handler that runs
+            the row decides, not this process's registry).
         known_type: False accepts a type no handler of this process is registered for
             (one that another codebase's workers run); see `check_type`.
 
@@ -141,9 +146,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     if not isinstance(priority, int) or isinstance(priority, bool) \
             or not -2**31 <= priority < 2**31:
         raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
-    if max_attempts is None:
-        max_attempts = int(cls.MAX_ATTEMPTS) if cls is not None else 3
-    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+    if max_attempts is not None and (not isinstance(max_attempts, int)
+                                     or isinstance(max_attempts, bool) or max_attempts < 1):
         raise InvalidJob(f"max attempts must be an integer >= 1, got {max_attempts!r}")
     if parent_id is not None and (not isinstance(parent_id, int) or not 1 <= parent_id < 2**63):
         raise InvalidJob(f"parent id must be a positive integer, got {parent_id!r}")

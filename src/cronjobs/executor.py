@@ -157,11 +157,14 @@ class Executor:
         runtime: handed to every handler's `JobContext` (default: no serve URL).
         on_job_done: called with no arguments after each finished job (the worker's
             recycling limits).
+        claim_policy: what this executor's claims may take (`store.ClaimPolicy`); None:
+            every due row.
     """
 
     def __init__(self, app: App, worker_id: str | None = None, *, isolation: str = "handler",
                  runtime: Runtime | None = None,
-                 on_job_done: Callable[[], None] | None = None) -> None:
+                 on_job_done: Callable[[], None] | None = None,
+                 claim_policy: store.ClaimPolicy | None = None) -> None:
         if isolation not in ("handler", "process"):
             raise ValueError(f"isolation must be 'handler' or 'process', got {isolation!r}")
         self.app = app
@@ -169,15 +172,36 @@ class Executor:
         self.isolation = isolation
         self.runtime = runtime or Runtime()
         self._on_job_done = on_job_done
+        self.claim_policy = claim_policy
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
 
     def lease_seconds(self, job_type: str) -> float:
-        """Lease length for a type: its MAX_RUNTIME plus the configured grace, seconds."""
+        """Lease length for a type: its MAX_RUNTIME plus the configured grace, seconds
+        (120 s plus grace for a type this process has no handler for)."""
         cls = self.app.resolve(job_type)
         runtime = float(cls.MAX_RUNTIME) if cls is not None else 120.0
         return runtime + self.app.settings.lease_grace_seconds
+
+    def max_attempts(self, job_type: str) -> int | None:
+        """Attempts of a row of `job_type` dispatched without `max_attempts`: its
+        handler's MAX_ATTEMPTS, set by the claim; None when this process has no handler
+        for the type (the row stays unset for a worker that has)."""
+        cls = self.app.resolve(job_type)
+        return int(cls.MAX_ATTEMPTS) if cls is not None else None
+
+    def claim_rows(self, conn, now: datetime, *, queue: str | None = None,
+                   job_id: int | None = None, limit: int = 1) -> list[dict]:
+        """Claim in the caller's transaction (`store.claim_jobs` with this executor's
+        handlers and claim policy): the best due rows of `queue`, at most `limit`, or row
+        `job_id` if it is pending. `now` is the claiming instant (naive UTC).
+
+        Returns:
+            The claimed rows (status `running`, lease set), best first.
+        """
+        request = store.ClaimRequest(now, self.worker_id, queue, job_id, limit)
+        return store.claim_jobs(conn, request, self, self.claim_policy)
 
     def claim(self, queue: str) -> dict | None:
         """Claim the best due row of `queue` (status `running`, lease set); None when
@@ -187,8 +211,9 @@ class Executor:
             DatabaseUnavailable, DatabaseRefused, StoreError: see `run_in_transaction`.
         """
         # `now` is read inside the transaction, after any wait for a lock (SQLite).
-        return run_in_transaction(self.app.engine, lambda c: store.claim_next(
-            c, queue, self.app.clock.now(), self.worker_id, self.lease_seconds))
+        rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
+            c, self.app.clock.now(), queue=queue))
+        return rows[0] if rows else None
 
     def run_next(self, queue: str) -> JobReport | None:
         """Claim the best due row of `queue` and run it; None when nothing is due."""
@@ -202,21 +227,21 @@ class Executor:
             JobNotFound: no such row.
             JobStateError: the row is not `pending`.
         """
-        row = run_in_transaction(self.app.engine, lambda c: store.claim_by_id(
-            c, job_id, self.app.clock.now(), self.worker_id, self.lease_seconds))
-        if row is None:
+        rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
+            c, self.app.clock.now(), job_id=job_id))
+        if not rows:
             with self.app.engine.connect() as conn:
                 current = store.get_job(conn, job_id, ["status"])
             if current is None:
                 raise JobNotFound(f"no job with id {job_id}")
             raise JobStateError(f"job {job_id} is {current['status']}, not pending")
-        return self.run_claimed(row)
+        return self.run_claimed(rows[0])
 
     def run_claimed(self, row: dict) -> JobReport:
         """Run a row this process has claimed (status `running`) here, and finish it."""
         job, outcome = job_of(row)
         log.debug("job %s start type=%s attempt=%s/%s", job.id, job.type, job.attempts,
-                  job.max_attempts, extra={"trace_id": job.id})
+                  job.max_attempts or "—", extra={"trace_id": job.id})
         started = time.monotonic()
         if outcome is None:
             outcome = self.prepare(job)
@@ -288,7 +313,7 @@ class Executor:
             outcome = Outcome("fatal", error=error, log=error)
             move = next_state(job, outcome, now, policy)
         stamp = now.strftime("%Y-%m-%d %H:%M:%S")
-        line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts} on "
+        line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts or '—'} on "
                                f"{self.worker_id}: {move.status} in {duration_ms:.0f} ms - "
                                f"{outcome.log}") + "\n"
         values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
@@ -313,7 +338,7 @@ class Executor:
         with self._lock:
             self.jobs_done += 1
         log.info("job %s finish type=%s status=%s duration_ms=%.1f attempt=%s/%s", job.id,
-                 job.type, final, finish.duration_ms, job.attempts, job.max_attempts,
+                 job.type, final, finish.duration_ms, job.attempts, job.max_attempts or "—",
                  extra={"trace_id": job.id})
         if self._on_job_done is not None:
             self._on_job_done()

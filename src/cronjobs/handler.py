@@ -38,6 +38,9 @@ class Job:
     """One row of `cronjob_queue` as a handler sees it. Times are naive UTC.
 
     `payload` and `result` are decoded JSON (dicts); the other fields are the columns.
+    `max_attempts` is an int for every row a handler runs (the claim sets the handler's
+    MAX_ATTEMPTS when the dispatcher gave none); None only on a row claimed by a worker
+    that has no handler for its type.
     """
 
     id: int
@@ -50,7 +53,7 @@ class Job:
     process_logs: str | None
     error: str | None
     attempts: int
-    max_attempts: int
+    max_attempts: int | None
     idempotency_key: str | None
     parent_id: int | None
     title: str | None

@@ -54,7 +54,8 @@ cronjob_queue = Table(
     Column("process_logs", LongText, nullable=True),
     Column("error", Text, nullable=True),
     Column("attempts", Integer, nullable=False, server_default="0"),
-    Column("max_attempts", Integer, nullable=False, server_default="3"),
+    # NULL: the dispatcher left it to the handler; the claim sets its MAX_ATTEMPTS (0007).
+    Column("max_attempts", Integer, nullable=True),
     Column("idempotency_key", String(KEY_MAX), nullable=True),
     Column("parent_id", Id, ForeignKey("cronjob_queue.id", ondelete="CASCADE",
                                        name="fk_cronjob_queue_parent"), nullable=True),

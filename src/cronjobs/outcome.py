@@ -202,7 +202,9 @@ def next_state(job: Job, outcome: Outcome, now: datetime, policy: Policy) -> Tra
         return Transition(values, "pending", outcome.delay_seconds)
     if kind == "no_handler":
         return _no_handler(job, outcome, now, policy, values)
-    if kind == "failed" and job.attempts < job.max_attempts:
+    # A failed run is retried while attempts remain (a row without max_attempts, which
+    # only a worker without its handler claims, has none left).
+    if kind == "failed" and job.max_attempts is not None and job.attempts < job.max_attempts:
         delay = backoff_seconds(job.attempts, policy.backoff_cap_minutes)
         values.update(status="pending", scheduled_at=now + timedelta(seconds=delay))
         return Transition(values, "pending", delay)

@@ -29,7 +29,6 @@ import threading
 import time
 from multiprocessing.connection import wait
 
-from . import store
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import DatabaseUnavailable
 from .executor import Executor, Finish, call_handler, job_of, write_all
@@ -271,8 +270,7 @@ class SlotPool:
             wanted = free - len(rows)
             if wanted <= 0:
                 break
-            got = store.claim_batch(conn, queue, now, self.executor.worker_id,
-                                    self.executor.lease_seconds, wanted)
+            got = self.executor.claim_rows(conn, now, queue=queue, limit=wanted)
             self.claims += 1
             rows += got
             if len(got) < wanted:

@@ -47,7 +47,9 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
         priority: lower runs first (default 5).
         scheduled_at: do not run before this instant (aware, or naive UTC); None = now.
         title: up to 255 characters, shown in the dashboard.
-        max_attempts: overrides the handler's MAX_ATTEMPTS for this row (>= 1).
+        max_attempts: overrides the handler's MAX_ATTEMPTS for this row (>= 1). None:
+            the row's attempts are the MAX_ATTEMPTS of the handler of the worker that
+            claims it (set at claim; the row stores none until then).
         queue: broker queue (default: the handler's QUEUE, else the default queue).
         known_type: False accepts a type that no handler of this process is registered
             for: one that only another codebase's workers run (they decide its attempts

@@ -1,8 +1,18 @@
-"""Every SQL statement cronjobs runs lives in this package.
+"""Every SQL statement cronjobs runs lives in this package, split by noun.
+
+- `sql`: the dialect differences, and the due condition and the lease expression, each
+  written once;
+- `insert` (one row / many), `claim` (by queue or id, lease renewal: the one policy
+  point of what a worker may take), `finish` (one outcome / many, the delete of a
+  cancelled row), `jobs` (reads): the job row's life, driver SQL on the hot path;
+- `maintenance` (rescue stale rows, undelivered rows, prune), `runtime` (tasks and slot
+  claims), `workers` (heartbeats), and the dashboard's `views`, `actions`, `operations`,
+  `alerts`, `fields`, `secrets`.
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
-frozen clock drives every backend the same way. Dialect differences are handled here.
+frozen clock drives every backend the same way (leases and heartbeats excepted: they use
+the database's clock, `sql.db_now`).
 """
 
 from . import (  # dashboard reads, operator actions, bulk operations, alert state
@@ -13,28 +23,14 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     secrets,
     views,
 )
-from .dialect import database_now, db_now
-from .jobs import (
-    JOB_COLUMNS,
-    claim_batch,
-    claim_by_id,
-    claim_next,
-    count_children,
-    delete_job,
-    finish_job,
-    finish_many,
-    get_job,
-    insert_job,
-    insert_jobs,
-    list_jobs,
-    renew_leases,
-    select_by_key,
-)
+from .claim import ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
+from .finish import delete_job, finish_job, finish_many
+from .insert import insert_job, insert_jobs
+from .jobs import JOB_COLUMNS, count_children, get_job, select_by_key
 from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
     claim_slot,
     claim_slots,
-    ensure_runtime,
     ensure_runtimes,
     get_runtime,
     list_runtimes,
@@ -44,15 +40,15 @@ from .runtime import (
     set_enabled,
     update_task_status,
 )
+from .sql import database_now, db_now
 from .workers import beat, forget, list_workers, prune_workers
 
 __all__ = [
-    "JOB_COLUMNS", "claim_batch", "claim_by_id", "claim_next", "count_children", "delete_job",
-    "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs", "list_jobs",
+    "JOB_COLUMNS", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs", "count_children",
+    "delete_job", "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs",
     "renew_leases", "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
-    "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtime",
-    "ensure_runtimes", "get_runtime", "list_runtimes",
-    "record_run", "set_enabled", "update_task_status", "beat", "forget", "list_workers",
-    "prune_workers", "database_now", "db_now", "lock_runtime", "actions", "alerts", "fields",
-    "operations", "secrets", "views",
+    "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
+    "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
+    "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
+    "actions", "alerts", "fields", "operations", "secrets", "views",
 ]

@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, select
 
 from ..models import cronjob_alert as a
-from .dialect import insert_ignore
+from .sql import insert_ignore
 
 MESSAGE_CHARS = 2_000  # a problem's message is one line; cut so any row fits
 STATE_COLUMNS = ("check_name", "status", "message", "state", "runs", "state_since", "changes",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, case, exists, func, or_, select
+from sqlalchemy import Connection, case, exists, func, select
 from sqlalchemy.orm import aliased
 
 from .. import limits
 from ..models import cronjob_queue as q
 from ..models import cronjob_slot
-from .dialect import db_now, skip_locked
+from .sql import db_now, due, skip_locked
 
 
 def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 500) -> list[dict]:
@@ -20,7 +20,9 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
     with, so the host running this cannot take a live row because its own clock is ahead.
     A row with attempts left goes back to `pending` (due now); one without goes to
     `failed`. Both get a process-log line. Rows with a live lease are never touched, so a
-    long job on a live worker (which renews its lease) is safe.
+    long job on a live worker (which renews its lease) is safe. A row without
+    `max_attempts` (claimed by a worker that had no handler for it, which uses no attempt)
+    goes back to `pending`: the claim of a worker that has its handler sets it.
 
     Args:
         now: the injected clock's time, for `updated_at`, `scheduled_at` and the log line.
@@ -35,10 +37,11 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
     changed = []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     for row in conn.execute(skip_locked(conn, stmt)).mappings().all():
-        exhausted = row["attempts"] >= row["max_attempts"]
+        most = row["max_attempts"]
+        exhausted = most is not None and row["attempts"] >= most
         status = "failed" if exhausted else "pending"
         error = (f"lease expired on worker {row['worker_id']} (worker lost?)"
-                 + (f"; no attempts left ({row['attempts']}/{row['max_attempts']})"
+                 + (f"; no attempts left ({row['attempts']}/{most})"
                     if exhausted else ""))
         line = limits.log_line(f"[{stamp}] recover-stale: {error} -> {status}") + "\n"
         values = {"status": status, "error": error, "locked_until": None, "updated_at": now,
@@ -62,8 +65,7 @@ def due_pending(conn: Connection, now: datetime, idle_seconds: float, limit: int
         `[{id, queue}]`, oldest first, at most `limit`.
     """
     cutoff = now - timedelta(seconds=idle_seconds)
-    stmt = (select(q.c.id, q.c.queue).where(q.c.status == "pending", q.c.updated_at <= cutoff)
-            .where((q.c.scheduled_at.is_(None)) | (q.c.scheduled_at <= cutoff))
+    stmt = (select(q.c.id, q.c.queue).where(due(cutoff), q.c.updated_at <= cutoff)
             .order_by(q.c.priority, q.c.id).limit(limit))
     if queues:
         stmt = stmt.where(q.c.queue.in_(queues))
@@ -76,11 +78,11 @@ def pending_by_queue(conn: Connection, now: datetime) -> dict[str, dict]:
     `due` counts rows whose `scheduled_at` has passed (or is empty) at `now`;
     `oldest_due_at` is when the longest-waiting due row became due (naive UTC), or None.
     """
-    due = or_(q.c.scheduled_at.is_(None), q.c.scheduled_at <= now)
+    is_due = due(now)
     became_due = func.coalesce(q.c.scheduled_at, q.c.created_at)
     stmt = (select(q.c.queue, func.count().label("pending"),
-                   func.sum(case((due, 1), else_=0)).label("due"),
-                   func.min(case((due, became_due), else_=None)).label("oldest_due_at"))
+                   func.sum(case((is_due, 1), else_=0)).label("due"),
+                   func.min(case((is_due, became_due), else_=None)).label("oldest_due_at"))
             .where(q.c.status == "pending").group_by(q.c.queue))
     return {r["queue"]: {"pending": int(r["pending"]), "due": int(r["due"] or 0),
                          "oldest_due_at": _as_datetime(r["oldest_due_at"])}

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, case, select
 from ..models import cronjob_operation as op
 from ..models import cronjob_operation_batch as ob
 from ..models import cronjob_queue as q
-from .dialect import db_now, insert_ignore
+from .sql import db_now, insert_ignore
 from .views import error_key
 
 OPERATION_COLUMNS = ("id", "action", "selection", "status", "total_rows", "done_rows",

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, select
 
 from ..models import cronjob_runtime as rt
 from ..models import cronjob_slot
-from . import hotpath
-from .dialect import insert_ignore
-
-
-def ensure_runtime(conn: Connection, task: str, job_type: str, enabled: bool,
-                   now: datetime) -> None:
-    """Create the runtime row of `task` if it does not exist (never changes an existing one)."""
-    stmt = insert_ignore(conn, rt, ["task"]).values(task=task, type=job_type, enabled=enabled,
-                                                     updated_at=now)
-    conn.execute(stmt)
+from .sql import bind, insert_ignore, name, ph
 
 
 def ensure_runtimes(conn: Connection, tasks: list[tuple[str, str, bool]], now: datetime) -> None:
-    """`ensure_runtime` for many tasks at once: `(task, type, enabled)` each."""
+    """Create the runtime rows of `tasks`, `(task, type, enabled)` each, that do not exist
+    (never changes an existing one)."""
     if tasks:
         conn.execute(insert_ignore(conn, rt, ["task"]).values(
             [{"task": t, "type": ty, "enabled": e, "updated_at": now} for t, ty, e in tasks]))
@@ -74,10 +68,10 @@ def claim_slots(conn: Connection, slots: list[tuple[str, str]], now: datetime) -
 def record_runs(conn: Connection, runs: list[tuple[str, str, int, datetime | None]],
                 now: datetime) -> None:
     """`record_run` for many scheduled runs, `(task, slot, job_id, next_run_at)` each, in two
-    statements however many runs a tick starts (driver SQL: `store.hotpath`). The slot
-    records are this transaction's own (no job id yet)."""
+    statements with a `CASE task` per column however many runs a tick starts (driver SQL,
+    once per tick). The slot records are this transaction's own (no job id yet)."""
     if runs:
-        hotpath.record_runs(conn, runs, now)
+        _record_runs_sql(conn, runs, now)
 
 
 def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, now: datetime,
@@ -129,3 +123,27 @@ def update_task_status(conn: Connection, job_id: int, status: str, now: datetime
     if status in SUCCESS_STATUSES if success is None else success:
         values["last_success_at"] = now
     conn.execute(rt.update().where(rt.c.last_job_id == job_id).values(**values))
+
+
+def _record_runs_sql(conn: Connection, runs: list[tuple[str, str, int, datetime | None]],
+                     now: datetime) -> None:
+    dialect = name(conn)
+    p = functools.partial(ph, dialect)
+    params: dict[str, Any] = {"now": bind(dialect, now)}
+    job_case, slot_case, next_case, tasks = [], [], [], []
+    for n, (task, slot, job_id, next_at) in enumerate(runs):
+        params.update({f"t{n}": task, f"s{n}": slot, f"n{n}": bind(dialect, next_at)})
+        tasks.append(p(f"t{n}"))
+        job_case.append(f"WHEN {p(f't{n}')} THEN {int(job_id)}")
+        slot_case.append(f"WHEN {p(f't{n}')} THEN {p(f's{n}')}")
+        next_case.append(f"WHEN {p(f't{n}')} THEN {p(f'n{n}')}")
+    in_tasks = ", ".join(tasks)
+    jobs, slots, nexts = " ".join(job_case), " ".join(slot_case), " ".join(next_case)
+    conn.exec_driver_sql(
+        f"UPDATE cronjob_slot SET job_id = CASE task {jobs} END WHERE task IN ({in_tasks}) "
+        f"AND job_id IS NULL AND slot = CASE task {slots} END", params)
+    conn.exec_driver_sql(
+        f"UPDATE cronjob_runtime SET last_job_id = CASE task {jobs} END, "
+        f"last_slot = CASE task {slots} END, next_run_at = CASE task {nexts} END, "
+        f"last_status = 'pending', updated_at = {p('now')}, last_run_at = {p('now')} "
+        f"WHERE task IN ({in_tasks})", params)

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection, select
 
 from ..models import cronjob_secret
-from .dialect import insert_ignore
+from .sql import insert_ignore
 
 
 def get_or_create(conn: Connection, name: str, make: Callable[[], str], now: datetime) -> str:

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, case, func, literal, select
 from ..models import cronjob_queue as q
 from ..models import cronjob_runtime as rt
 from ..models import cronjob_slot
+from .sql import due
 
 COUNT_CAP = 10_000
 SEARCH_WINDOW = 100_000  # ids looked at per page of a title search
@@ -324,8 +325,7 @@ def due_in_queues(conn: Connection, now: datetime, queues: list[str], cap: int =
     due_at = func.coalesce(q.c.scheduled_at, q.c.created_at)
     inner = select(due_at.label("due_at")).where(
         q.c.queue == queues[0] if len(queues) == 1 else q.c.queue.in_(queues),
-        q.c.status == "pending",
-        (q.c.scheduled_at.is_(None)) | (q.c.scheduled_at <= now))
+        due(now))
     if len(queues) == 1:  # the claim index's order: the first `cap` rows a worker would take
         inner = inner.order_by(q.c.priority, q.c.id)
     inner = inner.limit(cap + 1).subquery()

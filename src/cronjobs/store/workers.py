@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, select
 
 from ..models import cronjob_worker as w
-from .dialect import db_now
+from .sql import db_now
 
 
 def beat(conn: Connection, values: dict) -> None:

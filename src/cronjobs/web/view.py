@@ -122,6 +122,16 @@ def duration(row: dict) -> str:
     return f"{(end - start).total_seconds():.3f} s"
 
 
+def attempts(row: dict) -> str:
+    """`attempts/max`: a row dispatched without max attempts shows its handler's
+    MAX_ATTEMPTS (set when a worker claims it), or `—` when no handler here knows it."""
+    most = row.get("max_attempts")
+    if most is None:
+        cls = cronjobs_app().resolve(row["type"])
+        most = cls.MAX_ATTEMPTS if cls is not None else "—"
+    return f"{row.get('attempts', 0)}/{most}"
+
+
 def head_bytes(text: str, max_bytes: int) -> str:
     """The longest prefix of `text` whose UTF-8 form has at most `max_bytes` bytes
     (never half a character)."""
@@ -207,7 +217,7 @@ def install(web: Flask) -> None:
     web.url_map.converters["id"] = RowIdConverter  # before any route is added
     web.jinja_env.finalize = valid_text
     web.jinja_env.filters.update(time=fmt_time, count=fmt_count, pretty_json=pretty_json,
-                                 duration=duration)
+                                 duration=duration, attempts=attempts)
     web.jinja_env.globals.update(lang_url=lang_url, display_max_bytes=limits.DISPLAY_MAX_BYTES)
     web.context_processor(lambda: {"get_locale": get_locale})
     web.after_request(_security_headers)

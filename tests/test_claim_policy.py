@@ -1,0 +1,185 @@
+"""One claim for every path, with a policy hook: a policy's condition keeps rows out of the
+claim without blocking the rows behind them, its filter leaves the rows it drops pending
+with their attempts, and without a policy a claim is one locking SELECT plus one UPDATE
+per terms group — the statements the worker, `drain()`, `run_next` and `process` all run."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from cronjobs import queue
+from cronjobs.clock import FrozenClock
+from cronjobs.executor import Executor
+from cronjobs.store import ClaimPolicy
+from cronjobs.store.claim import select_sql, update_sql
+from cronjobs.store.sql import name, ph
+from cronjobs.testing import drain
+from cronjobs.worker import WorkerProcess
+from test_worker_e2e import REDIS, wait_for
+
+T0 = datetime(2026, 4, 4, 4, 4, 4)
+SHAPE, SLOW = "test.shape.execute", "test.slow.execute"  # MAX_RUNTIME 120 s and 8 s
+ONCE_HANDLERS = str(Path(__file__).parent / "attempt_handlers")
+
+
+@contextmanager
+def statements(app):
+    """The statements on `cronjob_queue` that `app`'s engine sends while the block runs."""
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if "cronjob_queue" in statement:
+            seen.append(statement)
+
+    sa.event.listen(app.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(app.engine, "before_cursor_execute", record)
+
+
+def dialect(app) -> str:
+    with app.engine.connect() as conn:
+        return name(conn)
+
+
+def rows_of(app, ids) -> dict[int, tuple]:
+    """Row id -> (status, attempts)."""
+    return {i: tuple(queue.get(i, ["status", "attempts"], app=app).values()) for i in ids}
+
+
+class ExcludeType(ClaimPolicy):
+    """Never claims rows of one type (as a paused type would be)."""
+
+    def __init__(self, job_type: str) -> None:
+        self.job_type = job_type
+
+    def where(self, conn, request):
+        return f"type <> {ph(name(conn), 'p_type')}", {"p_type": self.job_type}
+
+
+class OnePerType(ClaimPolicy):
+    """At most one row of each type per claim; asks again without the types it took."""
+
+    rounds = 3
+
+    def __init__(self) -> None:
+        self.taken: list[str] = []
+        self.calls: list[str] = []
+
+    def where(self, conn, request):
+        self.calls.append("where")
+        if not self.taken:
+            return "", {}
+        keys = [f"p_t{n}" for n in range(len(self.taken))]
+        held = ", ".join(ph(name(conn), k) for k in keys)
+        return f"type NOT IN ({held})", dict(zip(keys, self.taken, strict=True))
+
+    def accept(self, conn, request, rows):
+        self.calls.append(f"accept {len(rows)}")
+        chosen = []
+        for row in rows:
+            if row["type"] not in self.taken:
+                self.taken.append(row["type"])
+                chosen.append(row)
+        return chosen
+
+
+def test_a_policy_condition_excludes_rows_without_blocking_the_rows_behind(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    held = [queue.dispatch(SLOW, {}, priority=1) for _ in range(5)]
+    others = [queue.dispatch(SHAPE, {"shape": "true"}, priority=5) for _ in range(3)]
+    executor = Executor(app, "w:1", claim_policy=ExcludeType(SLOW))
+    with app.engine.begin() as conn:
+        rows = executor.claim_rows(conn, T0, queue="default", limit=2)
+    assert [r["id"] for r in rows] == others[:2]
+    assert rows_of(app, held) == {i: ("pending", 0) for i in held}
+    with app.engine.begin() as conn:  # by id too: the policy decides
+        assert executor.claim_rows(conn, T0, job_id=held[0]) == []
+
+
+def test_a_policy_filter_leaves_dropped_rows_pending_and_selects_again(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    a = [queue.dispatch(SLOW, {}, priority=1) for _ in range(3)]
+    b = [queue.dispatch(SHAPE, {"shape": "true"}, priority=2) for _ in range(2)]
+    c = queue.dispatch("test.record.execute", {}, priority=3)
+    policy = OnePerType()
+    with app.engine.begin() as conn:
+        rows = Executor(app, "w:1", claim_policy=policy).claim_rows(conn, T0, queue="default",
+                                                                     limit=5)
+    assert [r["id"] for r in rows] == [a[0], b[0], c]
+    assert all(r["status"] == "running" and r["attempts"] == 1 for r in rows)
+    assert policy.calls == ["where", "accept 5", "where", "accept 1"]
+    dropped = [*a[1:], b[1]]
+    assert rows_of(app, dropped) == {i: ("pending", 0) for i in dropped}
+
+
+def test_a_policy_cannot_take_a_row_that_was_not_a_candidate(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    job_id = queue.dispatch(SHAPE, {"shape": "true"})
+
+    class Foreign(ClaimPolicy):
+        def accept(self, conn, request, rows):
+            return [dict(rows[0])]
+
+    with pytest.raises(ValueError, match="not a candidate"), app.engine.begin() as conn:
+        Executor(app, claim_policy=Foreign()).claim_rows(conn, T0, queue="default")
+    assert rows_of(app, [job_id]) == {job_id: ("pending", 0)}
+
+
+@pytest.mark.parametrize("policy", [None, ClaimPolicy()], ids=["no-policy", "base-policy"])
+def test_a_claim_is_one_select_and_one_update_per_terms_group(make_app, policy):
+    app = make_app(clock=FrozenClock(T0))
+    same = [queue.dispatch(SHAPE, {"shape": "true"}) for _ in range(4)]
+    executor = Executor(app, "w:1", claim_policy=policy)
+    d = dialect(app)
+    with statements(app) as seen, app.engine.begin() as conn:
+        executor.claim_rows(conn, T0, queue="default", limit=8)
+    assert seen == [select_sql(d, by_id=False), update_sql(d, same)]
+    mixed = [queue.dispatch(SHAPE, {"shape": "true"}), queue.dispatch(SLOW, {}),
+             queue.dispatch(SHAPE, {"shape": "true"})]
+    with statements(app) as seen, app.engine.begin() as conn:
+        executor.claim_rows(conn, T0, queue="default", limit=8)
+    assert seen == [select_sql(d, by_id=False), update_sql(d, [mixed[0], mixed[2]]),
+                    update_sql(d, [mixed[1]])]  # two leases: 120 s and 8 s, plus grace
+
+
+def test_drain_run_next_and_process_run_the_same_claim(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    d = dialect(app)
+    ids = [queue.dispatch(SHAPE, {"shape": "true"}) for _ in range(3)]
+    with statements(app) as seen:
+        assert len(drain(app, ["default"])) == 3
+    assert {s for s in seen if s.startswith("SELECT")} == {select_sql(d, by_id=False)}
+    assert [s for s in seen if s.startswith("UPDATE cronjob_queue SET status = 'running'")] \
+        == [update_sql(d, [i]) for i in ids]
+    one = queue.dispatch(SHAPE, {"shape": "true"})
+    with statements(app) as seen:
+        assert queue.process(one) is True
+    assert seen[:2] == [select_sql(d, by_id=True), update_sql(d, [one])]
+
+
+@pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
+def test_the_worker_claims_with_the_same_sql_and_its_handlers_attempts(make_app):
+    """A real worker (job processes, group commit) runs the claim above, and a row
+    dispatched by a process without the handler gets the worker's MAX_ATTEMPTS (1)."""
+    web = make_app(broker_url=REDIS, handler_paths=())
+    app = make_app(broker_url=REDIS, handler_paths=(ONCE_HANDLERS,))
+    job_id = queue.dispatch("test.once.execute", {"fail": True}, known_type=False, app=web)
+    worker = WorkerProcess(app, ["default"], 2)
+    with statements(app) as seen:
+        worker.start()
+        try:
+            wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "failed", 60,
+                     "the row to fail")
+        finally:
+            worker.shutdown(10)
+    row = queue.get(job_id, app=app)
+    assert (row["status"], row["attempts"], row["max_attempts"]) == ("failed", 1, 1)
+    claims = {s for s in seen if " ORDER BY priority, id LIMIT " in s}
+    assert claims == {select_sql(dialect(app), by_id=False)}
