@@ -25,7 +25,7 @@ from sqlalchemy import select as sa_select
 
 from ..models import cronjob_queue as q
 from . import views
-from .dialect import name as dialect_name
+from .sql import name as dialect_name
 from .workers import list_workers
 
 SERIES_STATUSES = ("completed", "failed")
