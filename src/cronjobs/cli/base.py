@@ -8,7 +8,7 @@ from datetime import datetime
 
 import click
 
-from ..errors import CronjobsError
+from ..errors import CronjobsError, DatabaseRefused, StoreError
 
 EXIT_BAD_INPUT = 2
 JOB_ID = click.IntRange(max=2**63 - 1)  # a BIGINT; a larger id is a usage error, not a crash
@@ -20,15 +20,14 @@ class Group(click.Group):
     is one line and exit status 1."""
 
     def invoke(self, ctx: click.Context):
-        from sqlalchemy.exc import DBAPIError
-
-        from ..db import our_error
-        from ..errors import DatabaseRefused, StoreError
-
         try:
             try:
                 return super().invoke(ctx)
-            except DBAPIError as exc:
+            except Exception as exc:
+                if not _is_driver_error(exc):
+                    raise
+                from ..db import our_error  # lazy: CLI start-up time
+
                 raise our_error(exc) from exc
         except StoreError as exc:
             text = str(exc)
@@ -52,6 +51,14 @@ class Group(click.Group):
         except click.ClickException as exc:
             _fail(exc.format_message(), exc.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _is_driver_error(exc: Exception) -> bool:
+    """True for SQLAlchemy's `DBAPIError` (a driver's error). A process that never imported
+    SQLAlchemy (`--help`, a command without a database) cannot have raised one, so the
+    check does not import it (CLI start-up time)."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(exc, sa_exc.DBAPIError)
 
 
 def _fail(message: str, code: int) -> None:
