@@ -98,18 +98,30 @@ def _app(create: bool = False, database: bool = True, pool_size: int | None = No
 def _parse_time(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=name) from None
+
+
+def parse_time(value: str) -> datetime:
+    """`value`, an ISO 8601 time (UTC if naive; `Z` allowed), as a naive UTC datetime.
+
+    Raises:
+        ValueError: not an ISO 8601 time, or not from 1970 to 9998 (naming the value).
+    """
     from ..clock import as_utc
 
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise click.BadParameter(f"not an ISO 8601 time: {value!r}", param_hint=name) from None
+        raise ValueError(f"not an ISO 8601 time: {value!r}") from None
     try:
         parsed = as_utc(parsed)
     except OverflowError:  # e.g. 0001-01-01T00:00+05:00 has no UTC datetime
         parsed = datetime.min
     if not datetime(1970, 1, 1) <= parsed < datetime(9999, 1, 1):
-        raise click.BadParameter(f"out of range (1970 to 9998): {value!r}", param_hint=name)
+        raise ValueError(f"out of range (1970 to 9998): {value!r}")
     return parsed
 
 
