@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from datetime import datetime
@@ -40,17 +41,25 @@ class Group(click.Group):
             _fail(str(exc), EXIT_BAD_INPUT)
 
     def main(self, *args, **kwargs):
-        """Run the CLI; a usage error is printed as one line (no usage block)."""
+        """Run the CLI and exit the process; a usage error is printed as one line (no
+        usage block)."""
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
-        except click.UsageError as exc:
-            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            _fail(exc.format_message() + hint, EXIT_BAD_INPUT)
-        except click.exceptions.Abort:
-            _fail("aborted", 1)
-        except click.ClickException as exc:
-            _fail(exc.format_message(), exc.exit_code)
-        sys.exit(rv if isinstance(rv, int) else 0)
+            try:
+                rv = super().main(*args, standalone_mode=False, **kwargs)
+            except click.UsageError as exc:
+                hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+                _fail(exc.format_message() + hint, EXIT_BAD_INPUT)
+            except click.exceptions.Abort:
+                _fail("aborted", 1)
+            except click.ClickException as exc:
+                _fail(exc.format_message(), exc.exit_code)
+            sys.exit(rv if isinstance(rv, int) else 0)
+        finally:
+            # The process ends now: spare it the interpreter's last garbage collections over
+            # every object of the libraries it imported (about 80 ms with SQLAlchemy
+            # loaded: a quarter of `cronjobs get`). Exit handlers still run, files are
+            # still flushed and closed; cyclic garbage left now is not collected.
+            gc.freeze()
 
 
 def _is_driver_error(exc: Exception) -> bool:

@@ -26,7 +26,7 @@ from .base import JOB_ID, _app, _dump, _parse_time, main
                    "handler here knows it (as a type matching CRONJOBS_REMOTE_TYPES).")
 @click.option("--stdin", "from_stdin", is_flag=True,
               help="Many jobs: one JSON object a line on standard input (see above); no "
-                   "JOB_TYPE and none of the options above but --remote.")
+                   "JOB_TYPE and none of the options above but --remote (for every line).")
 @click.option("--quiet", "-q", is_flag=True,
               help="With --stdin: print the number of rows instead of their ids, and no "
                    "progress bar.")
@@ -38,8 +38,8 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
     """Add a job of a registered JOB_TYPE (or, with --remote, of a type another codebase
     runs); prints its row id.
 
-    With --stdin, many jobs, one JSON object a line on standard input; only "type" is
-    required, the other keys are the options above:
+    With --stdin, many jobs: one JSON object a line on standard input. Only "type" is
+    required; the other keys are the options below, by the names in this example:
 
     \b
       {"type": "acme.sync.execute", "payload": {"user": 7}, "key": "sync-7",
