@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -41,6 +40,8 @@ def _revision_text(bar) -> str:
 @contextmanager
 def _alembic_quiet(quiet: bool) -> Iterator[None]:
     """Alembic's INFO lines (one per revision) off while `quiet` (its warnings stay)."""
+    import logging  # lazy: CLI start-up time (`cronjobs --help` needs no logging)
+
     logger = logging.getLogger("alembic")
     level = logger.level
     if quiet:
