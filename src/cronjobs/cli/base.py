@@ -80,7 +80,7 @@ def _app(create: bool = False, database: bool = True, pool_size: int | None = No
     may `create` one (so a typo in the path or the wrong folder is an error, not a new
     empty database). A command that runs a worker passes the `pool_size` its slots need:
     the App is built with it and installed as the current one."""
-    from .. import logs
+    from .. import logs  # lazy: CLI start-up time
     from ..app import App, current, use
     from ..errors import ConfigError
 
@@ -93,7 +93,7 @@ def _app(create: bool = False, database: bool = True, pool_size: int | None = No
     url = app.engine.url
     if (database and url.get_backend_name() == "sqlite"
             and url.database not in (None, "", ":memory:")):
-        from pathlib import Path
+        from pathlib import Path  # lazy: CLI start-up time
 
         path = Path(url.database)
         if not create and not path.exists():
@@ -119,7 +119,7 @@ def parse_time(value: str) -> datetime:
     Raises:
         ValueError: not an ISO 8601 time, or not from 1970 to 9998 (naming the value).
     """
-    from ..clock import as_utc
+    from ..clock import as_utc  # lazy: CLI start-up time
 
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -59,9 +59,9 @@ def list_handlers(as_json: bool) -> None:
 
     A cron macro is shown with its expansion (`@daily (0 0 * * *)`); a handler whose
     available() is False shows "module not installed" (its task is not scheduled)."""
-    from registry import class_name
+    from registry import class_name  # lazy: CLI start-up time
 
-    from ..handler import task_name
+    from ..handler import task_name  # lazy: CLI start-up time
     from ..slots import describe, expand
 
     app = _app(database=False)

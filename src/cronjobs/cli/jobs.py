@@ -115,7 +115,7 @@ def _dispatch_one(job_type: str, payload: str, *, remote: bool, scheduled_at: st
 @click.option("--columns", help="Comma-separated column names (default all).")
 def get(job_id: int, columns: str | None) -> None:
     """Print row JOB_ID as JSON."""
-    from .. import queue
+    from .. import queue  # lazy: CLI start-up time
     from ..errors import JobNotFound
 
     cols = [c.strip() for c in columns.split(",")] if columns else None
@@ -135,7 +135,7 @@ def get(job_id: int, columns: str | None) -> None:
 @click.argument("job_id", type=JOB_ID)
 def run(job_id: int) -> None:
     """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
-    from ..executor import Executor
+    from ..executor import Executor  # lazy: CLI start-up time
 
     report = Executor(_app()).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
@@ -148,7 +148,7 @@ def run(job_id: int) -> None:
                    "(default CRONJOBS_RECOVER_STALE_MINUTES).")
 def recover_stale(minutes: float | None) -> None:
     """Put running rows whose worker was lost back to pending (or failed)."""
-    from .. import queue
+    from .. import queue  # lazy: CLI start-up time
 
     click.echo(f"recovered {queue.recover_stale(minutes, app=_app())} row(s)")
 

@@ -18,7 +18,7 @@ def health(as_json: bool, timeout: float | None) -> None:
 
     Exit status 0 ok, 1 warn, 2 fail; 3 when no check failed but a check itself broke
     (check_error: what it checks is unknown)."""
-    from ..health import CHECK_ERROR, run_health
+    from ..health import CHECK_ERROR, run_health  # lazy: CLI start-up time
 
     report = run_health(_app(), timeout)
     if as_json:
@@ -102,7 +102,7 @@ def dashboard(host: str | None, port: int | None) -> None:
 
     Needs CRONJOBS_DASHBOARD_TOKEN unless it listens on loopback (then it prints a
     generated token)."""
-    from ..web.server import run_dashboard
+    from ..web.server import run_dashboard  # lazy: CLI start-up time
 
     app = _app()
     sys.exit(run_dashboard(app, host or app.settings.dashboard_host,
