@@ -23,7 +23,7 @@ from pathlib import Path
 from . import report
 
 SCENARIOS = ("dispatch", "tick", "latency", "throughput", "steady", "memory", "cleanup",
-             "peers")
+             "cli", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:

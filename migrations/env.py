@@ -11,7 +11,8 @@ engine = config.attributes.get("engine") or create_engine(config.get_main_option
 
 with engine.connect() as connection:
     context.configure(connection=connection, target_metadata=metadata,
-                      render_as_batch=connection.dialect.name == "sqlite")
+                      render_as_batch=connection.dialect.name == "sqlite",
+                      on_version_apply=config.attributes.get("on_version_apply", ()))
     with context.begin_transaction():
         context.run_migrations()
     connection.commit()

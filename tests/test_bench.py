@@ -25,6 +25,7 @@ CASES = {
     "dispatch": ["--backends", "mariadb,sqlite"],
     "tick": [],
     "cleanup": [],
+    "cli": [],
     "memory": [],
     "peers": [],
 }

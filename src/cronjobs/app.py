@@ -11,16 +11,18 @@ slot builds its App with `pool_size`). Nothing is built at import time: the firs
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 import registry
 
-from .broker import Broker
 from .clock import SystemClock
 from .config import Settings
 from .db import make_engine
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 
 class App:
@@ -90,6 +92,10 @@ class App:
         """The broker (built on first use; a process that consumes calls its `consume`)."""
         with self._lock:
             if self._broker is None:
+                # lazy: CLI start-up time (Dramatiq and the Redis/AMQP client are imported
+                # by a process that sends or consumes, not by `cronjobs get`).
+                from .broker import Broker
+
                 self._broker = Broker(self.settings.broker_url, self.settings.broker_namespace)
             return self._broker
 

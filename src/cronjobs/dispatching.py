@@ -28,17 +28,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from . import limits, store
 from .app import App
 from .clock import as_utc
 from .db import run_in_transaction
 from .errors import InvalidJob
+
+if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
+    from sqlalchemy.orm import Session
 
 log = logging.getLogger("cronjobs.queue")
 

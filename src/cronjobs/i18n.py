@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from babel.messages.mofile import write_mo
-from babel.messages.pofile import read_po
-from babel.support import NullTranslations, Translations
+if TYPE_CHECKING:
+    from babel.support import NullTranslations
 
 DEFAULT_LOCALE = "en"
 
@@ -102,6 +102,12 @@ class Catalog:
             return self._loaded[locale]
 
     def _load(self, locale: str) -> NullTranslations:
+        # lazy: CLI start-up time (Babel is needed when a label is shown, not when the
+        # handler modules that use this catalog are imported by `cronjobs dispatch`)
+        from babel.messages.mofile import write_mo
+        from babel.messages.pofile import read_po
+        from babel.support import NullTranslations, Translations
+
         for candidate in (locale, locale.split("_")[0]):
             path = self.directory / candidate / "LC_MESSAGES" / f"{self.domain}.po"
             if path.is_file():

@@ -13,6 +13,7 @@ refuses a statement for its size:
 | title | 255 characters | refused |
 | worker id | 128 characters | host name shortened |
 | payload (JSON) | 1,000,000 bytes, nested at most 100 levels | refused (`InvalidJob`) |
+| one line of `cronjobs dispatch --stdin` | 2,000,000 bytes | refused, nothing inserted |
 | result (JSON) | 1,000,000 bytes, nested at most 100 levels | the run fails, not retried |
 | error | 16,000 bytes | cut, with a marker |
 | one process-log line | 2,000 characters | cut, with a marker |
@@ -49,6 +50,7 @@ RESULT_MAX_BYTES = 1_000_000
 # refuses deeper documents too, and Python's JSON decoder and pickle recurse per level, so
 # a much deeper value (1,000 levels) could not even be read back by a worker.
 JSON_MAX_DEPTH = 100
+STDIN_LINE_MAX_BYTES = 2 * PAYLOAD_MAX_BYTES  # a payload (as sent: spaces too) and its fields
 ERROR_MAX_BYTES = 16_000  # the error column is TEXT: 65,535 bytes on MySQL
 LOG_LINE_MAX_CHARS = 2_000
 LOG_MAX_BYTES = 64_000

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 
@@ -26,9 +28,29 @@ def _config(engine: Engine) -> Config:
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply migrations up to `revision` (default the newest)."""
-    command.upgrade(_config(engine), revision)
+def upgrade(engine: Engine, revision: str = "head", *,
+            on_revision: Callable[[str], None] | None = None) -> None:
+    """Apply migrations up to `revision` (default the newest), in one transaction.
+
+    Args:
+        on_revision: called with each revision id (`"0003"`) once it is applied, in order
+            (`cronjobs migrate` counts them on its progress bar).
+    """
+    cfg = _config(engine)
+    if on_revision is not None:
+        def applied(*, step, **_) -> None:  # Alembic's on_version_apply hook
+            if step.up_revision_id is not None:
+                on_revision(step.up_revision_id)
+
+        cfg.attributes["on_version_apply"] = (applied,)
+    command.upgrade(cfg, revision)
+
+
+def pending(engine: Engine, revision: str = "head") -> list[str]:
+    """The revision ids `upgrade(engine, revision)` would apply, oldest first."""
+    script = ScriptDirectory.from_config(_config(engine))
+    steps = script.iterate_revisions(revision, current(engine) or "base")
+    return [step.revision for step in reversed(list(steps))]
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:

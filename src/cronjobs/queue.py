@@ -9,17 +9,18 @@ The CLI and the dashboard call these same functions. Every function takes an opt
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING
 
 from . import dispatching, store
 from .app import App, current
 from .db import run_in_transaction
 from .dispatching import Dispatched, build_row
 from .errors import InvalidJob
-from .executor import Executor
+
+if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
+    from sqlalchemy.orm import Session
 
 log = logging.getLogger("cronjobs.queue")
 
@@ -130,6 +131,8 @@ def process(job_row: int | dict, *, app: App | None = None) -> bool:
         JobNotFound: no such row.
         JobStateError: the row is neither pending nor a claimed running row.
     """
+    from .executor import Executor  # lazy: CLI start-up time (`get` runs no handler)
+
     executor = Executor(app or current())
     if isinstance(job_row, dict) and job_row.get("status") == "running":
         return executor.run_claimed(job_row).status == "completed"
@@ -158,6 +161,7 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
 
 
 def cleanup(retention: dict | None = None, *, dry_run: bool = False,
+            progress: Callable[[dict[str, int]], None] | None = None,
             app: App | None = None) -> dict[str, int]:
     """Delete old finished rows in bounded batches; return counts per status.
 
@@ -166,6 +170,17 @@ def cleanup(retention: dict | None = None, *, dry_run: bool = False,
             (missing keys use the settings). Completed rows keep their idempotency keys
             taken until they are deleted.
         dry_run: count what would be deleted (the first batch per status), delete nothing.
+        progress: called after each batch (one transaction of at most
+            `cleanup_batch_size` rows per status) with the counts so far, a new dict
+            `{"completed": n, "failed": n, "cancelled": n}` (`cronjobs cleanup` draws its
+            progress bar with it). What it raises ends the cleanup; the batches done stay
+            deleted.
+
+    Returns:
+        Rows deleted (or, with `dry_run`, that would be) per status.
+
+    Raises:
+        InvalidJob: a bad `retention`.
     """
     app = app or current()
     s = app.settings
@@ -184,6 +199,8 @@ def cleanup(retention: dict | None = None, *, dry_run: bool = False,
             cancelled_days=days["cancelled"], batch=s.cleanup_batch_size, dry_run=dry_run))
         for key, value in counts.items():
             totals[key] += value
+        if progress is not None:
+            progress(dict(totals))
         if dry_run or not any(counts.values()):
             break
     if not dry_run:

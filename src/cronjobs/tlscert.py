@@ -13,9 +13,6 @@ import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from cryptography import x509
-from cryptography.x509.oid import ExtensionOID
-
 DEFAULT_PORT = 443
 
 
@@ -103,6 +100,11 @@ def _handshake(context: ssl.SSLContext, host: str, port: int, timeout: float) ->
 
 
 def _describe(der: bytes, verified: bool, verify_error: str | None) -> CertificateInfo:
+    # lazy: CLI start-up time (the registry imports the TLS handlers for every command
+    # that dispatches; cryptography is needed only to read a fetched certificate)
+    from cryptography import x509
+    from cryptography.x509.oid import ExtensionOID
+
     cert = x509.load_der_x509_certificate(der)
     try:
         alt = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-from jinja2 import Environment
+from functools import cache
+
 from markupsafe import Markup
 
 from cronjobs import CronJobHandler, Job
 
-_SUMMARY = Environment(autoescape=True).from_string(
+_SUMMARY = (
     "<table class=\"summary\"><tr><th>{{ _('Status') }}</th><td class=\"st-{{ r.status }}\">"
     "{{ r.status }}</td></tr>"
     "{% for name, status in (r.checks or {}).items() %}<tr><th>{{ name }}</th>"
     "<td class=\"st-{{ status }}\">{{ status }}</td></tr>{% endfor %}"
     "{% for p in r.problems or [] %}<tr><th>{{ p.key }}</th><td>{{ p.message }}</td></tr>"
     "{% endfor %}<tr><th>{{ _('Alerts sent') }}</th><td>{{ r.alerted or 0 }}</td></tr></table>")
+
+
+@cache
+def _summary_template():
+    """The Results table's template, compiled on first use (lazy: CLI start-up time: the
+    registry imports this module for every command that dispatches or ticks)."""
+    from jinja2 import Environment
+
+    return Environment(autoescape=True).from_string(_SUMMARY)
 
 
 class HealthCheck(CronJobHandler):
@@ -51,4 +61,5 @@ class HealthCheck(CronJobHandler):
         """Status, each check's status, the problems and how many alerts went out (escaped)."""
         from cronjobs.i18n import gettext
 
-        return Markup(_SUMMARY.render(r=result, _=gettext))  # labels: Status, Alerts sent
+        # labels: Status, Alerts sent
+        return Markup(_summary_template().render(r=result, _=gettext))

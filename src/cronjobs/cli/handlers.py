@@ -2,20 +2,54 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
 from .base import _app, _dump, _table, main
 
 
 @main.command()
-def migrate() -> None:
-    """Create or upgrade the tables (Alembic, to the newest revision)."""
-    from ..migrate import current as revision
-    from ..migrate import upgrade
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress bar and no log line per revision; only the final line.")
+def migrate(quiet: bool) -> None:
+    """Create or upgrade the tables (Alembic, to the newest revision).
+
+    On a terminal a progress bar counts the revisions applied (revision N of M) instead of
+    a log line each."""
+    from ..migrate import current as revision  # lazy: CLI start-up time (Alembic)
+    from ..migrate import pending, upgrade
+    from .progress import Progress  # lazy: CLI start-up time
 
     app = _app(create=True)
-    upgrade(app.engine)
-    click.echo(f"database at revision {revision(app.engine)} ({app.engine.url.render_as_string()})")
+    with _alembic_quiet(True):  # our look at what is to do is no step of the migration
+        todo = pending(app.engine)
+    with Progress("migrating", total=len(todo), unit="revisions", quiet=quiet or not todo,
+                  describe=_revision_text) as bar, _alembic_quiet(quiet or bar.shown):
+        upgrade(app.engine, on_revision=lambda rev: bar.update(bar.done + 1, note=rev))
+        at = revision(app.engine)
+    click.echo(f"database at revision {at} ({app.engine.url.render_as_string()})")
+
+
+def _revision_text(bar) -> str:
+    """`revision 3 of 6 (0003)` for the migrate progress bar."""
+    return f"revision {bar.done} of {bar.total}" + (f" ({bar.note})" if bar.note else "")
+
+
+@contextmanager
+def _alembic_quiet(quiet: bool) -> Iterator[None]:
+    """Alembic's INFO lines (one per revision) off while `quiet` (its warnings stay)."""
+    import logging  # lazy: CLI start-up time (`cronjobs --help` needs no logging)
+
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    if quiet:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @main.command("list-handlers")
@@ -25,9 +59,9 @@ def list_handlers(as_json: bool) -> None:
 
     A cron macro is shown with its expansion (`@daily (0 0 * * *)`); a handler whose
     available() is False shows "module not installed" (its task is not scheduled)."""
-    from registry import class_name
+    from registry import class_name  # lazy: CLI start-up time
 
-    from ..handler import task_name
+    from ..handler import task_name  # lazy: CLI start-up time
     from ..slots import describe, expand
 
     app = _app(database=False)

@@ -6,13 +6,14 @@ import json
 import sys
 
 import click
+from click.core import ParameterSource
 
 from .. import limits
 from .base import JOB_ID, _app, _dump, _parse_time, main
 
 
 @main.command()
-@click.argument("job_type")
+@click.argument("job_type", required=False)
 @click.option("--payload", default="{}", help="JSON object handed to handle().")
 @click.option("--key", "idempotency_key", help="Idempotency key (unique over the table).")
 @click.option("--parent", "parent_id", type=int, help="Parent row id.")
@@ -23,12 +24,69 @@ from .base import JOB_ID, _app, _dump, _parse_time, main
 @click.option("--remote", is_flag=True,
               help="JOB_TYPE is run by another codebase's workers: accept it although no "
                    "handler here knows it (as a type matching CRONJOBS_REMOTE_TYPES).")
-def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id: int | None,
-             priority: int, scheduled_at: str | None, title: str | None,
-             max_attempts: int | None, remote: bool) -> None:
+@click.option("--stdin", "from_stdin", is_flag=True,
+              help="Many jobs: one JSON object a line on standard input (see above); no "
+                   "JOB_TYPE and none of the options above but --remote (for every line).")
+@click.option("--quiet", "-q", is_flag=True,
+              help="With --stdin: print the number of rows instead of their ids, and no "
+                   "progress bar.")
+@click.pass_context
+def dispatch(ctx: click.Context, job_type: str | None, payload: str,
+             idempotency_key: str | None, parent_id: int | None, priority: int,
+             scheduled_at: str | None, title: str | None, max_attempts: int | None,
+             remote: bool, from_stdin: bool, quiet: bool) -> None:
     """Add a job of a registered JOB_TYPE (or, with --remote, of a type another codebase
-    runs); prints its row id."""
-    from .. import queue
+    runs); prints its row id.
+
+    With --stdin, many jobs: one JSON object a line on standard input. Only "type" is
+    required; the other keys are the options below, by the names in this example:
+
+    \b
+      {"type": "acme.sync.execute", "payload": {"user": 7}, "key": "sync-7",
+       "priority": 3, "at": "2030-01-01T09:00Z", "title": "Sync user 7",
+       "parent": 12, "max_attempts": 5}
+
+    Every line is checked first: a bad one (not JSON, not an object, an unknown key or
+    type, a payload too big or nested too deeply, ...) ends the command with exit
+    status 2 and one line naming its number, and nothing is inserted. Then the rows are
+    inserted 1,000 per transaction and their ids printed one per line, in input order
+    (a line whose key is taken gives the id of the row holding it); a progress bar shows
+    on a terminal. Blank lines are skipped; a line is at most 2,000,000 bytes. Only a
+    parent that does not exist is found at insert time: that batch is not inserted, the
+    batches before it are (their ids printed)."""
+    if from_stdin:
+        _refuse_with_stdin(ctx, job_type)
+        from .stdin import dispatch_lines  # lazy: CLI start-up time
+
+        if sys.stdin.isatty():
+            click.echo("reading JSON lines from the terminal; end with Ctrl-D", err=True)
+        dispatch_lines(_app(), click.get_binary_stream("stdin"), remote=remote, quiet=quiet)
+        return
+    if job_type is None:
+        raise click.UsageError("Missing argument 'JOB_TYPE'.", ctx)
+    if quiet:
+        raise click.UsageError("--quiet goes with --stdin", ctx)
+    _dispatch_one(job_type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
+                  priority=priority, scheduled_at=scheduled_at, title=title,
+                  max_attempts=max_attempts, remote=remote)
+
+
+def _refuse_with_stdin(ctx: click.Context, job_type: str | None) -> None:
+    """A usage error for JOB_TYPE or a row option given with --stdin (each line has them)."""
+    if job_type is not None:
+        raise click.UsageError(f"with --stdin each line names its type; got JOB_TYPE "
+                               f"{job_type!r} too", ctx)
+    for param in ctx.command.params:
+        if param.name in ("payload", "idempotency_key", "parent_id", "priority",
+                          "scheduled_at", "title", "max_attempts") \
+                and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"with --stdin each line carries its fields; "
+                                   f"{param.opts[0]} cannot be given too", ctx)
+
+
+def _dispatch_one(job_type: str, payload: str, *, remote: bool, scheduled_at: str | None,
+                  **options) -> None:
+    from .. import queue  # lazy: CLI start-up time
 
     try:
         data = json.loads(payload)
@@ -44,12 +102,11 @@ def dispatch(job_type: str, payload: str, idempotency_key: str | None, parent_id
                                  param_hint="--payload")
     when = _parse_time(scheduled_at, "--at")
     app = _app()
-    result = queue.submit(job_type, data, idempotency_key=idempotency_key, parent_id=parent_id,
-                          priority=priority, scheduled_at=when, title=title,
-                          max_attempts=max_attempts, known_type=not remote, app=app)
+    result = queue.submit(job_type, data, scheduled_at=when, known_type=not remote, app=app,
+                          **options)
     click.echo(result.id)
     if not result.created:
-        click.echo(f"note: key {idempotency_key!r} already held by job {result.id} "
+        click.echo(f"note: key {options['idempotency_key']!r} already held by job {result.id} "
                    f"({result.status}); nothing new was added", err=True)
 
 
@@ -60,7 +117,7 @@ def get(job_id: int, columns: str | None) -> None:
     """Print row JOB_ID as JSON. A row dispatched without max attempts shows its handler's
     MAX_ATTEMPTS (the worker sets it when it claims the row), or null when no handler
     here knows the type."""
-    from .. import queue
+    from .. import queue  # lazy: CLI start-up time
     from ..errors import JobNotFound
 
     app = _app()
@@ -85,7 +142,7 @@ def get(job_id: int, columns: str | None) -> None:
 @click.argument("job_id", type=JOB_ID)
 def run(job_id: int) -> None:
     """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
-    from ..executor import Executor
+    from ..executor import Executor  # lazy: CLI start-up time
 
     report = Executor(_app()).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
@@ -98,17 +155,26 @@ def run(job_id: int) -> None:
                    "(default CRONJOBS_RECOVER_STALE_MINUTES).")
 def recover_stale(minutes: float | None) -> None:
     """Put running rows whose worker was lost back to pending (or failed)."""
-    from .. import queue
+    from .. import queue  # lazy: CLI start-up time
 
     click.echo(f"recovered {queue.recover_stale(minutes, app=_app())} row(s)")
 
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Count, delete nothing.")
-def cleanup(dry_run: bool) -> None:
-    """Delete finished rows older than their retention, in batches."""
-    from .. import queue
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress bar (there is none when standard error is not a terminal).")
+def cleanup(dry_run: bool, quiet: bool) -> None:
+    """Delete finished rows older than their retention, in batches.
 
-    counts = queue.cleanup(dry_run=dry_run, app=_app())
+    Each batch is one transaction of at most CRONJOBS_CLEANUP_BATCH_SIZE rows per status;
+    on a terminal a progress bar shows the rows deleted so far and the rate."""
+    from .. import queue  # lazy: CLI start-up time
+    from .progress import Progress  # lazy: CLI start-up time
+
+    app = _app()
+    with Progress("deleting old rows", quiet=quiet or dry_run) as bar:
+        counts = queue.cleanup(dry_run=dry_run, app=app,
+                               progress=lambda totals: bar.update(sum(totals.values())))
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))

@@ -18,7 +18,7 @@ def health(as_json: bool, timeout: float | None) -> None:
 
     Exit status 0 ok, 1 warn, 2 fail; 3 when no check failed but a check itself broke
     (check_error: what it checks is unknown)."""
-    from ..health import CHECK_ERROR, run_health
+    from ..health import CHECK_ERROR, run_health  # lazy: CLI start-up time
 
     report = run_health(_app(), timeout)
     if as_json:
@@ -41,15 +41,19 @@ def health(as_json: bool, timeout: float | None) -> None:
 @click.option("--type", "job_type", help="Only failed rows of this job type.")
 @click.option("--retry", is_flag=True,
               help="Put every failed row (of --type) back to pending, attempts reset: one bulk "
-                   "operation, 500 rows a batch, progress on stderr. Refused (exit 2) while a "
-                   "retry of the same rows runs elsewhere; resumes one whose process died.")
-def failed(job_type: str | None, retry: bool) -> None:
+                   "operation, 500 rows a batch, a progress bar on a terminal. Refused (exit 2) "
+                   "while a retry of the same rows runs elsewhere; resumes one whose process "
+                   "died.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="With --retry: only the final line (no progress bar; there is none when "
+                   "standard error is not a terminal).")
+def failed(job_type: str | None, retry: bool, quiet: bool) -> None:
     """Failed rows grouped by type and error (the newest 5,000 grouped); --retry retries them."""
-    from .. import store
+    from .. import store  # lazy: CLI start-up time
 
     app = _app()
     if retry:
-        _retry_all(app, job_type)
+        _retry_all(app, job_type, quiet)
         return
     with app.engine.connect() as conn:
         groups = store.views.failed_groups(conn, job_type)
@@ -61,21 +65,26 @@ def failed(job_type: str | None, retry: bool) -> None:
             for g in groups], ["count", "type", "newest", "error"])
 
 
-def _retry_all(app, job_type: str | None) -> None:
+def _retry_all(app, job_type: str | None, quiet: bool) -> None:
     """`failed --retry`: the dashboard's bulk retry, run here in the foreground."""
-    from .. import bulk
+    from .. import bulk  # lazy: CLI start-up time
+    from .progress import Progress  # lazy: CLI start-up time
 
     started = bulk.start(app, "retry", bulk.Selection("failed", job_type), who="cli")
     op = started.operation
     verb = "resuming stalled" if started.resumed else "started"
-    click.echo(f"{verb} operation {op['id']}: retry {op['selection']} "
-               f"({op['done_rows']:,} of {op['total_rows']:,} done)", err=True)
+    if not quiet:
+        click.echo(f"{verb} operation {op['id']}: retry {op['selection']} "
+                   f"({op['done_rows']:,} of {op['total_rows']:,} done)", err=True)
     try:
-        op = bulk.run(app, started, on_batch=lambda o: click.echo(
-            f"operation {o['id']}: {o['done_rows']:,} of {o['total_rows']:,} done", err=True))
-    except KeyboardInterrupt:
+        with Progress(f"operation {op['id']}: retry", total=op["total_rows"], quiet=quiet,
+                      done=op["done_rows"]) as bar:
+            op = bulk.run(app, started, on_batch=lambda o: bar.update(o["done_rows"],
+                                                                      o["total_rows"]))
+    except KeyboardInterrupt:  # the bar has ended its line: the message is a line of its own
         bulk.release(app, started)
-        _fail(f"interrupted: operation {op['id']} stopped; `cronjobs failed --retry` resumes it", 1)
+        _fail(f"interrupted: operation {op['id']} stopped; `cronjobs failed --retry` "
+              "resumes it", 1)
     if op["status"] != "done":  # this run stalled past its lease and another runner took it
         _fail(f"operation {op['id']} was taken over by {op['owner']}; it goes on there", 1)
     skipped = op["done_rows"] - op["changed_rows"]
@@ -93,7 +102,7 @@ def dashboard(host: str | None, port: int | None) -> None:
 
     Needs CRONJOBS_DASHBOARD_TOKEN unless it listens on loopback (then it prints a
     generated token)."""
-    from ..web.server import run_dashboard
+    from ..web.server import run_dashboard  # lazy: CLI start-up time
 
     app = _app()
     sys.exit(run_dashboard(app, host or app.settings.dashboard_host,

@@ -20,7 +20,7 @@ def new_handler(name: str, discover: bool, folder: str | None) -> None:
     file into the first handler folder. Refuses to overwrite a file.
 
     The generated test passes as generated: python -m pytest FOLDER/test_NAME.py"""
-    from ..app import current
+    from ..app import current  # lazy: CLI start-up time
     from ..errors import ConfigError
     from ..scaffold import files, write
 
@@ -40,7 +40,7 @@ def new_handler(name: str, discover: bool, folder: str | None) -> None:
 
 
 def _have_pytest() -> bool:
-    from importlib.util import find_spec
+    from importlib.util import find_spec  # lazy: CLI start-up time
 
     try:
         return find_spec("pytest") is not None

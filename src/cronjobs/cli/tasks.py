@@ -11,7 +11,7 @@ from .base import Group, _app, _parse_time, _table, main
 @click.option("--now", help="Tick for this ISO 8601 instant instead of the clock (UTC if naive).")
 def tick(now: str | None) -> None:
     """Start every due task once (for a system cron line `* * * * * cronjobs tick`)."""
-    from ..scheduler import tick as do_tick
+    from ..scheduler import tick as do_tick  # lazy: CLI start-up time
 
     report = do_tick(_parse_time(now, "--now"), app=_app())
     for task, slot, job_id in report.started:
@@ -24,7 +24,7 @@ def tick(now: str | None) -> None:
 @main.command()
 def scheduler() -> None:
     """Tick every minute (APScheduler) until SIGTERM/SIGINT."""
-    from ..scheduler import run_forever
+    from ..scheduler import run_forever  # lazy: CLI start-up time
     from ..worker import Signals
 
     run_forever(_app(), Signals().install().stop)
@@ -39,7 +39,7 @@ def tasks(ctx: click.Context) -> None:
     MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
     by the settings."""
     if ctx.invoked_subcommand is None:
-        from ..taskrows import cli_row, task_rows
+        from ..taskrows import cli_row, task_rows  # lazy: CLI start-up time
 
         rows = [cli_row(r) for r in task_rows(_app())]
         _table(rows, list(rows[0]) if rows else ["task"])
@@ -49,7 +49,7 @@ def tasks(ctx: click.Context) -> None:
 @click.argument("task")
 def tasks_enable(task: str) -> None:
     """Turn TASK's kill switch on."""
-    from ..scheduler import set_enabled
+    from ..scheduler import set_enabled  # lazy: CLI start-up time
 
     set_enabled(task, True, app=_app())
     click.echo(f"{task}: enabled")
@@ -59,7 +59,7 @@ def tasks_enable(task: str) -> None:
 @click.argument("task")
 def tasks_disable(task: str) -> None:
     """Turn TASK's kill switch off (the scheduler skips it)."""
-    from ..scheduler import set_enabled
+    from ..scheduler import set_enabled  # lazy: CLI start-up time
 
     set_enabled(task, False, app=_app())
     click.echo(f"{task}: disabled")
@@ -74,6 +74,6 @@ def tasks_run(task: str, again: bool) -> None:
 
     Prints the row id. Refused (exit 2, naming its id) while a manual run of TASK is
     still pending, unless --again; refused for a disabled or unavailable task."""
-    from ..manual import run_now
+    from ..manual import run_now  # lazy: CLI start-up time
 
     click.echo(run_now(task, again=again, app=_app()).id)

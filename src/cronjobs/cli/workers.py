@@ -38,7 +38,7 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
 
     Each process has --threads slots; each job runs in a job process forked from a
     preloaded fork server and is stopped at its MAX_RUNTIME."""
-    from .. import logs
+    from .. import logs  # lazy: CLI start-up time
     from ..worker import Limits, connections_needed, run_children, run_worker
 
     app = _app(pool_size=connections_needed(threads) if processes == 1 else None)
@@ -70,7 +70,7 @@ def workers(as_json: bool) -> None:
 
     Exit status 1 when a handler's queue has no live worker or pending rows sit in a
     queue that no live worker consumes."""
-    from ..heartbeat import view
+    from ..heartbeat import view  # lazy: CLI start-up time
 
     seen = view(_app())
     if as_json:
@@ -105,7 +105,7 @@ def workers(as_json: bool) -> None:
               metavar="S", help="After SIGTERM, seconds running jobs may take to finish.")
 def serve(host: str | None, port: int | None, threads: int, shutdown_timeout: float) -> None:
     """Scheduler + worker + web front in one process (the embedded mode)."""
-    from ..migrate import upgrade
+    from ..migrate import upgrade  # lazy: CLI start-up time
     from ..serve import serve as run
     from ..worker import connections_needed
 

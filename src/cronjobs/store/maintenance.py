@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, case, exists, func, select
-from sqlalchemy.orm import aliased
+from sqlalchemy import alias as aliased  # Core: the same SQL as the ORM's, without the ORM
 
 from .. import limits
 from ..models import cronjob_queue as q

@@ -1,0 +1,207 @@
+"""`cronjobs dispatch --stdin`: many jobs from standard input, one JSON object a line.
+
+Every line is checked (JSON, fields, type, limits) before any row is inserted, so a bad
+line inserts nothing; then the rows are inserted `BATCH_ROWS` per transaction with
+`queue.dispatch_many`. Standard input is read twice: a file (`< jobs.jsonl`) from where it
+started, a pipe from a temporary copy made during the first reading. Memory holds one
+batch at a time (and the ids, when they wait for the progress bar to end on a terminal).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import IO
+
+import click
+
+from .. import limits
+from ..errors import InvalidJob
+from .base import parse_time
+from .progress import Progress
+
+BATCH_ROWS = 1_000
+# A line's keys (the options of `cronjobs dispatch`) -> the arguments of `dispatch_many`.
+FIELDS = {"type": "type", "payload": "payload", "key": "idempotency_key", "parent": "parent_id",
+          "priority": "priority", "at": "scheduled_at", "title": "title",
+          "max_attempts": "max_attempts"}
+PYTHON_NAMES = {"idempotency_key": "key", "parent_id": "parent", "scheduled_at": "at"}
+
+
+class Lines:
+    """The non-blank lines of a binary stream with their numbers (from 1), read twice.
+
+    Args:
+        stream: standard input (or any binary stream).
+    """
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self._start = stream.tell() if stream.seekable() else None
+        self._copy = None if self._start is not None else tempfile.TemporaryFile()
+
+    def first(self) -> Iterator[tuple[int, bytes]]:
+        """Read the stream (copying it when it cannot be read again)."""
+        return self._read(self.stream, self._copy)
+
+    def again(self) -> Iterator[tuple[int, bytes]]:
+        """The same lines once more."""
+        if self._copy is not None:
+            self._copy.seek(0)
+            return self._read(self._copy, None)
+        self.stream.seek(self._start)
+        return self._read(self.stream, None)
+
+    def close(self) -> None:
+        """Remove the temporary copy."""
+        if self._copy is not None:
+            self._copy.close()
+
+    @staticmethod
+    def _read(stream: IO[bytes], copy: IO[bytes] | None) -> Iterator[tuple[int, bytes]]:
+        number = 0
+        while line := stream.readline(limits.STDIN_LINE_MAX_BYTES + 2):
+            number += 1
+            text = line[:-1] if line.endswith(b"\n") else line
+            if len(text) > limits.STDIN_LINE_MAX_BYTES:  # read no further into it
+                raise InvalidJob(f"line {number}: longer than "
+                                 f"{limits.STDIN_LINE_MAX_BYTES:,} bytes")
+            if copy is not None:
+                copy.write(line if line.endswith(b"\n") else line + b"\n")
+            if text.strip():
+                yield number, text
+
+
+def parse_line(number: int, line: bytes, remote: bool = False) -> dict:
+    """One line as the keyword arguments of a `queue.dispatch_many` job.
+
+    Args:
+        number: the line's number, for messages.
+        line: a JSON object: `type` (required), `payload`, `key`, `parent`, `priority`,
+            `at` (ISO 8601, UTC if naive), `title`, `max_attempts`.
+        remote: accept a type no handler here knows (`--remote`).
+
+    Raises:
+        InvalidJob: `line N: <problem>` (not UTF-8, not JSON, not an object, an unknown
+            key, no type, a bad time); the other checks are `check_line`'s.
+    """
+    try:
+        data = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidJob(f"line {number}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidJob(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno}): "
+                         f"{line.decode('utf-8', 'replace')!r:.80}") from None
+    except RecursionError:
+        raise InvalidJob(f"line {number}: nested more than {limits.JSON_MAX_DEPTH} levels deep "
+                         f"(objects and arrays inside each other); the limit is "
+                         f"{limits.JSON_MAX_DEPTH}") from None
+    if not isinstance(data, dict):
+        raise InvalidJob(f'line {number}: must be a JSON object like {{"type": "a.b.execute", '
+                         f'"payload": {{}}}}, got {type(data).__name__}: {data!r:.60}')
+    for key in data:
+        if key not in FIELDS:
+            close = PYTHON_NAMES.get(key) or next(iter(difflib.get_close_matches(key, FIELDS, 1)),
+                                                  None)
+            raise InvalidJob(f"line {number}: unknown key {key!r}"
+                             + (f" (did you mean {close!r}?)" if close else "")
+                             + f"; the keys are {', '.join(FIELDS)}")
+    if "type" not in data:
+        raise InvalidJob(f'line {number}: no "type" (the job type, e.g. "a.b.execute")')
+    job = {FIELDS[key]: value for key, value in data.items()}
+    if job.get("scheduled_at") is not None:
+        job["scheduled_at"] = _time(number, job["scheduled_at"])
+    job["known_type"] = not remote
+    return job
+
+
+def _time(number: int, value: object):
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a string, got {value!r:.40}")
+        return parse_time(value)
+    except ValueError as exc:
+        raise InvalidJob(f'line {number}: "at" {exc}') from None
+
+
+def check_line(app, number: int, job: dict) -> None:
+    """Check a parsed line as `dispatch` would (type, payload, limits), inserting nothing.
+
+    Raises:
+        InvalidJob: `line N: <the reason dispatch gives>`.
+    """
+    from ..dispatching import build_row  # lazy: CLI start-up time (with `--stdin` only)
+
+    options = {k: v for k, v in job.items() if k not in ("type", "payload")}
+    try:
+        build_row(app, job["type"], job.get("payload"), **options)
+    except InvalidJob as exc:
+        raise InvalidJob(f"line {number}: {exc}") from None
+
+
+def batches(lines: Iterator[tuple[int, bytes]], remote: bool
+            ) -> Iterator[tuple[int, int, list[dict]]]:
+    """`(first line, last line, jobs)` of at most `BATCH_ROWS` jobs each."""
+    jobs: list[dict] = []
+    first = 0
+    for number, line in lines:
+        first = first or number
+        jobs.append(parse_line(number, line, remote))
+        if len(jobs) == BATCH_ROWS:
+            yield first, number, jobs
+            jobs, first = [], 0
+    if jobs:
+        yield first, number, jobs
+
+
+def dispatch_lines(app, stream: IO[bytes], *, remote: bool, quiet: bool) -> int:
+    """`cronjobs dispatch --stdin`: check every line, then insert; print the ids (or,
+    `quiet`, the count). Returns how many rows were dispatched.
+
+    Raises:
+        InvalidJob: a bad line (nothing inserted), or a batch the database refused (a
+            parent that does not exist: the batches before it stay, their ids printed).
+    """
+    from .. import queue  # lazy: CLI start-up time
+
+    lines = Lines(stream)
+    try:
+        count = 0
+        for number, line in lines.first():
+            check_line(app, number, parse_line(number, line, remote))
+            count += 1
+        done = _insert(app, queue, lines.again(), count, remote=remote, quiet=quiet)
+    finally:
+        lines.close()
+    if quiet:
+        click.echo(f"dispatched {done} row(s)")
+    return done
+
+
+def _insert(app, queue, lines: Iterator[tuple[int, bytes]], count: int, *, remote: bool,
+            quiet: bool) -> int:
+    done, held = 0, []
+    try:
+        with Progress("dispatching", total=count, quiet=quiet) as bar:
+            hold = bar.shown and sys.stdout.isatty()  # ids after the bar, not through it
+            for first, last, jobs in batches(lines, remote):
+                try:
+                    ids = queue.dispatch_many(jobs, app=app)
+                except InvalidJob as exc:
+                    where = f"line {first}" if first == last else f"lines {first}-{last}"
+                    before = (f"the {done:,} row(s) of the lines before were (ids printed)"
+                              if done else "nothing was inserted")
+                    raise InvalidJob(f"{where}: {exc}; not inserted, {before}") from None
+                done += len(ids)
+                if hold:
+                    held += ids
+                elif not quiet:
+                    click.echo("\n".join(map(str, ids)))
+                bar.update(done)
+    finally:
+        if held and not quiet:
+            click.echo("\n".join(map(str, held)))
+    return done

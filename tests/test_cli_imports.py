@@ -1,0 +1,70 @@
+"""Each command imports what it needs and no more (CLI start-up time): `--help` no
+SQLAlchemy or pydantic, `get` no broker, ORM or handler libraries, `tick` Dramatiq only
+when it rings a queue, none of them the dashboard or the scheduler's APScheduler."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_env
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+# Runs the CLI and, at exit, writes the names of every module it imported to argv[1].
+PROBE = ("import atexit, sys; from pathlib import Path; out = Path(sys.argv.pop(1)); "
+         "atexit.register(lambda: out.write_text('\\n'.join(sorted(sys.modules)))); "
+         "from cronjobs.cli import main; main(prog_name='cronjobs')")
+HEAVY = {"flask", "apscheduler", "alembic", "babel", "jinja2", "cryptography",
+         "prometheus_client", "sqlalchemy.orm"}
+
+
+def imported(args: list[str], env: dict, tmp_path: Path) -> set[str]:
+    """The modules `cronjobs ARGS` imported (it must exit 0 or, `health`, report)."""
+    out = tmp_path / "modules.txt"
+    done = subprocess.run([sys.executable, "-c", PROBE, str(out), *args], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr, done.stderr
+    return set(out.read_text().split())
+
+
+def test_help_imports_neither_sqlalchemy_nor_pydantic(db_url, tmp_path):
+    modules = imported(["--help"], cli_env(db_url), tmp_path)
+    assert "click" in modules and "cronjobs.cli" in modules
+    assert not modules & (HEAVY | {"sqlalchemy", "pydantic", "dramatiq", "redis", "psutil",
+                                   "cronjobs.handler", "cronjobs.app", "registry"})
+
+
+def test_get_imports_no_broker_no_orm_no_handler_libraries(make_app, db_url, tmp_path):
+    from cronjobs import queue
+
+    job_id = queue.dispatch("test.summary.execute", {}, app=make_app())
+    modules = imported(["get", str(job_id)], cli_env(db_url), tmp_path)
+    assert "sqlalchemy" in modules and "cronjobs.store" in modules
+    assert not modules & (HEAVY | {"dramatiq", "redis", "psutil", "cronjobs.broker",
+                                   "cronjobs.executor", "cronjobs.scheduler"})
+    assert not [m for m in modules if m.startswith("handlers.")]  # no handler module loaded
+
+
+def test_dispatch_imports_the_broker_to_ring_its_queue(db_url, tmp_path):
+    modules = imported(["dispatch", "test.summary.execute"], cli_env(db_url), tmp_path)
+    assert {"dramatiq", "cronjobs.broker", "handlers.HttpUptimeExecute"} <= modules
+    assert not modules & (HEAVY | {"psutil", "cronjobs.executor"})
+
+
+def test_tick_imports_dramatiq_only_when_it_starts_a_task(db_url, tmp_path):
+    env = cli_env(db_url)
+    first = imported(["tick", "--now", "2030-01-01T00:00"], env, tmp_path)
+    assert {"cronjobs.scheduler", "dramatiq"} <= first  # it started the minute tasks
+    assert not first & HEAVY
+    again = imported(["tick", "--now", "2030-01-01T00:00"], env, tmp_path)  # nothing due
+    assert "cronjobs.scheduler" in again and not again & (HEAVY | {"dramatiq", "redis"})
+
+
+def test_health_imports_no_broker_client_for_the_memory_broker(db_url, tmp_path):
+    modules = imported(["health"], cli_env(db_url), tmp_path)
+    assert {"cronjobs.health", "psutil"} <= modules
+    assert not modules & (HEAVY | {"dramatiq", "redis"})
