@@ -123,9 +123,9 @@ def test_recover_stale_puts_an_unset_row_back(make_app):
 
 
 def test_the_cli_shows_and_runs_an_unset_row_with_its_handler(make_app, db_url, namespace):
-    """`cronjobs get` shows the handler's MAX_ATTEMPTS where the row leaves it to the
-    handler (null where no handler here knows the type); `cronjobs run` claims it with
-    the handler's MAX_ATTEMPTS: one failure ends it."""
+    """`cronjobs get` shows the row as stored: null until a worker claims it, whatever
+    handlers the command knows; `cronjobs run` claims it with the handler's MAX_ATTEMPTS:
+    one failure ends it, and the row then holds 1."""
     web, _ = web_and_worker(make_app)
     job_id = queue.dispatch(ONCE, {"fail": True}, known_type=False, app=web)
     without = cli_env(db_url, namespace, CRONJOBS_HANDLER_PATHS="")
@@ -133,9 +133,11 @@ def test_the_cli_shows_and_runs_an_unset_row_with_its_handler(make_app, db_url, 
     shown = run_cli(["get", str(job_id), "--columns", "id,max_attempts"], without)
     assert json.loads(shown.stdout) == {"id": job_id, "max_attempts": None}, shown.stderr
     shown = run_cli(["get", str(job_id), "--columns", "max_attempts"], with_once)
-    assert json.loads(shown.stdout) == {"max_attempts": 1}, shown.stderr
+    assert json.loads(shown.stdout) == {"max_attempts": None}, shown.stderr
     ran = run_cli(["run", str(job_id)], with_once)
     assert ran.returncode == 1 and f"job {job_id} ({ONCE}): failed" in ran.stdout, ran.stderr
+    shown = run_cli(["get", str(job_id), "--columns", "max_attempts"], without)
+    assert json.loads(shown.stdout) == {"max_attempts": 1}, shown.stderr
     with web.engine.connect() as conn:
         row = conn.execute(sa.select(cronjob_queue.c.status, cronjob_queue.c.attempts,
                                      cronjob_queue.c.max_attempts)

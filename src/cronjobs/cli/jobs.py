@@ -114,9 +114,8 @@ def _dispatch_one(job_type: str, payload: str, *, remote: bool, scheduled_at: st
 @click.argument("job_id", type=JOB_ID)
 @click.option("--columns", help="Comma-separated column names (default all).")
 def get(job_id: int, columns: str | None) -> None:
-    """Print row JOB_ID as JSON. A row dispatched without max attempts shows its handler's
-    MAX_ATTEMPTS (the worker sets it when it claims the row), or null when no handler
-    here knows the type."""
+    """Print row JOB_ID as JSON, as stored. `max_attempts` is null for a row dispatched
+    without it until a worker claims the row: the handler that runs it decides."""
     from .. import queue  # lazy: CLI start-up time
     from ..errors import JobNotFound
 
@@ -125,10 +124,6 @@ def get(job_id: int, columns: str | None) -> None:
     row = queue.get(job_id, cols, app=app)
     if row is None:
         raise JobNotFound(f"no job with id {job_id}")
-    if row.get("max_attempts", 0) is None:
-        kind = row.get("type") or (queue.get(job_id, ["type"], app=app) or {}).get("type")
-        cls = app.resolve(kind) if kind else None
-        row["max_attempts"] = cls.MAX_ATTEMPTS if cls is not None else None
     for key in ("payload", "result_payload"):
         if row.get(key):
             try:
