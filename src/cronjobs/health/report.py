@@ -22,6 +22,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
+from .. import limits
 from ..app import App
 from ..db import classify
 
@@ -75,14 +76,14 @@ class Check:
 
     def problem(self, key: str, status: str, message: str) -> None:
         """Add a problem; the check's status becomes the worst seen."""
-        self.problems.append(Problem(key[:191], status, message))
+        self.problems.append(Problem(key[:limits.PROBLEM_KEY_MAX_CHARS], status, message))
         if self.status != CHECK_ERROR:
             self.status = worst([self.status, status])
 
     def broke(self, exc: BaseException) -> None:
         """Record that the check itself raised `exc` (`check_error`, problem
         `check_error:<name>` at `warn`); problems it found before are kept."""
-        text = str(exc).splitlines()[0][:300] if str(exc) else ""
+        text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) else ""
         self.message = f"{type(exc).__name__}: {text}"
         self.problem(f"{CHECK_ERROR}:{self.name}", "warn",
                      f"the {self.name} check is broken ({self.message}); "
@@ -216,7 +217,7 @@ def _run_one(fn: CheckFn, app: App, check: Check) -> None:
         fn(app, check)
     except Exception as exc:  # a check that breaks is reported, never a crash
         if is_outage(exc):
-            text = str(exc).splitlines()[0][:300] if str(exc) else ""
+            text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) else ""
             check.message = f"{type(exc).__name__}: {text}"
             check.problem(check.name, "fail", f"{check.name}: {check.message}")
         else:
