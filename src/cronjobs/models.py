@@ -66,6 +66,9 @@ cronjob_queue = Table(
     Column("worker_id", String(limits.WORKER_ID_MAX_CHARS), nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # Migration 0008: why the worker (not the handler) ended the last run as it did
+    # (a `status.Reason` value); NULL for the handler's own outcome.
+    Column("outcome_reason", String(limits.REASON_MAX_CHARS), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_locked", "status", "locked_until"),
