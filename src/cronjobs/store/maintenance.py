@@ -10,6 +10,7 @@ from sqlalchemy.orm import aliased
 from .. import limits
 from ..models import cronjob_queue as q
 from ..models import cronjob_slot
+from ..status import Reason
 from .dialect import db_now, skip_locked
 
 
@@ -19,8 +20,9 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
     Lease ages are judged with the database's clock, the clock the leases were written
     with, so the host running this cannot take a live row because its own clock is ahead.
     A row with attempts left goes back to `pending` (due now); one without goes to
-    `failed`. Both get a process-log line. Rows with a live lease are never touched, so a
-    long job on a live worker (which renews its lease) is safe.
+    `failed`. Both get a process-log line and the reason `lease_expired`. Rows with a live
+    lease are never touched, so a long job on a live worker (which renews its lease) is
+    safe.
 
     Args:
         now: the injected clock's time, for `updated_at`, `scheduled_at` and the log line.
@@ -42,6 +44,7 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
                     if exhausted else ""))
         line = limits.log_line(f"[{stamp}] recover-stale: {error} -> {status}") + "\n"
         values = {"status": status, "error": error, "locked_until": None, "updated_at": now,
+                  "outcome_reason": Reason.LEASE_EXPIRED,
                   "process_logs": limits.bounded_log(row["process_logs"], line)}
         if exhausted:
             values["finished_at"] = now

@@ -334,11 +334,10 @@ def finished_since(conn: Connection, since: datetime, after_id: int,
     first: what `/metrics` has not counted yet.
 
     Returns:
-        `[{id, type, queue, status, attempts, started_at, finished_at, error}]` (error cut
-        to 200 characters).
+        `[{id, type, queue, status, attempts, started_at, finished_at, outcome_reason}]`.
     """
     stmt = (select(q.c.id, q.c.type, q.c.queue, q.c.status, q.c.attempts, q.c.started_at,
-                   q.c.finished_at, error_key().label("error"))
+                   q.c.finished_at, q.c.outcome_reason)
             .where(q.c.status.in_(("completed", "failed", "cancelled")),
                    (q.c.finished_at > since) | ((q.c.finished_at == since) & (q.c.id > after_id)))
             .order_by(q.c.finished_at, q.c.id).limit(limit))

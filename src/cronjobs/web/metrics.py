@@ -35,6 +35,8 @@ from prometheus_client.core import (
 
 from .. import heartbeat, store
 from ..app import App
+from ..status import Status
+from ..status import family as reason_family
 
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600)
 OTHER = "other"
@@ -50,7 +52,8 @@ class Tally:
     Attributes:
         finished: `{(type, status): rows}`.
         retries: `{type: attempts beyond the first}`.
-        timeouts: `{type: rows failed by a MAX_RUNTIME timeout}`.
+        timeouts: `{type: rows failed by a MAX_RUNTIME timeout}` (their `outcome_reason`
+            is of the `timeout` family, however the job was stopped).
         durations: `{type: [count per bucket of BUCKETS and +Inf, sum of seconds]}`.
     """
 
@@ -65,7 +68,7 @@ class Tally:
         self.finished[(job_type, row["status"])] += 1
         if row["attempts"] > 1:
             self.retries[job_type] += row["attempts"] - 1
-        if row["status"] == "failed" and (row["error"] or "").startswith("timeout after"):
+        if row["status"] == Status.FAILED and reason_family(row["outcome_reason"]) == "timeout":
             self.timeouts[job_type] += 1
         started, finished = row["started_at"], row["finished_at"]
         if started and finished and finished >= started:
