@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import Connection
@@ -44,16 +45,20 @@ class GroupCommit:
             and `lease_seconds` go into the claim.
         slots: the worker's slots (with a backlog, a batch waits for half of them).
         stopped: set when the worker has stopped: waits for the database end.
+        timer: the monotonic clock of the batching window, seconds (default
+            `time.monotonic`; tests give their own).
     """
 
-    def __init__(self, executor: Executor, slots: int, stopped: threading.Event) -> None:
+    def __init__(self, executor: Executor, slots: int, stopped: threading.Event, *,
+                 timer: Callable[[], float] = time.monotonic) -> None:
         self._executor = executor
+        self._timer = timer
         self._engine = executor.app.engine
         self._clock = executor.app.clock
         self._stopped = stopped
         self._min_batch = max(1, slots // 2)
         self._plans: list[Finish] = []
-        self._since = 0.0  # time.monotonic() of the oldest plan waiting
+        self._since = 0.0  # timer() when the oldest waiting plan came
         self._backlog = False  # the last claim filled every free slot
         self.claims = 0  # claim statements (for tests and benchmarks)
         self.commits = 0  # transactions that wrote outcomes and/or claimed
@@ -61,7 +66,7 @@ class GroupCommit:
     def add(self, plan: Finish) -> None:
         """Queue the planned end of a run for the next cycle."""
         if not self._plans:
-            self._since = time.monotonic()
+            self._since = self._timer()
         self._plans.append(plan)
 
     def waiting(self) -> int:
@@ -73,14 +78,14 @@ class GroupCommit:
         the slots free, and the oldest plan younger than `BATCH_WINDOW_SECONDS`."""
         if not self._backlog or stopping or free >= self._min_batch:
             return False
-        return bool(self._plans) and time.monotonic() - self._since < BATCH_WINDOW_SECONDS
+        return bool(self._plans) and self._timer() - self._since < BATCH_WINDOW_SECONDS
 
-    def window_left(self, now: float) -> float | None:
+    def window_left(self) -> float | None:
         """Seconds until the batching window of the waiting plans closes (0 when it has);
-        None when no plan waits. `now` is `time.monotonic()`."""
+        None when no plan waits."""
         if not self._plans:
             return None
-        return max(0.0, self._since + BATCH_WINDOW_SECONDS - now)
+        return max(0.0, self._since + BATCH_WINDOW_SECONDS - self._timer())
 
     def cycle(self, wants: Wants) -> tuple[list[dict], set[str]]:
         """Write the waiting plans and claim rows for `wants`, in one transaction.

@@ -174,7 +174,7 @@ def timeout(max_runtime_seconds: float, how: Reason) -> Outcome:
         ValueError: `how` is not one of those.
     """
     if how not in TIMEOUT_HOW:
-        raise ValueError(f"a timeout is stopped by {', '.join(TIMEOUT_HOW)}, got {how!r}")
+        raise ValueError(f"a timeout is stopped by {', '.join(TIMEOUT_HOW)}, got {str(how)!r}")
     return _fails("failed", f"timeout after {max_runtime_seconds:g} s (MAX_RUNTIME); "
                             f"{TIMEOUT_HOW[how]}", how)
 

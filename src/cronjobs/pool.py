@@ -214,7 +214,7 @@ class SlotPool:
         deadline = self._processes.next_deadline()
         if deadline is not None:
             timeout = max(0.0, min(timeout, deadline - now))
-        window = self._commit.window_left(now)
+        window = self._commit.window_left()
         if window is not None:
             timeout = min(timeout, window)
         conns = self._processes.conns()
