@@ -1,6 +1,6 @@
 """Dispatching: check a new job, insert its row, ring its queue once the row is committed.
 
-Every producer of rows goes through here: the public API (`cronjobs.queue.dispatch`,
+Every new row is made here: the public API (`cronjobs.queue.dispatch`,
 `submit`, `dispatch_many`), a running handler's children (`JobContext.dispatch_child`),
 the scheduler's slots and manual runs. So the rules live in one place:
 

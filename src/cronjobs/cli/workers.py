@@ -13,8 +13,7 @@ from .base import _app, _dump, _table, main
 @click.option("--queues", help="Comma-separated queues (default: every handler's queue).")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--slots", type=click.IntRange(min=1), default=None,
-              help="Jobs run at the same time per process (one job process each)  "
-                   "[default: 8].")
+              help="Jobs run at the same time per process, one job process each (default: 8).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, deprecated="use --slots",
               help="The old name of --slots.")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Recycle after this many jobs.")
@@ -114,8 +113,7 @@ def workers(as_json: bool) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
 @click.option("--slots", type=click.IntRange(min=1), default=None,
-              help="Jobs the worker runs at the same time (one job process each)  "
-                   "[default: 4].")
+              help="Jobs the worker runs at the same time, one job process each (default: 4).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, deprecated="use --slots",
               help="The old name of --slots.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
