@@ -37,6 +37,7 @@ from .app import App
 from .clock import as_utc
 from .db import run_in_transaction
 from .errors import InvalidJob
+from .status import Status
 
 log = logging.getLogger("cronjobs.queue")
 
@@ -150,7 +151,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     if scheduled_at is not None and not isinstance(scheduled_at, datetime):
         raise InvalidJob(f"scheduled_at must be a datetime, got {scheduled_at!r}")
     now = app.clock.now()
-    return {"type": type, "queue": queue or app.queue_of(type), "status": "pending",
+    return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "title": title,

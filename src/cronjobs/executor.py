@@ -87,11 +87,11 @@ def job_of(row: dict) -> tuple[Job, Outcome | None]:
 
 
 class Executor:
-    """Runs rows: claims, calls handlers, writes outcomes. Built by whoever runs jobs:
+    """Runs rows: claims, calls handlers, reports outcomes. Built by whoever runs jobs:
     `queue.process`, `cronjobs run` and `cronjobs.testing.drain` use it as is (handlers
     run in the calling thread); the worker process builds one for its `pool.SlotPool`,
-    which uses its pieces (`prepare`, `plan`, `done`) and runs the handlers in job
-    processes.
+    which uses its pieces (`prepare`, `plan`, `done`, `writer`) and runs the handlers in
+    job processes. Both write outcomes through `writer` (`finishing.OutcomeWriter`).
 
     Args:
         app: the running App (engine, clock, handlers, broker).

@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 
 from . import limits
+from .status import Status
 
 metadata = MetaData()
 
@@ -37,7 +38,7 @@ LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 MYSQL_TABLE_ARGS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
                     "mysql_collate": "utf8mb4_bin"}
 
-STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+STATUSES = tuple(Status)  # the values of `cronjob_queue.status`
 TITLE_MAX = limits.TITLE_MAX_CHARS
 KEY_MAX = limits.KEY_MAX_CHARS  # utf8mb4 index limit on older MySQL row formats
 
@@ -47,7 +48,7 @@ cronjob_queue = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("type", String(191), nullable=False),
     Column("queue", String(limits.QUEUE_MAX_CHARS), nullable=False, server_default="default"),
-    Column("status", String(16), nullable=False, server_default="pending"),
+    Column("status", String(16), nullable=False, server_default=Status.PENDING.value),
     Column("priority", Integer, nullable=False, server_default="5"),
     Column("payload", LongText, nullable=True),
     Column("result_payload", LongText, nullable=True),

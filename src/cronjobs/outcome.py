@@ -117,11 +117,11 @@ def _from_dict(value: dict, handler: CronJobHandler) -> Outcome:
         error = (f"handler returned a result nested more than {limits.JSON_MAX_DEPTH} "
                  f"levels deep; the limit is {limits.JSON_MAX_DEPTH}")
         return Outcome("fatal", error=error, log=error, reason=Reason.UNRECORDABLE_RESULT)
-    if status not in (None, "cancelled", "completed"):
+    if status not in (None, Status.CANCELLED, Status.COMPLETED):
         return invalid_return(f"handler returned unknown status {status!r:.80}; expected "
                               f"'cancelled' or none", result)
     if value["success"]:
-        if status == "cancelled":
+        if status == Status.CANCELLED:
             return Outcome("cancelled", result=result, log=_reason("cancelled", result))
         return Outcome("completed", result=result, log=_reason("completed", result))
     error = (value.get("error") or value.get("message") or handler.failure_text()

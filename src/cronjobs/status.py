@@ -4,6 +4,10 @@
 Python compares with these enums; SQL text may keep the literal values. They are
 `StrEnum`s, so a member is the string itself: it binds as a SQL parameter, compares equal
 to the value read back from a row and serialises to JSON as the plain value.
+
+Other words that look alike are not these: an `outcome.Outcome`'s `kind` (`fatal`,
+`retry_later`, `cut_off` ... decide a `Status`), a worker's heartbeat status (`running`,
+`stopping`) and a bulk operation's status (`running`, `done`, `failed`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..status import Status
 from .base import _app, _dump, _fail, _table, main
 
 
@@ -65,7 +66,7 @@ def _retry_all(app, job_type: str | None) -> None:
     """`failed --retry`: the dashboard's bulk retry, run here in the foreground."""
     from .. import bulk
 
-    started = bulk.start(app, "retry", bulk.Selection("failed", job_type), who="cli")
+    started = bulk.start(app, "retry", bulk.Selection(Status.FAILED, job_type), who="cli")
     op = started.operation
     verb = "resuming stalled" if started.resumed else "started"
     click.echo(f"{verb} operation {op['id']}: retry {op['selection']} "

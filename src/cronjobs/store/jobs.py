@@ -9,6 +9,7 @@ from sqlalchemy import Connection, and_, func, or_, select
 
 from ..errors import InvalidJob, StoreError
 from ..models import cronjob_queue as q
+from ..status import Status
 from . import hotpath
 from .dialect import db_now, locking_read, name, skip_locked
 
@@ -32,7 +33,7 @@ def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
     for _ in range(5):
         new_id = hotpath.insert_row(conn, values)
         if new_id is not None:
-            return {"id": new_id, "status": values.get("status", "pending"),
+            return {"id": new_id, "status": values.get("status", Status.PENDING),
                     "payload": values.get("payload")}, True
         existing = select_by_key(conn, key)
         if existing is not None:
@@ -124,7 +125,7 @@ def claim_next(conn: Connection, queue: str, now: datetime, worker_id: str,
     Returns:
         The claimed row as a dict (after the update), or None when nothing is due.
     """
-    stmt = (select(q).where(q.c.queue == queue, q.c.status == "pending", _due(now))
+    stmt = (select(q).where(q.c.queue == queue, q.c.status == Status.PENDING, _due(now))
             .order_by(q.c.priority, q.c.id).limit(1))
     row = conn.execute(skip_locked(conn, stmt)).mappings().first()
     if row is None:
@@ -161,7 +162,7 @@ def claim_batch(conn: Connection, queue: str, now: datetime, worker_id: str,
                 for lease, ids in by_lease.items())
     if taken != len(rows):  # cannot happen under the row locks; never hand out a row twice
         raise StoreError(f"claimed {taken} of {len(rows)} locked rows of queue {queue!r}")
-    changes = {"status": "running", "started_at": now, "finished_at": None,
+    changes = {"status": Status.RUNNING, "started_at": now, "finished_at": None,
                "worker_id": worker_id, "updated_at": now}
     for row in rows:
         row.update(changes, attempts=row["attempts"] + 1,
@@ -172,7 +173,7 @@ def claim_batch(conn: Connection, queue: str, now: datetime, worker_id: str,
 def claim_by_id(conn: Connection, job_id: int, now: datetime, worker_id: str,
                 lease_seconds: Callable[[str], float]) -> dict | None:
     """Claim row `job_id` if it is `pending` (due or not); None if it is not pending."""
-    stmt = select(q).where(q.c.id == job_id, q.c.status == "pending")
+    stmt = select(q).where(q.c.id == job_id, q.c.status == Status.PENDING)
     if name(conn) != "sqlite":
         stmt = stmt.with_for_update()
     row = conn.execute(stmt).mappings().first()
@@ -184,9 +185,9 @@ def claim_by_id(conn: Connection, job_id: int, now: datetime, worker_id: str,
 def _take(conn: Connection, row: dict, now: datetime, worker_id: str,
           lease: float) -> dict | None:
     # The lease is set from the database's clock (docs/architecture.md, "Time").
-    changes = {"status": "running", "attempts": row["attempts"] + 1, "started_at": now,
+    changes = {"status": Status.RUNNING, "attempts": row["attempts"] + 1, "started_at": now,
                "finished_at": None, "worker_id": worker_id, "updated_at": now}
-    result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == "pending")
+    result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == Status.PENDING)
                           .values(locked_until=db_now(conn, lease), **changes))
     if result.rowcount != 1:
         return None
@@ -225,7 +226,7 @@ def delete_job(conn: Connection, job_id: int, attempt: int | None = None) -> boo
     """
     stmt = select(q.c.id).where(q.c.id == job_id)
     if attempt is not None:
-        stmt = stmt.where(q.c.status == "running", q.c.attempts == attempt)
+        stmt = stmt.where(q.c.status == Status.RUNNING, q.c.attempts == attempt)
     if name(conn) != "sqlite":
         stmt = stmt.with_for_update()
     if conn.execute(stmt).first() is None or count_children(conn, job_id):
@@ -248,7 +249,7 @@ def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, float]]) -> 
     """
     renewed = 0
     for job_id, attempt, lease in leases:
-        result = conn.execute(q.update().where(and_(q.c.id == job_id, q.c.status == "running",
+        result = conn.execute(q.update().where(and_(q.c.id == job_id, q.c.status == Status.RUNNING,
                                                     q.c.attempts == attempt))
                               .values(locked_until=db_now(conn, lease)))
         renewed += result.rowcount

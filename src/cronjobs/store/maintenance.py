@@ -10,7 +10,7 @@ from sqlalchemy.orm import aliased
 from .. import limits
 from ..models import cronjob_queue as q
 from ..models import cronjob_slot
-from ..status import Reason
+from ..status import Reason, Status
 from .dialect import db_now, skip_locked
 
 
@@ -32,13 +32,13 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
     """
     stmt = (select(q.c.id, q.c.queue, q.c.attempts, q.c.max_attempts, q.c.worker_id,
                    q.c.process_logs)
-            .where(q.c.status == "running", q.c.locked_until < db_now(conn, -minutes * 60))
+            .where(q.c.status == Status.RUNNING, q.c.locked_until < db_now(conn, -minutes * 60))
             .order_by(q.c.id).limit(limit))
     changed = []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     for row in conn.execute(skip_locked(conn, stmt)).mappings().all():
         exhausted = row["attempts"] >= row["max_attempts"]
-        status = "failed" if exhausted else "pending"
+        status = Status.FAILED if exhausted else Status.PENDING
         error = (f"lease expired on worker {row['worker_id']} (worker lost?)"
                  + (f"; no attempts left ({row['attempts']}/{row['max_attempts']})"
                     if exhausted else ""))
@@ -50,7 +50,7 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
             values["finished_at"] = now
         else:
             values["scheduled_at"] = now
-        result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == "running",
+        result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == Status.RUNNING,
                                                q.c.attempts == row["attempts"]).values(**values))
         if result.rowcount == 1:
             changed.append({"id": row["id"], "queue": row["queue"], "status": status})
@@ -65,7 +65,7 @@ def due_pending(conn: Connection, now: datetime, idle_seconds: float, limit: int
         `[{id, queue}]`, oldest first, at most `limit`.
     """
     cutoff = now - timedelta(seconds=idle_seconds)
-    stmt = (select(q.c.id, q.c.queue).where(q.c.status == "pending", q.c.updated_at <= cutoff)
+    stmt = (select(q.c.id, q.c.queue).where(q.c.status == Status.PENDING, q.c.updated_at <= cutoff)
             .where((q.c.scheduled_at.is_(None)) | (q.c.scheduled_at <= cutoff))
             .order_by(q.c.priority, q.c.id).limit(limit))
     if queues:
@@ -84,7 +84,7 @@ def pending_by_queue(conn: Connection, now: datetime) -> dict[str, dict]:
     stmt = (select(q.c.queue, func.count().label("pending"),
                    func.sum(case((due, 1), else_=0)).label("due"),
                    func.min(case((due, became_due), else_=None)).label("oldest_due_at"))
-            .where(q.c.status == "pending").group_by(q.c.queue))
+            .where(q.c.status == Status.PENDING).group_by(q.c.queue))
     return {r["queue"]: {"pending": int(r["pending"]), "due": int(r["due"] or 0),
                          "oldest_due_at": _as_datetime(r["oldest_due_at"])}
             for r in conn.execute(stmt).mappings()}
@@ -112,8 +112,8 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
         with `dry_run`, counted up to `batch`).
     """
     counts = {}
-    for status, days in (("completed", completed_days), ("failed", failed_days),
-                         ("cancelled", cancelled_days)):
+    for status, days in ((Status.COMPLETED, completed_days), (Status.FAILED, failed_days),
+                         (Status.CANCELLED, cancelled_days)):
         cutoff = now - timedelta(days=days)
         child = aliased(q)
         stmt = (select(q.c.id).where(q.c.status == status, q.c.finished_at < cutoff,
@@ -130,7 +130,7 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
             ids = [i for i in ids if i not in parents]
             if ids:
                 conn.execute(q.delete().where(q.c.id.in_(ids)))
-        counts[status] = len(ids)
+        counts[status.value] = len(ids)
     return counts
 
 

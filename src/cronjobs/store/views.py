@@ -17,6 +17,7 @@ from sqlalchemy import Connection, case, func, literal, select
 from ..models import cronjob_queue as q
 from ..models import cronjob_runtime as rt
 from ..models import cronjob_slot
+from ..status import FINAL, Status
 
 COUNT_CAP = 10_000
 SEARCH_WINDOW = 100_000  # ids looked at per page of a title search
@@ -162,8 +163,9 @@ def ping(conn: Connection) -> None:
 def failed_counts(conn: Connection, since: datetime, cap: int = COUNT_CAP) -> dict:
     """Failed rows: `{"total": (n, capped), "since": (n, capped)}` (finished at or after
     `since`)."""
-    return {"total": capped_count(conn, q.c.status == "failed", cap=cap),
-            "since": capped_count(conn, q.c.status == "failed", q.c.finished_at >= since, cap=cap)}
+    return {"total": capped_count(conn, q.c.status == Status.FAILED, cap=cap),
+            "since": capped_count(conn, q.c.status == Status.FAILED, q.c.finished_at >= since,
+                                  cap=cap)}
 
 
 def count_by_status(conn: Connection, types: list[str] | None = None,
@@ -193,7 +195,7 @@ def throughput(conn: Connection, now: datetime, cap: int = 100_000) -> dict[str,
     """
     hour_ago = now - timedelta(hours=1)
     inner = (select(q.c.finished_at).where(
-        q.c.status == "completed", q.c.finished_at >= now - timedelta(days=1),
+        q.c.status == Status.COMPLETED, q.c.finished_at >= now - timedelta(days=1),
         q.c.type.like("%.execute")).limit(cap + 1).subquery())
     day, hour = conn.execute(select(
         func.count(),
@@ -228,7 +230,7 @@ def failed_groups(conn: Connection, job_type: str | None = None,
         `[{type, error, count, newest_id, newest_at}]`.
     """
     inner = (select(q.c.id, q.c.type, q.c.finished_at, error_key().label("error_key"))
-             .where(q.c.status == "failed").order_by(q.c.id.desc()).limit(scan))
+             .where(q.c.status == Status.FAILED).order_by(q.c.id.desc()).limit(scan))
     if job_type:
         inner = inner.where(q.c.type == job_type)
     sub = inner.subquery()
@@ -246,20 +248,20 @@ def failed_total(conn: Connection, job_type: str | None = None,
                  cap: int = COUNT_CAP) -> tuple[int, bool]:
     """Failed rows (of `job_type`), counted up to `cap`: `(n, capped)` (the Failed page's
     "Retry all N"). A range of the `(status, id)` or `(type, status, id)` index."""
-    conds = [q.c.status == "failed"] + ([q.c.type == job_type] if job_type else [])
+    conds = [q.c.status == Status.FAILED] + ([q.c.type == job_type] if job_type else [])
     return capped_count(conn, *conds, cap=cap)
 
 
 def group_of(conn: Connection, job_id: int) -> tuple[str, str] | None:
     """`(type, error key)` of failed row `job_id` (its Failed-page group), or None."""
     row = conn.execute(select(q.c.type, error_key().label("k"))
-                       .where(q.c.id == job_id, q.c.status == "failed")).first()
+                       .where(q.c.id == job_id, q.c.status == Status.FAILED)).first()
     return (row.type, row.k) if row else None
 
 
 def pending_queues(conn: Connection) -> list[str]:
     """Queues that hold at least one `pending` row (an index-only scan of the claim index)."""
-    stmt = select(q.c.queue).where(q.c.status == "pending").group_by(q.c.queue)
+    stmt = select(q.c.queue).where(q.c.status == Status.PENDING).group_by(q.c.queue)
     return [r[0] for r in conn.execute(stmt)]
 
 
@@ -299,7 +301,7 @@ def _due(conn: Connection, now: datetime, queues: list[str], cap: int) -> dict:
     due_at = func.coalesce(q.c.scheduled_at, q.c.created_at)
     inner = select(due_at.label("due_at")).where(
         q.c.queue == queues[0] if len(queues) == 1 else q.c.queue.in_(queues),
-        q.c.status == "pending",
+        q.c.status == Status.PENDING,
         (q.c.scheduled_at.is_(None)) | (q.c.scheduled_at <= now))
     if len(queues) == 1:  # the claim index's order: the first `cap` rows a worker would take
         inner = inner.order_by(q.c.priority, q.c.id)
@@ -338,14 +340,15 @@ def finished_since(conn: Connection, since: datetime, after_id: int,
     """
     stmt = (select(q.c.id, q.c.type, q.c.queue, q.c.status, q.c.attempts, q.c.started_at,
                    q.c.finished_at, q.c.outcome_reason)
-            .where(q.c.status.in_(("completed", "failed", "cancelled")),
+            .where(q.c.status.in_(FINAL),
                    (q.c.finished_at > since) | ((q.c.finished_at == since) & (q.c.id > after_id)))
             .order_by(q.c.finished_at, q.c.id).limit(limit))
     return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
 def rows_by_queue_status(conn: Connection,
-                         statuses: tuple[str, ...] = ("pending", "running", "failed"),
+                         statuses: tuple[str, ...] = (Status.PENDING, Status.RUNNING,
+                                                      Status.FAILED),
                          cap: int = COUNT_CAP, queues: set[str] | None = None,
                          other: str = "other") -> dict[tuple[str, str], int]:
     """Row counts per (queue, status) for the live states (each capped at `cap`).

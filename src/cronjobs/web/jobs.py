@@ -10,6 +10,7 @@ from flask import Blueprint, abort, current_app, redirect, render_template, requ
 from .. import limits, operator, store
 from ..handler import stage_of
 from ..models import STATUSES
+from ..status import Status
 from .fields import page_row
 from .view import cronjobs_app, render_summary
 
@@ -119,8 +120,8 @@ def job(job_id: int):
         cls = app.resolve(row["type"])
         summary = _summary(conn, cls, row) if tab == "results" else None
     now = app.clock.now()
-    refresh = row["status"] == "running" or (
-        row["status"] == "pending" and (row["scheduled_at"] is None
+    refresh = row["status"] == Status.RUNNING or (
+        row["status"] == Status.PENDING and (row["scheduled_at"] is None
                                         or row["scheduled_at"] <= now + timedelta(seconds=60)))
     return render_template("job.html", row=row, tab=tab, summary=summary, children=kids,
                            child_counts=kid_counts, refresh=refresh,
