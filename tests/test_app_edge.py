@@ -84,7 +84,7 @@ def test_a_worker_not_taking_rows_puts_messages_back(make_app):
     app = make_app()
     sent: list[tuple[int, str, float]] = []
     app.broker.listen(lambda job_id, queue_name, delay: sent.append((job_id, queue_name, delay)))
-    worker = WorkerProcess(app, ["default"], 1, isolate=False)
+    worker = WorkerProcess(app, ["default"], 1)
     worker.start()
     try:
         job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, app=app)

@@ -47,8 +47,8 @@ def test_workers_and_scheduler_are_in_step():
         queue = name.removeprefix("cronjobs-worker-")
         args = cronjobs_args(program["command"])
         unit_args = cronjobs_args(worker_unit["ExecStart"].replace("%i", queue))
-        same = [a for a in args if a not in ("--threads", flag(args, "--threads"))]
-        unit_same = [a for a in unit_args if a not in ("--threads", flag(unit_args, "--threads"))]
+        same = [a for a in args if a not in ("--slots", flag(args, "--slots"))]
+        unit_same = [a for a in unit_args if a not in ("--slots", flag(unit_args, "--slots"))]
         assert same == unit_same, (name, args, unit_args)
         timeout = float(flag(args, "--shutdown-timeout"))
         assert float(program["stopwaitsecs"]) > timeout

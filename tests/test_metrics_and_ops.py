@@ -57,7 +57,8 @@ def test_metrics_parse_and_counters_move_after_jobs_run(make_app):
     assert (row(app, ok)["status"], row(app, bad)["status"]) == ("completed", "failed")
     add_row(app, type="test.slow.execute", status="failed", attempts=1, started_at=app.clock.now(),
             finished_at=app.clock.now(),
-            error="timeout after 5 s (MAX_RUNTIME); job process killed")
+            error="timeout after 5 s (MAX_RUNTIME); job process killed",
+            outcome_reason="timeout.killed")
     after = scrape(client)
     t = ("type", "test.shape.execute")
     assert after[("cronjobs_jobs_finished_total", (("status", "completed"), t))] == 1

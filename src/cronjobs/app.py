@@ -37,7 +37,7 @@ class App:
             (default a `registry.HandlerRegistry` of this App's settings, which also sees
             classes registered by code on `registry.default`; loaded on first use).
         pool_size: connections the engine keeps open (default 5, as many again for a
-            burst); a worker passes `worker.connections_needed(threads)`. Ignored with
+            burst); a worker passes `worker.connections_needed(slots)`. Ignored with
             `engine`.
     """
 

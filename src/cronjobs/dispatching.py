@@ -1,6 +1,6 @@
 """Dispatching: check a new job, insert its row, ring its queue once the row is committed.
 
-Every producer of rows goes through here: the public API (`cronjobs.queue.dispatch`,
+Every new row is made here: the public API (`cronjobs.queue.dispatch`,
 `submit`, `dispatch_many`), a running handler's children (`JobContext.dispatch_child`),
 the scheduler's slots and manual runs. So the rules live in one place:
 
@@ -38,6 +38,7 @@ from .app import App
 from .clock import as_utc
 from .db import run_in_transaction
 from .errors import InvalidJob
+from .status import Status
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
     from sqlalchemy.orm import Session
@@ -156,7 +157,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     if scheduled_at is not None and not isinstance(scheduled_at, datetime):
         raise InvalidJob(f"scheduled_at must be a datetime, got {scheduled_at!r}")
     now = app.clock.now()
-    return {"type": type, "queue": queue or app.queue_of(type), "status": "pending",
+    return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "title": title,

@@ -18,23 +18,25 @@ from datetime import datetime
 from . import dispatching, limits, store
 from .app import App
 from .context import JobContext, Runtime
-from .db import classify, retry_while_unavailable, run_in_transaction
+from .db import classify, run_in_transaction
 from .errors import JobNotFound, JobStateError
+from .finishing import Finish, OutcomeWriter
 from .handler import Job, task_name
 from .outcome import (
     Outcome,
-    Policy,
+    disabled,
     from_exception,
     from_return,
-    next_state,
     no_handler,
+    not_started,
     unreadable,
 )
+from .status import Ended, Status
 
 log = logging.getLogger("cronjobs.worker")
 
-__all__ = ["Executor", "Finish", "JobContext", "JobReport", "Runtime", "call_handler",
-           "default_worker_id", "job_of", "write_all"]
+__all__ = ["Executor", "JobContext", "JobReport", "Runtime", "call_handler",
+           "default_worker_id", "job_of"]
 
 
 def default_worker_id() -> str:
@@ -68,64 +70,11 @@ def call_handler(app: App, job: Job, runtime: Runtime | None = None,
     except reraise:
         raise
     except BaseException as exc:  # even SystemExit: the handler's failure is the row's business
-        outcome = from_exception(exc)
-        if outcome.kind != "retry_later":
-            log.warning("job %s raised %.300s", job.id, outcome.error, extra={"trace_id": job.id})
+        result = from_exception(exc)
+        if result.kind != "retry_later":
+            log.warning("job %s raised %.300s", job.id, result.error, extra={"trace_id": job.id})
             log.debug("%.20000s", "".join(traceback.format_exception(exc)))
-        return outcome
-
-
-@dataclass
-class Finish:
-    """The planned end of one run: the row's next state and the values to write.
-
-    Attributes:
-        job: the run (attempt `job.attempts`).
-        outcome: what the handler did.
-        status: the planned status (`completed`, `failed`, `pending`, `cancelled`).
-        delay_seconds: for `pending`, seconds until the row is due again.
-        values: the columns to write, texts within their limits.
-        duration_ms: how long the handler ran, milliseconds.
-        now: the clock's time of the plan (naive UTC).
-    """
-
-    job: Job
-    outcome: Outcome
-    status: str
-    delay_seconds: float
-    values: dict
-    duration_ms: float
-    now: datetime
-
-    def write(self, conn) -> str:
-        """Write the plan in the caller's transaction; returns the final status
-        (`deleted` for a cancelled childless row, `lost` when the lease was taken away)."""
-        job, final = self.job, self.status
-        if final == "cancelled" and store.delete_job(conn, job.id, job.attempts):
-            final = "deleted"
-        elif not store.finish_job(conn, job.id, job.attempts, self.values):
-            return "lost"
-        if _task_run(job):
-            store.update_task_status(conn, job.id, final, self.now)
-        return final
-
-
-def write_all(conn, plans: list[Finish]) -> list[str]:
-    """Write many plans in the caller's transaction; returns their final statuses.
-
-    The common ones (not a cancel, not a task run) share two statements
-    (`store.finish_many`); the others are written one by one (`Finish.write`)."""
-    simple = [p for p in plans if p.status != "cancelled" and not _task_run(p.job)]
-    done = store.finish_many(conn, [(p.job.id, p.job.attempts, p.values) for p in simple]) \
-        if len(simple) > 1 else None
-    batched = {id(p) for p in simple}
-    finals = []
-    for plan in plans:
-        if done is not None and id(plan) in batched:
-            finals.append(plan.status if plan.job.id in done else "lost")
-        else:
-            finals.append(plan.write(conn))
-    return finals
+        return result
 
 
 def job_of(row: dict) -> tuple[Job, Outcome | None]:
@@ -138,16 +87,12 @@ def job_of(row: dict) -> tuple[Job, Outcome | None]:
         return Job.from_row(row, decode=False), unreadable(exc)
 
 
-def _task_run(job: Job) -> bool:
-    return "slot" in job.payload or bool(job.payload.get("manual"))
-
-
 class Executor:
-    """Runs rows: claims, calls handlers, writes outcomes. Built by whoever runs jobs:
+    """Runs rows: claims, calls handlers, reports outcomes. Built by whoever runs jobs:
     `queue.process`, `cronjobs run` and `cronjobs.testing.drain` use it as is (handlers
     run in the calling thread); the worker process builds one for its `pool.SlotPool`,
-    which uses its pieces (`prepare`, `plan`, `done`) and runs the handlers in job
-    processes.
+    which uses its pieces (`prepare`, `plan`, `done`, `writer`) and runs the handlers in
+    job processes. Both write outcomes through `writer` (`finishing.OutcomeWriter`).
 
     Args:
         app: the running App (engine, clock, handlers, broker).
@@ -173,6 +118,7 @@ class Executor:
         self.runtime = runtime or Runtime()
         self._on_job_done = on_job_done
         self.claim_policy = claim_policy
+        self.writer = OutcomeWriter(app, self.worker_id)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
@@ -256,20 +202,19 @@ class Executor:
     def prepare(self, job: Job) -> Outcome | None:
         """The outcome of a run that needs no handler call (no handler registered, or a
         destructive task switched off), else None. Never raises: a database that does not
-        answer the switch's read puts the row back (`cut_off`, no attempt used); any other
-        error fails the row (`unreadable`)."""
+        answer the switch's read puts the row back (`not_started`, no attempt used); any
+        other error fails the row (`unreadable`)."""
         try:
             cls = self.app.resolve(job.type)
             if cls is None:
                 return no_handler(job.type)
             if cls.DESTRUCTIVE and not self._task_enabled(job.type):
-                return Outcome("cancelled", result={"reason": "disabled"},
-                               log="task is disabled (destructive handler): not run")
+                return disabled()
             return None
         except Exception as exc:
             if classify(exc) in ("transient", "unavailable"):
-                return Outcome("cut_off", log=f"not started: the database did not answer "
-                                              f"({type(exc).__name__}); attempt not used")
+                return not_started(f"not started: the database did not answer "
+                                   f"({type(exc).__name__})")
             return unreadable(exc)
 
     def in_thread(self, job: Job) -> bool:
@@ -299,41 +244,17 @@ class Executor:
         return bool(runtime["enabled"])
 
     def plan(self, job: Job, outcome: Outcome, duration_ms: float) -> Finish:
-        """Plan the end of run `job`: its next state (`outcome.next_state`) and the values
-        to write, with a line added to its bounded process log. An outcome that cannot be
-        stored (a result too big, not JSON) becomes a `fatal` one naming why."""
-        now = self.app.clock.now()
-        policy = Policy(self.app.settings.retry_backoff_cap_minutes,
-                        self.app.settings.unknown_type_grace_seconds, self.worker_id)
-        try:
-            move = next_state(job, outcome, now, policy)
-        except Exception as exc:  # ValueError: a result that cannot be stored, ...
-            error = f"could not record the outcome ({type(exc).__name__}: {exc})"
-            log.warning("job %s: %.300s", job.id, error, extra={"trace_id": job.id})
-            outcome = Outcome("fatal", error=error, log=error)
-            move = next_state(job, outcome, now, policy)
-        stamp = now.strftime("%Y-%m-%d %H:%M:%S")
-        line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts or '—'} on "
-                               f"{self.worker_id}: {move.status} in {duration_ms:.0f} ms - "
-                               f"{outcome.log}") + "\n"
-        values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
-        return Finish(job, outcome, move.status, move.delay_seconds, values, duration_ms, now)
-
-    def refused(self, finish: Finish, exc: BaseException) -> Finish:
-        """The plan that replaces `finish` when the database refused to write it: `fatal`,
-        naming the error (written without the values the database refused)."""
-        error = f"could not record the outcome ({type(exc).__name__}: {exc})"
-        log.warning("job %s: %.300s", finish.job.id, error, extra={"trace_id": finish.job.id})
-        return self.plan(finish.job, Outcome("fatal", error=error, log=error), finish.duration_ms)
+        """Plan the end of run `job` (see `OutcomeWriter.plan`)."""
+        return self.writer.plan(job, outcome, duration_ms)
 
     def done(self, finish: Finish, final: str) -> JobReport:
         """After the commit: count the job, log its line, send a retry's (delayed)
         message, run the recycling check. Returns the report."""
         job = finish.job
-        if final == "lost":
+        if final == Ended.LOST:
             log.warning("job %s: lease was lost before finishing; outcome %s dropped",
                         job.id, finish.status, extra={"trace_id": job.id})
-        elif final == "pending":
+        elif final == Status.PENDING:
             dispatching.send(self.app, job.id, job.queue, finish.delay_seconds)
         with self._lock:
             self.jobs_done += 1
@@ -345,29 +266,16 @@ class Executor:
         return JobReport(job.id, job.type, final, finish.duration_ms)
 
     def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> JobReport:
-        """Write `outcome` for the run `job` in a transaction of its own and report it.
-
-        While the database is unreachable the write is retried (3 s, doubling to 60 s)
-        for up to 10 minutes; a write the database refuses is replaced by a `fatal` one.
+        """Write `outcome` for the run `job` in a transaction of its own and report it
+        (`OutcomeWriter.write_each`: retried for up to 10 minutes while the database is
+        unreachable; a write the database refuses is replaced by an `unrecordable` one).
 
         Raises:
             DatabaseUnavailable: the database stayed down for 10 minutes (the row stays
                 `running` until its lease expires and recover-stale takes it back).
-            DatabaseRefused: the database refused even the `fatal` write.
+            DatabaseRefused: the database refused even the `unrecordable` write.
         """
-        plan = self.plan(job, outcome, duration_ms)
-
-        def write(p: Finish) -> str:
-            return retry_while_unavailable(lambda: run_in_transaction(self.app.engine, p.write),
-                                           f"finishing job {job.id}")
-
-        try:
-            final = write(plan)
-        except Exception as exc:
-            if classify(exc) != "refused":
-                raise
-            plan = self.refused(plan, exc)
-            final = write(plan)
+        [(plan, final)] = self.writer.write_each([self.plan(job, outcome, duration_ms)])
         return self.done(plan, final)
 
     def renew_leases(self) -> int:

@@ -10,7 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from . import store
+from . import limits, store
 from .app import App
 from .db import run_in_transaction
 
@@ -22,9 +22,10 @@ def beat(app: App, worker_id: str, queues: list[str], status: str, jobs_done: in
          current: list[int], memory_mb: float | None = None) -> None:
     """Write this worker's heartbeat (the database stamps the time; `memory_mb`: memory of
     the worker and its job processes, MB)."""
-    values = {"id": worker_id, "host": socket.gethostname()[:255], "pid": os.getpid(),
-              "queues": ",".join(queues)[:1000], "status": status, "jobs_done": jobs_done,
-              "current_jobs": ",".join(map(str, current))[:1000], "memory_mb": memory_mb}
+    values = {"id": worker_id, "host": socket.gethostname()[:limits.WORKER_HOST_MAX_CHARS],
+              "pid": os.getpid(), "queues": ",".join(queues)[:limits.WORKER_LIST_MAX_CHARS],
+              "status": status, "jobs_done": jobs_done, "memory_mb": memory_mb,
+              "current_jobs": ",".join(map(str, current))[:limits.WORKER_LIST_MAX_CHARS]}
     run_in_transaction(app.engine, lambda c: store.beat(c, values))
 
 

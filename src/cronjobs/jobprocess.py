@@ -41,7 +41,8 @@ from .config import Settings
 from .context import Runtime
 from .executor import call_handler
 from .handler import Job
-from .outcome import Outcome, timeout_outcome
+from .outcome import Outcome, timeout, unsendable
+from .status import Reason
 
 READY = "ready"  # what a job process sends once it can take jobs
 
@@ -129,7 +130,7 @@ def run_one(app: App, job: Job, max_runtime_seconds: float,
             signal.setitimer(signal.ITIMER_REAL, 0)
         return outcome, True
     except RuntimeLimit:  # also one that fired just before the timer was cancelled
-        return timeout_outcome(max_runtime_seconds, "job stopped, its process replaced"), False
+        return timeout(max_runtime_seconds, Reason.TIMEOUT_ALARM), False
 
 
 def serve(conn: Connection, settings: Settings, runtime: Runtime) -> None:
@@ -164,8 +165,6 @@ def serve(conn: Connection, settings: Settings, runtime: Runtime) -> None:
         try:
             conn.send((message[0].id, outcome, keep_going))
         except Exception as exc:  # pickle refused the outcome (its result); nothing was sent
-            error = (f"the job's outcome could not be sent to the worker ({type(exc).__name__}: "
-                     f"{str(exc)[:300]})")
-            conn.send((message[0].id, Outcome("fatal", error=error, log=error), keep_going))
+            conn.send((message[0].id, unsendable(exc), keep_going))
         if not keep_going:
             return

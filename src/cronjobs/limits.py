@@ -61,11 +61,15 @@ DISPLAY_MAX_BYTES = 65_536
 SUMMARY_MAX_BYTES = RESULT_MAX_BYTES  # a larger stored result gets no Results-tab summary
 SUMMARY_HTML_MAX_CHARS = 4 * DISPLAY_MAX_BYTES  # more HTML from render_summary is refused
 API_TEXT_MAX_BYTES = 1_000_000  # /api/jobs/ID cuts a larger payload, result, error or log
-# Health: a problem's key is the primary key of `cronjob_alert` (an index limit, like the
-# idempotency key); a broken check's error is shown on one line.
-PROBLEM_KEY_MAX_CHARS = 191
-CHECK_ERROR_MAX_CHARS = 300
 MIN_MYSQL_PACKET_BYTES = 4 * 1024 * 1024  # a payload, a result and the rest in one statement
+REASON_MAX_CHARS = 32  # `outcome_reason`: a `status.Reason` value
+# Short texts cut where they are made, each the width of its column or a readable length.
+EXCEPTION_TEXT_MAX_CHARS = 300  # an exception's message quoted in an error or a log line
+ROW_EXCEPTION_TEXT_MAX_CHARS = 500  # ... in the error of a row that cannot be prepared
+PROBLEM_KEY_MAX_CHARS = 191  # a health problem's key (`cronjob_alert.problem`)
+ALERT_FAILURE_MAX_CHARS = 200  # why a channel failed to deliver an alert
+WORKER_HOST_MAX_CHARS = 255  # `cronjob_worker.host`
+WORKER_LIST_MAX_CHARS = 1_000  # `cronjob_worker.queues` and `current_jobs`
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 

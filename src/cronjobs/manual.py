@@ -32,6 +32,7 @@ from .app import App, current
 from .db import run_in_transaction
 from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused
 from .scheduler import task_infos
+from .status import Status
 
 log = logging.getLogger("cronjobs.manual")
 
@@ -121,7 +122,7 @@ def _start(conn, app: App, task: str, values: dict, again: bool) -> tuple[int, b
     last = runtime["last_manual_job_id"] if runtime else None
     if not again and last is not None:
         row = store.get_job(conn, last, ["status"])
-        if row is not None and row["status"] == "pending":
+        if row is not None and row["status"] == Status.PENDING:
             raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
                                    f"{last} (use --again to start another)", last)
     row, created = dispatching.insert_row(conn, values)

@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 
 from . import limits
+from .status import Status
 
 metadata = MetaData()
 
@@ -37,7 +38,7 @@ LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 MYSQL_TABLE_ARGS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
                     "mysql_collate": "utf8mb4_bin"}
 
-STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+STATUSES = tuple(Status)  # the values of `cronjob_queue.status`
 TITLE_MAX = limits.TITLE_MAX_CHARS
 KEY_MAX = limits.KEY_MAX_CHARS  # utf8mb4 index limit on older MySQL row formats
 
@@ -47,7 +48,7 @@ cronjob_queue = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("type", String(191), nullable=False),
     Column("queue", String(limits.QUEUE_MAX_CHARS), nullable=False, server_default="default"),
-    Column("status", String(16), nullable=False, server_default="pending"),
+    Column("status", String(16), nullable=False, server_default=Status.PENDING.value),
     Column("priority", Integer, nullable=False, server_default="5"),
     Column("payload", LongText, nullable=True),
     Column("result_payload", LongText, nullable=True),
@@ -67,6 +68,9 @@ cronjob_queue = Table(
     Column("worker_id", String(limits.WORKER_ID_MAX_CHARS), nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # Migration 0008: why the worker (not the handler) ended the last run as it did
+    # (a `status.Reason` value); NULL for the handler's own outcome.
+    Column("outcome_reason", String(limits.REASON_MAX_CHARS), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_locked", "status", "locked_until"),

@@ -9,6 +9,7 @@ from . import dispatching, store
 from .app import App
 from .db import run_in_transaction
 from .errors import JobNotFound, JobStateError
+from .status import Status
 
 log = logging.getLogger("cronjobs.operator")
 
@@ -24,7 +25,7 @@ def retry(app: App, job_id: int, who: str = "operator") -> None:
     changed = run_in_transaction(
         app.engine, lambda c: store.actions.retry_failed(c, [job_id], now, who))
     if not changed:
-        _refuse(app, job_id, "failed", "retried")
+        _refuse(app, job_id, Status.FAILED, "retried")
     _send(app, changed)
 
 
@@ -38,9 +39,9 @@ def cancel(app: App, job_id: int, who: str = "operator") -> None:
     now = app.clock.now()
     if not run_in_transaction(app.engine,
                               lambda c: store.actions.cancel_pending(c, job_id, now, who)):
-        _refuse(app, job_id, "pending", "cancelled")
+        _refuse(app, job_id, Status.PENDING, "cancelled")
     run_in_transaction(app.engine, lambda c: store.update_task_status(
-        c, job_id, "cancelled", now, success=False))
+        c, job_id, Status.CANCELLED, now, success=False))
     log.info("job %s cancelled by %s", job_id, who, extra={"trace_id": job_id})
 
 

@@ -18,6 +18,7 @@ from .app import App, current
 from .db import run_in_transaction
 from .dispatching import Dispatched, build_row
 from .errors import InvalidJob
+from .status import Status
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
     from sqlalchemy.orm import Session
@@ -134,10 +135,10 @@ def process(job_row: int | dict, *, app: App | None = None) -> bool:
     from .executor import Executor  # lazy: CLI start-up time (`get` runs no handler)
 
     executor = Executor(app or current())
-    if isinstance(job_row, dict) and job_row.get("status") == "running":
-        return executor.run_claimed(job_row).status == "completed"
+    if isinstance(job_row, dict) and job_row.get("status") == Status.RUNNING:
+        return executor.run_claimed(job_row).status == Status.COMPLETED
     job_id = job_row["id"] if isinstance(job_row, dict) else int(job_row)
-    return executor.run_id(job_id).status == "completed"
+    return executor.run_id(job_id).status == Status.COMPLETED
 
 
 def recover_stale(minutes: float | None = None, *, app: App | None = None) -> int:
@@ -155,7 +156,7 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
     for row in changed:
         log.warning("recover-stale: job %s -> %s", row["id"], row["status"],
                     extra={"trace_id": row["id"]})
-        if row["status"] == "pending":
+        if row["status"] == Status.PENDING:
             dispatching.send(app, row["id"], row["queue"])
     return len(changed)
 

@@ -13,7 +13,7 @@ from .worker import Signals, WorkerProcess
 log = logging.getLogger("cronjobs.serve")
 
 
-def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout: float = 30,
+def serve(app: App, host: str, port: int, slots: int = 4, *, shutdown_timeout: float = 30,
           signals: Signals | None = None, on_ready=None) -> int:
     """Run everything until SIGTERM/SIGINT; returns 0 after a clean stop, 1 when the
     worker's job loop broke (the process must be restarted).
@@ -26,10 +26,10 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
     they run jobs with its preloaded App.
 
     Args:
-        app: the App; give it a pool of `worker.connections_needed(threads)`.
+        app: the App; give it a pool of `worker.connections_needed(slots)`.
         host, port: where the web front listens (port 0 picks a free port); a host
             other than loopback needs a configured token (ConfigError otherwise).
-        threads: worker threads (one job process each).
+        slots: jobs the worker runs at the same time (one job process each).
         shutdown_timeout: seconds running jobs may take to finish after SIGTERM.
         on_ready: called with the base URL once everything runs.
     """
@@ -37,7 +37,7 @@ def serve(app: App, host: str, port: int, threads: int = 4, *, shutdown_timeout:
     server, url, generated = open_server(app, host, port)
     web_thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
     web_thread.start()
-    worker = WorkerProcess(app, app.queues(), threads, serve_url=url)
+    worker = WorkerProcess(app, app.queues(), slots, serve_url=url)
     worker.start()
     scheduler = run_forever(app, background=True)
     print(f"cronjobs is running: dashboard at {url}/  (Ctrl-C to stop)\n"

@@ -3,7 +3,7 @@
 The row is the truth; the broker only carries doorbells. A row that has been due and
 pending for longer than `sweep_after_seconds` had its message lost (a Redis flush, a send
 that failed) or arrived while every slot was busy; the worker's sweep then rings its own
-pool for that queue, and the producer claims the rows. The sweep only reads: it never
+pool for that queue, and the pool's loop claims the rows. The sweep only reads: it never
 locks or writes a pending row, because a row locked by anything but a claim would be
 skipped by the claims' `SKIP LOCKED` and run out of priority order.
 """

@@ -1,9 +1,10 @@
 """`cronjobs worker`: the slots of this process, or N child processes of them.
 
-A worker process has `--threads` slots (`pool.SlotPool`): broker messages ring it; its
+A worker process has `--slots` slots (`pool.SlotPool`): broker messages ring it; its
 loop claims due rows in batches for idle slots, runs each in a job process
-(`runner.JobProcess`, the hard MAX_RUNTIME stop) and writes outcomes together with the next
-claim in one transaction. It renews the leases of its running rows, writes a heartbeat
+(`runner.JobProcess`, the hard MAX_RUNTIME stop) or, for handlers that say
+`ISOLATION = "thread"`, in a thread, and writes outcomes together with the next claim in one
+transaction. It renews the leases of its running rows, writes a heartbeat
 every 10 s, rings queues whose rows wait too long (the sweep) and recycles itself at
 `--max-jobs`, `--memory-limit` or `--time-limit`: it finishes its current jobs and exits 0 so that
 supervisor/systemd start a fresh one. SIGTERM/SIGINT stop intake and let running jobs
@@ -73,12 +74,12 @@ class Signals:
         self.stop.set()
 
 
-def connections_needed(threads: int) -> int:
-    """Database connections a worker process of `threads` slots keeps open: one per slot
+def connections_needed(slots: int) -> int:
+    """Database connections a worker process of `slots` slots keeps open: one per slot
     (handlers that run in a thread use the worker's engine) plus the loop, the housekeeper
     and the consumer. Build the worker's App with `App(settings, pool_size=...)` of this,
     so no connection is opened and closed per job."""
-    return threads + 3
+    return slots + 3
 
 
 class WorkerProcess:
@@ -90,25 +91,22 @@ class WorkerProcess:
 
     Args:
         app: the App (its engine, broker and handlers are used); give it a connection
-            pool of `connections_needed(threads)` (the worker command does).
+            pool of `connections_needed(slots)` (the worker command does).
         queues: queue names to consume.
-        threads: jobs run at the same time (slots; one job process each).
+        slots: jobs run at the same time (one job process each).
         limits: recycling limits.
-        isolate: run jobs in job processes (the hard MAX_RUNTIME stop); False runs every
-            job in its slot thread (tests, debugging).
         prefetch: messages the Dramatiq consumer fetches per queue at a time (default
-            2 x threads, at least 16). Messages only ring the pool, so this holds no work.
+            2 x slots, at least 16). Messages only ring the pool, so this holds no work.
         isolation: `"handler"` (each handler's ISOLATION, "process" unless it says
             "thread") or `"process"` (every job in a job process).
         serve_url: the base URL of the `cronjobs serve` process this worker runs in
             (handlers read it as `context.serve_url`); None for a worker alone.
     """
 
-    def __init__(self, app: App, queues: list[str], threads: int = 8, *,
-                 limits: Limits = Limits(), isolate: bool = True,
-                 prefetch: int | None = None, isolation: str = "handler",
-                 serve_url: str | None = None) -> None:
-        self.app, self.queues, self.threads, self.limits = app, queues, threads, limits
+    def __init__(self, app: App, queues: list[str], slots: int = 8, *,
+                 limits: Limits = Limits(), prefetch: int | None = None,
+                 isolation: str = "handler", serve_url: str | None = None) -> None:
+        self.app, self.queues, self.slots, self.limits = app, queues, slots, limits
         self._started = time.monotonic()
         self.accepting = threading.Event()  # cleared when recycling or stopping
         self.accepting.set()
@@ -118,9 +116,8 @@ class WorkerProcess:
         self.status = "running"
         self.executor = Executor(app, isolation=isolation, runtime=Runtime(serve_url),
                                  on_job_done=self._after_job)
-        self.pool = SlotPool(self.executor, threads, processes=isolate,
-                             claim_limit=limits.max_jobs, accepting=self.accepting,
-                             stopped=self.stopped)
+        self.pool = SlotPool(self.executor, slots, claim_limit=limits.max_jobs,
+                             accepting=self.accepting, stopped=self.stopped)
         embedded = app.settings.embedded_broker
         # Other processes cannot reach an in-process broker: the sweep is their delivery.
         sweep_every = min(app.settings.sweep_interval_seconds, 2.0) if embedded \
@@ -134,8 +131,8 @@ class WorkerProcess:
         ])
         # The actor only rings the pool; its threads are there to acknowledge messages
         # (one Redis round trip each) while others arrive.
-        self.consumer = app.broker.consume(queues, self.on_message, threads=min(threads, 8),
-                                           prefetch=prefetch or max(16, 2 * threads))
+        self.consumer = app.broker.consume(queues, self.on_message, threads=min(slots, 8),
+                                           prefetch=prefetch or max(16, 2 * slots))
 
     def on_message(self, queue: str, job_id: int) -> None:
         """A broker message (a consumer thread): it rings the pool, whose loop claims the
@@ -160,7 +157,7 @@ class WorkerProcess:
             log.warning("start-up heartbeat failed (%s); will retry", exc)
         self.housekeeper.start()
         log.info("worker %s consuming %s with %d slot(s)", self.executor.worker_id,
-                 ",".join(self.queues), self.threads)
+                 ",".join(self.queues), self.slots)
 
     def sweep(self) -> int:
         """Ring the queues of this process that have due rows pending for longer than
@@ -260,20 +257,19 @@ class WorkerProcess:
             log.warning("could not remove the heartbeat (%s)", exc)
 
 
-def run_worker(app: App, queues: list[str], threads: int = 8, *, limits: Limits = Limits(),
+def run_worker(app: App, queues: list[str], slots: int = 8, *, limits: Limits = Limits(),
                shutdown_timeout: float = 30, signals: Signals | None = None,
-               isolate: bool = True, prefetch: int | None = None,
-               isolation: str = "handler") -> int:
+               prefetch: int | None = None, isolation: str = "handler") -> int:
     """Consume `queues` in this process until a signal or a recycling limit (arguments as
-    `WorkerProcess`; give `app` a pool of `connections_needed(threads)`).
+    `WorkerProcess`; give `app` a pool of `connections_needed(slots)`).
 
     Returns:
         0 after a signal or a recycling limit; 1 when the job loop itself broke (so that
         supervisor/systemd start a new process instead of keeping one that looks alive).
     """
     signals = signals or Signals().install()
-    process = WorkerProcess(app, queues, threads, limits=limits, isolate=isolate,
-                            prefetch=prefetch, isolation=isolation)
+    process = WorkerProcess(app, queues, slots, limits=limits, prefetch=prefetch,
+                            isolation=isolation)
     process.start()
     while not signals.stop.is_set() and not process.recycle.is_set() and not process.failed:
         signals.stop.wait(0.2)

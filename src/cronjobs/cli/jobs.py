@@ -9,6 +9,7 @@ import click
 from click.core import ParameterSource
 
 from .. import limits
+from ..status import Ended, Status
 from .base import JOB_ID, _app, _dump, _parse_time, main
 
 
@@ -141,7 +142,7 @@ def run(job_id: int) -> None:
 
     report = Executor(_app()).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
-    sys.exit(0 if report.status in ("completed", "deleted") else 1)
+    sys.exit(0 if report.status in (Status.COMPLETED, Ended.DELETED) else 1)
 
 
 @main.command("recover-stale")

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..status import Status
 from .base import _app, _dump, _fail, _table, main
 
 
@@ -70,7 +71,7 @@ def _retry_all(app, job_type: str | None, quiet: bool) -> None:
     from .. import bulk  # lazy: CLI start-up time
     from .progress import Progress  # lazy: CLI start-up time
 
-    started = bulk.start(app, "retry", bulk.Selection("failed", job_type), who="cli")
+    started = bulk.start(app, "retry", bulk.Selection(Status.FAILED, job_type), who="cli")
     op = started.operation
     verb = "resuming stalled" if started.resumed else "started"
     if not quiet:

@@ -12,8 +12,10 @@ from .base import _app, _dump, _table, main
 @main.command()
 @click.option("--queues", help="Comma-separated queues (default: every handler's queue).")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Slots: jobs run at the same time per process (one job process each).")
+@click.option("--slots", type=click.IntRange(min=1), default=None,
+              help="Jobs run at the same time per process, one job process each (default: 8).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, deprecated="use --slots",
+              help="The old name of --slots.")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Recycle after this many jobs.")
 @click.option("--memory-limit", type=click.FloatRange(min=1), metavar="MB",
               help="Recycle when the process and its job processes use this much memory.")
@@ -25,23 +27,26 @@ from .base import _app, _dump, _table, main
               help="Also log to DIR/workers-YYYY-MM-DD.log (default CRONJOBS_LOG_DIR).")
 @click.option("--prefetch", type=click.IntRange(min=1),
               help="Messages fetched from the broker per queue at a time (default: 2 x "
-                   "--threads, at least 16). Messages only wake the worker; rows are claimed "
+                   "--slots, at least 16). Messages only wake the worker; rows are claimed "
                    "for idle slots.")
 @click.option("--isolation", type=click.Choice(["handler", "process"]), default="handler",
               show_default=True,
               help="handler: each handler's ISOLATION (a job process, stopped at MAX_RUNTIME, "
                    "unless the handler says 'thread'); process: every job in a job process.")
-def worker(queues: str | None, processes: int, threads: int, max_jobs: int | None,
-           memory_limit: float | None, time_limit: float | None, shutdown_timeout: float,
-           log_dir: str | None, prefetch: int | None, isolation: str) -> None:
+def worker(queues: str | None, processes: int, slots: int | None, threads: int | None,
+           max_jobs: int | None, memory_limit: float | None, time_limit: float | None,
+           shutdown_timeout: float, log_dir: str | None, prefetch: int | None,
+           isolation: str) -> None:
     """Run jobs of the queues until SIGTERM/SIGINT or a recycling limit (exit 0).
 
-    Each process has --threads slots; each job runs in a job process forked from a
-    preloaded fork server and is stopped at its MAX_RUNTIME."""
+    Each process has --slots slots; each job runs in a job process forked from a
+    preloaded fork server and is stopped at its MAX_RUNTIME (or, for a handler that says
+    ISOLATION = "thread", in a thread of the worker, unless --isolation process)."""
     from .. import logs  # lazy: CLI start-up time
     from ..worker import Limits, connections_needed, run_children, run_worker
 
-    app = _app(pool_size=connections_needed(threads) if processes == 1 else None)
+    slots = _slots(slots, threads, 8)
+    app = _app(pool_size=connections_needed(slots) if processes == 1 else None)
     logs.add_daily_file(log_dir or app.settings.log_dir)
     names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
@@ -49,7 +54,7 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
     for name in set(names) - set(app.queues()):
         click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
     if processes > 1:
-        argv = ["worker", "--queues", ",".join(names), "--threads", str(threads),
+        argv = ["worker", "--queues", ",".join(names), "--slots", str(slots),
                 "--shutdown-timeout", str(shutdown_timeout), "--isolation", isolation]
         for flag, value in (("--max-jobs", max_jobs), ("--memory-limit", memory_limit),
                             ("--time-limit", time_limit), ("--log-dir", log_dir),
@@ -58,8 +63,15 @@ def worker(queues: str | None, processes: int, threads: int, max_jobs: int | Non
                 argv += [flag, str(value)]
         sys.exit(run_children(argv, processes))
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
-    sys.exit(run_worker(app, names, threads, limits=limits, shutdown_timeout=shutdown_timeout,
+    sys.exit(run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
                         prefetch=prefetch, isolation=isolation))
+
+
+def _slots(slots: int | None, threads: int | None, default: int) -> int:
+    """--slots, or its old name --threads, or `default`; both given is a usage error."""
+    if slots is not None and threads is not None:
+        raise click.UsageError("give --slots only (--threads is its old name)")
+    return slots if slots is not None else threads if threads is not None else default
 
 
 @main.command()
@@ -100,17 +112,22 @@ def workers(as_json: bool) -> None:
 @click.option("--host", default=None, help="Listen address (default CRONJOBS_DASHBOARD_HOST).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
-@click.option("--threads", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--slots", type=click.IntRange(min=1), default=None,
+              help="Jobs the worker runs at the same time, one job process each (default: 4).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, deprecated="use --slots",
+              help="The old name of --slots.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
               metavar="S", help="After SIGTERM, seconds running jobs may take to finish.")
-def serve(host: str | None, port: int | None, threads: int, shutdown_timeout: float) -> None:
+def serve(host: str | None, port: int | None, slots: int | None, threads: int | None,
+          shutdown_timeout: float) -> None:
     """Scheduler + worker + web front in one process (the embedded mode)."""
     from ..migrate import upgrade  # lazy: CLI start-up time
     from ..serve import serve as run
     from ..worker import connections_needed
 
-    app = _app(create=True, pool_size=connections_needed(threads))
+    slots = _slots(slots, threads, 4)
+    app = _app(create=True, pool_size=connections_needed(slots))
     upgrade(app.engine)
     sys.exit(run(app, host or app.settings.dashboard_host,
-                 app.settings.dashboard_port if port is None else port, threads,
+                 app.settings.dashboard_port if port is None else port, slots,
                  shutdown_timeout=shutdown_timeout))

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from .. import store
+from .. import limits, store
 from ..app import App
 from ..db import run_in_transaction
 from . import alertstate, alerttext
@@ -86,7 +86,8 @@ def process(app: App, report: HealthReport) -> AlertRun:
             channel.send(alert)
             run.delivered.append(channel.name)
         except Exception as exc:
-            run.failed[channel.name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            why = str(exc)[:limits.ALERT_FAILURE_MAX_CHARS]
+            run.failed[channel.name] = f"{type(exc).__name__}: {why}"
             log.warning("alert via %s failed: %s", channel.name, run.failed[channel.name])
     delivered = bool(run.delivered) or not channels
     claims = {e["key"]: e["kind"] for e in entries}

@@ -73,7 +73,7 @@ class Check:
     def broke(self, exc: BaseException) -> None:
         """Record that the check itself raised `exc` (`check_error`, problem
         `check_error:<name>` at `warn`); problems it found before are kept."""
-        text = str(exc).splitlines()[0][:limits.CHECK_ERROR_MAX_CHARS] if str(exc) else ""
+        text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) else ""
         self.message = f"{type(exc).__name__}: {text}"
         self.problem(f"{CHECK_ERROR}:{self.name}", "warn",
                      f"the {self.name} check is broken ({self.message}); "

@@ -19,6 +19,7 @@ import time
 
 from sqlalchemy import Engine
 
+from .. import limits
 from ..app import App
 from ..db import classify
 from .check import Check, CheckFn, HealthReport, worst
@@ -103,7 +104,7 @@ def _run_one(fn: CheckFn, app: App, check: Check) -> None:
         fn(app, check)
     except Exception as exc:  # a check that breaks is reported, never a crash
         if is_outage(exc):
-            text = str(exc).splitlines()[0][:300] if str(exc) else ""
+            text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) else ""
             check.message = f"{type(exc).__name__}: {text}"
             check.problem(check.name, "fail", f"{check.name}: {check.message}")
         else:

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, bindparam, select
 
 from .. import limits
 from ..models import cronjob_queue as q
+from ..status import Status
 
 
 def retry_failed(conn: Connection, ids: list[int], now: datetime,
@@ -35,14 +36,14 @@ def retry_failed(conn: Connection, ids: list[int], now: datetime,
     if not ids:
         return []
     rows = conn.execute(select(q.c.id, q.c.queue, q.c.process_logs)
-                        .where(q.c.id.in_(ids), q.c.status == "failed")
+                        .where(q.c.id.in_(ids), q.c.status == Status.FAILED)
                         .order_by(q.c.id).with_for_update()).mappings().all()
     if not rows:
         return []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     line = limits.log_line(f"[{stamp}] retried by {who}: failed -> pending, attempts reset") + "\n"
-    conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status == "failed").values(
-        status="pending", attempts=0, scheduled_at=None, started_at=None, finished_at=None,
+    conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status == Status.FAILED).values(
+        status=Status.PENDING, attempts=0, scheduled_at=None, started_at=None, finished_at=None,
         locked_until=None, updated_at=now, process_logs=bindparam("b_log")),
         [{"b_id": r["id"], "b_log": limits.bounded_log(r["process_logs"], line)} for r in rows])
     return [{"id": r["id"], "queue": r["queue"]} for r in rows]
@@ -56,8 +57,8 @@ def cancel_pending(conn: Connection, job_id: int, now: datetime, who: str = "ope
     """
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     old = conn.execute(select(q.c.process_logs).where(q.c.id == job_id)).scalar_one_or_none()
-    result = conn.execute(q.update().where(q.c.id == job_id, q.c.status == "pending").values(
-        status="cancelled", finished_at=now, updated_at=now, locked_until=None,
+    result = conn.execute(q.update().where(q.c.id == job_id, q.c.status == Status.PENDING).values(
+        status=Status.CANCELLED, finished_at=now, updated_at=now, locked_until=None,
         process_logs=limits.bounded_log(
             old, limits.log_line(f"[{stamp}] cancelled by {who}") + "\n")))
     return result.rowcount == 1

@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from ..db import is_duplicate_key
 from ..errors import InvalidJob
 from ..models import cronjob_queue as q
+from ..status import Status
 from .jobs import select_by_key
 from .sql import bind, name, ph
 
@@ -45,7 +46,7 @@ def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
     for _ in range(5):
         new_id = _insert_one(conn, values)
         if new_id is not None:
-            return {"id": new_id, "status": values.get("status", "pending"),
+            return {"id": new_id, "status": values.get("status", Status.PENDING),
                     "payload": values.get("payload")}, True
         existing = select_by_key(conn, key)
         if existing is not None:

@@ -10,6 +10,7 @@ from sqlalchemy import alias as aliased  # Core: the same SQL as the ORM's, with
 from .. import limits
 from ..models import cronjob_queue as q
 from ..models import cronjob_slot
+from ..status import Reason, Status
 from .sql import db_now, due, skip_locked
 
 
@@ -19,10 +20,11 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
     Lease ages are judged with the database's clock, the clock the leases were written
     with, so the host running this cannot take a live row because its own clock is ahead.
     A row with attempts left goes back to `pending` (due now); one without goes to
-    `failed`. Both get a process-log line. Rows with a live lease are never touched, so a
-    long job on a live worker (which renews its lease) is safe. A row without
-    `max_attempts` (claimed by a worker that had no handler for it, which uses no attempt)
-    goes back to `pending`: the claim of a worker that has its handler sets it.
+    `failed`. Both get a process-log line and the reason `lease_expired`. Rows with a live
+    lease are never touched, so a long job on a live worker (which renews its lease) is
+    safe. A row without `max_attempts` (claimed by a worker that had no handler for it,
+    which uses no attempt) goes back to `pending`: the claim of a worker that has its
+    handler sets it.
 
     Args:
         now: the injected clock's time, for `updated_at`, `scheduled_at` and the log line.
@@ -32,25 +34,26 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
     """
     stmt = (select(q.c.id, q.c.queue, q.c.attempts, q.c.max_attempts, q.c.worker_id,
                    q.c.process_logs)
-            .where(q.c.status == "running", q.c.locked_until < db_now(conn, -minutes * 60))
+            .where(q.c.status == Status.RUNNING, q.c.locked_until < db_now(conn, -minutes * 60))
             .order_by(q.c.id).limit(limit))
     changed = []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     for row in conn.execute(skip_locked(conn, stmt)).mappings().all():
         most = row["max_attempts"]
         exhausted = most is not None and row["attempts"] >= most
-        status = "failed" if exhausted else "pending"
+        status = Status.FAILED if exhausted else Status.PENDING
         error = (f"lease expired on worker {row['worker_id']} (worker lost?)"
                  + (f"; no attempts left ({row['attempts']}/{most})"
                     if exhausted else ""))
         line = limits.log_line(f"[{stamp}] recover-stale: {error} -> {status}") + "\n"
         values = {"status": status, "error": error, "locked_until": None, "updated_at": now,
+                  "outcome_reason": Reason.LEASE_EXPIRED,
                   "process_logs": limits.bounded_log(row["process_logs"], line)}
         if exhausted:
             values["finished_at"] = now
         else:
             values["scheduled_at"] = now
-        result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == "running",
+        result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == Status.RUNNING,
                                                q.c.attempts == row["attempts"]).values(**values))
         if result.rowcount == 1:
             changed.append({"id": row["id"], "queue": row["queue"], "status": status})
@@ -83,7 +86,7 @@ def pending_by_queue(conn: Connection, now: datetime) -> dict[str, dict]:
     stmt = (select(q.c.queue, func.count().label("pending"),
                    func.sum(case((is_due, 1), else_=0)).label("due"),
                    func.min(case((is_due, became_due), else_=None)).label("oldest_due_at"))
-            .where(q.c.status == "pending").group_by(q.c.queue))
+            .where(q.c.status == Status.PENDING).group_by(q.c.queue))
     return {r["queue"]: {"pending": int(r["pending"]), "due": int(r["due"] or 0),
                          "oldest_due_at": _as_datetime(r["oldest_due_at"])}
             for r in conn.execute(stmt).mappings()}
@@ -111,8 +114,8 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
         with `dry_run`, counted up to `batch`).
     """
     counts = {}
-    for status, days in (("completed", completed_days), ("failed", failed_days),
-                         ("cancelled", cancelled_days)):
+    for status, days in ((Status.COMPLETED, completed_days), (Status.FAILED, failed_days),
+                         (Status.CANCELLED, cancelled_days)):
         cutoff = now - timedelta(days=days)
         child = aliased(q)
         stmt = (select(q.c.id).where(q.c.status == status, q.c.finished_at < cutoff,
@@ -129,7 +132,7 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
             ids = [i for i in ids if i not in parents]
             if ids:
                 conn.execute(q.delete().where(q.c.id.in_(ids)))
-        counts[status] = len(ids)
+        counts[status.value] = len(ids)
     return counts
 
 

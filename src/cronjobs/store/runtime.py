@@ -10,6 +10,7 @@ from sqlalchemy import Connection, select
 
 from ..models import cronjob_runtime as rt
 from ..models import cronjob_slot
+from ..status import Ended, Status
 from .sql import bind, insert_ignore, name, ph
 
 
@@ -90,7 +91,7 @@ def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, no
                  .where(cronjob_slot.c.task == task, cronjob_slot.c.slot == slot)
                  .values(job_id=job_id))
     conn.execute(rt.update().where(rt.c.task == task).values(
-        last_job_id=job_id, last_status="pending", updated_at=now, last_slot=slot,
+        last_job_id=job_id, last_status=Status.PENDING, updated_at=now, last_slot=slot,
         last_run_at=now, next_run_at=next_run_at))
 
 
@@ -111,7 +112,8 @@ def set_enabled(conn: Connection, task: str, enabled: bool, now: datetime) -> bo
     return result.rowcount == 1
 
 
-SUCCESS_STATUSES = ("completed", "cancelled", "deleted")  # the run ended as its handler meant
+# The run ended as its handler meant (a cancelled childless row is deleted).
+SUCCESS_STATUSES = (Status.COMPLETED, Status.CANCELLED, Ended.DELETED)
 
 
 def update_task_status(conn: Connection, job_id: int, status: str, now: datetime, *,

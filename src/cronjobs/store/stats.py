@@ -24,11 +24,12 @@ from sqlalchemy import Connection, DateTime, Integer, bindparam, case, cast, fun
 from sqlalchemy import select as sa_select
 
 from ..models import cronjob_queue as q
+from ..status import Status
 from . import views
 from .sql import name as dialect_name
 from .workers import list_workers
 
-SERIES_STATUSES = ("completed", "failed")
+SERIES_STATUSES = (Status.COMPLETED, Status.FAILED)
 QUEUES_SHOWN = 20  # queues listed one by one on the Overview page
 DUE_CAP = views.DUE_CAP
 
@@ -91,7 +92,7 @@ def live_queues(conn: Connection) -> list[str]:
     The grouping names both columns and the rows are sorted here: MariaDB walked the whole
     index for `GROUP BY queue` alone, and read every live row with an ORDER BY (1.1 s at
     30,000 live rows of 1,000,000)."""
-    stmt = (sa_select(q.c.queue, q.c.status).where(q.c.status.in_(("pending", "running")))
+    stmt = (sa_select(q.c.queue, q.c.status).where(q.c.status.in_((Status.PENDING, Status.RUNNING)))
             .group_by(q.c.queue, q.c.status))
     for dialect in ("mysql", "mariadb"):
         stmt = stmt.with_hint(q, "FORCE INDEX (ix_cronjob_queue_claim)", dialect_name=dialect)
@@ -118,9 +119,9 @@ def queue_stats(conn: Connection, now: datetime, limit: int = QUEUES_SHOWN,
         due = views.due_in_queues(conn, now, [queue])
         out.append({
             "queue": queue,
-            "pending": views.capped_count(conn, q.c.queue == queue, q.c.status == "pending",
+            "pending": views.capped_count(conn, q.c.queue == queue, q.c.status == Status.PENDING,
                                           cap=cap),
-            "running": views.capped_count(conn, q.c.queue == queue, q.c.status == "running",
+            "running": views.capped_count(conn, q.c.queue == queue, q.c.status == Status.RUNNING,
                                           cap=cap),
             "due": (due["due"], due["capped"]), "oldest_due_at": due["oldest_due_at"]})
     return {"queues": out, "more": max(0, len(names) - limit)}
@@ -141,7 +142,7 @@ def busy(conn: Connection, live_seconds: float, cap: int = views.COUNT_CAP) -> d
     live = [w for w in workers if w["live"]]
     for worker in live:
         worker["busy"] = len([j for j in (worker.get("current_jobs") or "").split(",") if j])
-    return {"running": views.capped_count(conn, q.c.status == "running", cap=cap),
+    return {"running": views.capped_count(conn, q.c.status == Status.RUNNING, cap=cap),
             "live": live, "dead": len(workers) - len(live)}
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, case, func, literal, select
 from ..models import cronjob_queue as q
 from ..models import cronjob_runtime as rt
 from ..models import cronjob_slot
+from ..status import FINAL, Status
 from .sql import due
 
 COUNT_CAP = 10_000
@@ -183,8 +184,9 @@ def ping(conn: Connection) -> None:
 def failed_counts(conn: Connection, since: datetime, cap: int = COUNT_CAP) -> dict:
     """Failed rows: `{"total": (n, capped), "since": (n, capped)}` (finished at or after
     `since`)."""
-    return {"total": capped_count(conn, q.c.status == "failed", cap=cap),
-            "since": capped_count(conn, q.c.status == "failed", q.c.finished_at >= since, cap=cap)}
+    return {"total": capped_count(conn, q.c.status == Status.FAILED, cap=cap),
+            "since": capped_count(conn, q.c.status == Status.FAILED, q.c.finished_at >= since,
+                                  cap=cap)}
 
 
 def count_by_status(conn: Connection, types: list[str] | None = None,
@@ -214,7 +216,7 @@ def throughput(conn: Connection, now: datetime, cap: int = 100_000) -> dict[str,
     """
     hour_ago = now - timedelta(hours=1)
     inner = (select(q.c.finished_at).where(
-        q.c.status == "completed", q.c.finished_at >= now - timedelta(days=1),
+        q.c.status == Status.COMPLETED, q.c.finished_at >= now - timedelta(days=1),
         q.c.type.like("%.execute")).limit(cap + 1).subquery())
     day, hour = conn.execute(select(
         func.count(),
@@ -249,7 +251,7 @@ def failed_groups(conn: Connection, job_type: str | None = None,
         `[{type, error, count, newest_id, newest_at}]`.
     """
     inner = (select(q.c.id, q.c.type, q.c.finished_at, error_key().label("error_key"))
-             .where(q.c.status == "failed").order_by(q.c.id.desc()).limit(scan))
+             .where(q.c.status == Status.FAILED).order_by(q.c.id.desc()).limit(scan))
     if job_type:
         inner = inner.where(q.c.type == job_type)
     sub = inner.subquery()
@@ -267,21 +269,21 @@ def failed_total(conn: Connection, job_type: str | None = None,
                  cap: int = COUNT_CAP) -> tuple[int, bool]:
     """Failed rows (of `job_type`), counted up to `cap`: `(n, capped)` (the Failed page's
     "Retry all N"). A range of the `(status, id)` or `(type, status, id)` index."""
-    conds = [q.c.status == "failed"] + ([q.c.type == job_type] if job_type else [])
+    conds = [q.c.status == Status.FAILED] + ([q.c.type == job_type] if job_type else [])
     return capped_count(conn, *conds, cap=cap)
 
 
 def group_of(conn: Connection, job_id: int) -> tuple[str, str] | None:
     """`(type, error key)` of failed row `job_id` (its Failed-page group), or None."""
     row = conn.execute(select(q.c.type, error_key().label("k"))
-                       .where(q.c.id == job_id, q.c.status == "failed")).first()
+                       .where(q.c.id == job_id, q.c.status == Status.FAILED)).first()
     return (row.type, row.k) if row else None
 
 
 def pending_queues(conn: Connection) -> list[str]:
     """Queues that hold `pending` rows: a loose scan of the claim index, named for MariaDB
     (alone it read every pending row through `(status, id)`: 670 ms at 20,000 of 1M)."""
-    stmt = select(q.c.queue).where(q.c.status == "pending").group_by(q.c.queue)
+    stmt = select(q.c.queue).where(q.c.status == Status.PENDING).group_by(q.c.queue)
     for dialect in ("mysql", "mariadb"):
         stmt = stmt.with_hint(q, "FORCE INDEX (ix_cronjob_queue_claim)", dialect_name=dialect)
     return [r[0] for r in conn.execute(stmt)]
@@ -359,19 +361,19 @@ def finished_since(conn: Connection, since: datetime, after_id: int,
     first: what `/metrics` has not counted yet.
 
     Returns:
-        `[{id, type, queue, status, attempts, started_at, finished_at, error}]` (error cut
-        to 200 characters).
+        `[{id, type, queue, status, attempts, started_at, finished_at, outcome_reason}]`.
     """
     stmt = (select(q.c.id, q.c.type, q.c.queue, q.c.status, q.c.attempts, q.c.started_at,
-                   q.c.finished_at, error_key().label("error"))
-            .where(q.c.status.in_(("completed", "failed", "cancelled")),
+                   q.c.finished_at, q.c.outcome_reason)
+            .where(q.c.status.in_(FINAL),
                    (q.c.finished_at > since) | ((q.c.finished_at == since) & (q.c.id > after_id)))
             .order_by(q.c.finished_at, q.c.id).limit(limit))
     return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
 def rows_by_queue_status(conn: Connection,
-                         statuses: tuple[str, ...] = ("pending", "running", "failed"),
+                         statuses: tuple[str, ...] = (Status.PENDING, Status.RUNNING,
+                                                      Status.FAILED),
                          cap: int = COUNT_CAP, queues: set[str] | None = None,
                          other: str = "other") -> dict[tuple[str, str], int]:
     """Row counts per (queue, status) for the live states (each capped at `cap`).

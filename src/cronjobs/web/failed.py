@@ -8,6 +8,7 @@ from flask_babel import gettext as _
 
 from .. import bulk, store
 from ..errors import OperationRunning
+from ..status import Status
 from .view import ROW_ID_MAX, cronjobs_app
 
 bp = Blueprint("failed", __name__)
@@ -32,7 +33,7 @@ def _selection() -> bulk.Selection:
     `all=1` (with an optional `type`) is every failed row (of that type)."""
     if request.form.get("all") == "1":
         job_type = (request.form.get("type") or "").strip() or None
-        return bulk.Selection("failed", job_type)
+        return bulk.Selection(Status.FAILED, job_type)
     try:
         job_id = int(request.form.get("job", ""))
     except ValueError:
@@ -43,7 +44,7 @@ def _selection() -> bulk.Selection:
         key = store.views.group_of(conn, job_id)
     if key is None:
         abort(404, f"no failed job with id {job_id}")
-    return bulk.Selection("failed", key[0], key[1])
+    return bulk.Selection(Status.FAILED, key[0], key[1])
 
 
 @bp.post("/failed/retry")

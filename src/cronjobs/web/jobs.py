@@ -10,6 +10,7 @@ from flask import Blueprint, abort, current_app, redirect, render_template, requ
 from .. import limits, operator, store
 from ..handler import stage_of
 from ..models import STATUSES
+from ..status import Status
 from .fields import page_row
 from .view import cronjobs_app, handler_registry, render_summary
 
@@ -140,7 +141,7 @@ def queue():
 
 
 JOB_POLL_SECONDS = 2
-LIVE = ("pending", "running")
+LIVE = (Status.PENDING, Status.RUNNING)
 
 
 def job_page(job_id: int, tab: str = "overview") -> dict:
@@ -163,8 +164,8 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
         summary = _summary(conn, cls, row) if tab == "results" else None
     now = app.clock.now()
     busy_kids = any(kid_counts.get(s) for s in LIVE)
-    refresh = row["status"] == "running" or busy_kids or (
-        row["status"] == "pending" and (row["scheduled_at"] is None
+    refresh = row["status"] == Status.RUNNING or busy_kids or (
+        row["status"] == Status.PENDING and (row["scheduled_at"] is None
                                         or row["scheduled_at"] <= now + timedelta(seconds=60)))
     return {"row": row, "tab": tab, "summary": summary, "children": kids,
             "child_counts": kid_counts, "handler_known": cls is not None,

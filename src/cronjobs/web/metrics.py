@@ -35,6 +35,8 @@ from prometheus_client.core import (
 
 from .. import heartbeat, store
 from ..app import App
+from ..status import Status
+from ..status import family as reason_family
 from ..store import stats
 from .view import handler_registry
 
@@ -52,7 +54,8 @@ class Tally:
     Attributes:
         finished: `{(type, status): rows}`.
         retries: `{type: attempts beyond the first}`.
-        timeouts: `{type: rows failed by a MAX_RUNTIME timeout}`.
+        timeouts: `{type: rows failed by a MAX_RUNTIME timeout}` (their `outcome_reason`
+            is of the `timeout` family, however the job was stopped).
         durations: `{type: [count per bucket of BUCKETS and +Inf, sum of seconds]}`.
     """
 
@@ -67,7 +70,7 @@ class Tally:
         self.finished[(job_type, row["status"])] += 1
         if row["attempts"] > 1:
             self.retries[job_type] += row["attempts"] - 1
-        if row["status"] == "failed" and (row["error"] or "").startswith("timeout after"):
+        if row["status"] == Status.FAILED and reason_family(row["outcome_reason"]) == "timeout":
             self.timeouts[job_type] += 1
         started, finished = row["started_at"], row["finished_at"]
         if started and finished and finished >= started:

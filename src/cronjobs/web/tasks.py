@@ -19,6 +19,7 @@ from ..handler import stage_of
 from ..manual import new_request_token, run_now
 from ..scheduler import set_enabled
 from ..slots import current_slot, describe, fires_after, is_cron
+from ..status import Status
 from ..taskrows import TaskRow, task_rows
 from . import charts
 from .view import cronjobs_app, handler_registry, page_now
@@ -83,8 +84,8 @@ def run_stats(runs: list[dict]) -> dict:
         `{"finished": n, "completed": n, "rate": fraction or None, "median": seconds or
         None, "longest": seconds or None}` over the completed and failed runs.
     """
-    ended = [r for r in runs if r["status"] in ("completed", "failed")]
-    done = [r for r in ended if r["status"] == "completed"]
+    ended = [r for r in runs if r["status"] in (Status.COMPLETED, Status.FAILED)]
+    done = [r for r in ended if r["status"] == Status.COMPLETED]
     seconds = [(r["finished_at"] - r["started_at"]).total_seconds() for r in ended
                if r["started_at"] and r["finished_at"] and r["finished_at"] >= r["started_at"]]
     return {"finished": len(ended), "completed": len(done),

@@ -1,0 +1,170 @@
+"""Group commit: the outcomes waiting to be written and the next claim, in one transaction.
+
+The pool's loop hands every ended run here as a plan (`add`). A `cycle` writes all of
+them (`finishing.OutcomeWriter.write`: two statements for the common ones) and claims the
+best due rows of the rung queues for the idle slots, in **one transaction**, so a worker
+with a backlog commits once per several jobs. With a backlog and few free slots the loop
+holds for up to `BATCH_WINDOW_SECONDS` for more slots to come free (`holding`).
+
+When the database refuses the transaction (or it breaks on something that is not a
+database error), the plans are written again one by one (`OutcomeWriter.write_each`), so
+only the outcome the database refuses becomes `unrecordable`, and the claim runs alone. A
+claim that fails alone is the loop's own failure: it raises. While the database is
+unreachable the cycle waits (3 s, doubling to 60 s) until it answers or the worker stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from .db import classify, retry_while_unavailable, run_in_transaction
+from .errors import DatabaseUnavailable
+from .executor import Executor
+from .finishing import Finish
+
+log = logging.getLogger("cronjobs.worker")
+
+BATCH_WINDOW_SECONDS = 0.005  # with a backlog, wait this long at most for a bigger batch
+
+Wants = list[tuple[str, int]]  # (queue, rows to claim) per rung queue; all share one count
+
+
+class GroupCommit:
+    """The plans not written yet and the transactions that write them with the next claim.
+    Used by the pool's loop thread only.
+
+    Args:
+        executor: its `writer` writes, its `done` reports each written run; its worker id
+            and `lease_seconds` go into the claim.
+        slots: the worker's slots (with a backlog, a batch waits for half of them).
+        stopped: set when the worker has stopped: waits for the database end.
+        timer: the monotonic clock of the batching window, seconds (default
+            `time.monotonic`; tests give their own).
+    """
+
+    def __init__(self, executor: Executor, slots: int, stopped: threading.Event, *,
+                 timer: Callable[[], float] = time.monotonic) -> None:
+        self._executor = executor
+        self._timer = timer
+        self._engine = executor.app.engine
+        self._clock = executor.app.clock
+        self._stopped = stopped
+        self._min_batch = max(1, slots // 2)
+        self._plans: list[Finish] = []
+        self._since = 0.0  # timer() when the oldest waiting plan came
+        self._backlog = False  # the last claim filled every free slot
+        self.claims = 0  # claim statements (for tests and benchmarks)
+        self.commits = 0  # transactions that wrote outcomes and/or claimed
+
+    def add(self, plan: Finish) -> None:
+        """Queue the planned end of a run for the next cycle."""
+        if not self._plans:
+            self._since = self._timer()
+        self._plans.append(plan)
+
+    def waiting(self) -> int:
+        """Plans not written yet."""
+        return len(self._plans)
+
+    def holding(self, free: int, stopping: bool) -> bool:
+        """True while the loop should wait for a bigger batch: a backlog, fewer than half
+        the slots free, and the oldest plan younger than `BATCH_WINDOW_SECONDS`."""
+        if not self._backlog or stopping or free >= self._min_batch:
+            return False
+        return bool(self._plans) and self._timer() - self._since < BATCH_WINDOW_SECONDS
+
+    def window_left(self) -> float | None:
+        """Seconds until the batching window of the waiting plans closes (0 when it has);
+        None when no plan waits."""
+        if not self._plans:
+            return None
+        return max(0.0, self._since + BATCH_WINDOW_SECONDS - self._timer())
+
+    def cycle(self, wants: Wants) -> tuple[list[dict], set[str]]:
+        """Write the waiting plans and claim rows for `wants`, in one transaction.
+
+        Returns:
+            `(rows, drained)`: the claimed rows (dicts, claim order) and the queues that
+            gave fewer rows than asked (nothing more is due there).
+
+        Raises:
+            What a claim alone raises (the database refused it): the loop cannot go on.
+        """
+        plans = self._plans
+        if not plans and not wants:
+            return [], set()
+        self._plans = []
+        try:
+            finals, rows, drained = retry_while_unavailable(
+                lambda: run_in_transaction(self._engine,
+                                           lambda conn: self._transaction(conn, plans, wants)),
+                "writing outcomes and claiming jobs", give_up_seconds=None, stop=self._stopped)
+        except DatabaseUnavailable:  # stopping while the database is down
+            log.error("%d outcome(s) not written (database unavailable while stopping); "
+                      "their leases will expire and recover-stale takes them back", len(plans))
+            return [], set()
+        except Exception as exc:
+            if classify(exc) == "transient":  # deadlocks that persisted: try again soon
+                log.error("writing outcomes and claiming jobs failed (%s: %.300s); trying "
+                          "again in 1 s", type(exc).__name__, exc)
+                self._plans = plans + self._plans
+                self._stopped.wait(1.0)
+                return [], set()
+            written, rows, drained = self._apart(plans, wants)
+        else:
+            written = list(zip(plans, finals, strict=True))
+        self.commits += 1
+        for plan, final in written:
+            self._executor.done(plan, final)
+        self._backlog = bool(wants) and not drained
+        return rows, drained
+
+    def _transaction(self, conn: Connection, plans: list[Finish],
+                     wants: Wants) -> tuple[list[str], list[dict], set[str]]:
+        finals = self._executor.writer.write(conn, plans)
+        rows, drained = self._claim(conn, wants)
+        return finals, rows, drained
+
+    def _claim(self, conn: Connection, wants: Wants) -> tuple[list[dict], set[str]]:
+        """Claim up to the free slots from the rung queues, in turn; `now` is read inside
+        the transaction, after any wait for a lock (SQLite)."""
+        rows: list[dict] = []
+        drained: set[str] = set()
+        now: datetime = self._clock.now()
+        free = wants[0][1] if wants else 0
+        for queue, _ in wants:
+            wanted = free - len(rows)
+            if wanted <= 0:
+                break
+            got = self._executor.claim_rows(conn, now, queue=queue, limit=wanted)
+            self.claims += 1
+            rows += got
+            if len(got) < wanted:
+                drained.add(queue)
+        return rows, drained
+
+    def _apart(self, plans: list[Finish], wants: Wants
+               ) -> tuple[list[tuple[Finish, str]], list[dict], set[str]]:
+        """The transaction was refused, or broke on something that is not a database
+        error: write each outcome alone (only the one it is about becomes
+        `unrecordable`), then claim alone. A claim that fails alone raises."""
+        try:
+            written = self._executor.writer.write_each(plans, give_up_seconds=None,
+                                                       stop=self._stopped)
+        except DatabaseUnavailable:  # stopping while the database is down
+            log.error("outcomes not written (database unavailable while stopping); their "
+                      "leases will expire and recover-stale takes them back")
+            return [], [], set()
+        try:
+            rows, drained = retry_while_unavailable(
+                lambda: run_in_transaction(self._engine, lambda conn: self._claim(conn, wants)),
+                "claiming jobs", give_up_seconds=None, stop=self._stopped)
+        except DatabaseUnavailable:  # stopping while the database is down
+            return written, [], set()
+        return written, rows, drained

@@ -1,0 +1,113 @@
+"""The group commit writes the outcomes that came in and claims the next rows in one
+transaction; a batch the database refuses is written again one outcome at a time, so only the
+refused outcome fails (`unrecordable.refused`) and the claim still runs."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+import pytest
+import sqlalchemy as sa
+
+from cronjobs import queue
+from cronjobs.clock import FrozenClock
+from cronjobs.executor import Executor
+from cronjobs.finishing import OutcomeWriter
+from cronjobs.groupcommit import BATCH_WINDOW_SECONDS, GroupCommit
+from cronjobs.handler import Job
+from cronjobs.outcome import Outcome
+from cronjobs.status import Ended, Status
+from dashboard_helpers import row
+
+T0 = datetime(2026, 6, 1, 12, 0, 0)
+
+
+class Timer:
+    """A monotonic clock that moves only when told to (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(make_app, rows: int, timer: Timer | None = None):
+    app = make_app(clock=FrozenClock(T0))
+    ids = [queue.dispatch("test.shape.execute", {"shape": "true"}) for _ in range(rows)]
+    executor = Executor(app, "host:1")
+    commit = GroupCommit(executor, 4, threading.Event(), timer=timer or Timer())
+    return app, ids, executor, commit
+
+
+def completed(executor: Executor, claimed: dict):
+    return executor.plan(Job.from_row(claimed), Outcome("completed", log="returned True"), 3.0)
+
+
+def test_outcomes_and_the_next_claim_share_one_transaction(make_app):
+    app, ids, executor, commit = setup(make_app, 5)
+    assert commit.cycle([]) == ([], set()) and commit.commits == 0  # nothing to do: no SQL
+    rows, drained = commit.cycle([("default", 3)])
+    assert [r["id"] for r in rows] == ids[:3] and drained == set()
+    for claimed in rows:
+        commit.add(completed(executor, claimed))
+    assert commit.waiting() == 3
+    commits = []
+    sa.event.listen(app.engine, "commit", lambda conn: commits.append(1))
+    rows, drained = commit.cycle([("default", 3)])
+    assert len(commits) == 1, "three outcomes and a claim in one transaction"
+    assert [r["id"] for r in rows] == ids[3:] and drained == {"default"}
+    assert (commit.commits, commit.claims, commit.waiting()) == (2, 2, 0)
+    assert [row(app, i)["status"] for i in ids] == ["completed"] * 3 + ["running"] * 2
+    assert executor.jobs_done == 3
+
+
+def test_a_refused_batch_is_written_one_by_one_and_the_claim_still_runs(make_app):
+    app, ids, executor, commit = setup(make_app, 4)
+    rows, _ = commit.cycle([("default", 3)])
+    plans = [completed(executor, claimed) for claimed in rows]
+    plans[1].values["no_such_column"] = 1  # the database refuses this one outcome
+    for plan in plans:
+        commit.add(plan)
+    rows, drained = commit.cycle([("default", 2)])
+    assert [r["id"] for r in rows] == [ids[3]] and drained == {"default"}
+    good, bad = (row(app, ids[0]), row(app, ids[2])), row(app, ids[1])
+    assert all(r["status"] == "completed" and r["outcome_reason"] is None for r in good)
+    assert (bad["status"], bad["outcome_reason"]) == ("failed", "unrecordable.refused")
+    assert bad["error"].startswith("could not record the outcome (DatabaseRefused: "), bad["error"]
+    assert ("host:1: failed in 3 ms - could not record the outcome (DatabaseRefused: "
+            in bad["process_logs"]), bad["process_logs"]
+    assert executor.jobs_done == 3
+
+
+def test_the_writer_fences_a_run_that_lost_its_row(make_app):
+    app, ids, executor, commit = setup(make_app, 1)
+    [claimed], _ = commit.cycle([("default", 1)])
+    writer = OutcomeWriter(app, "host:1")
+    plan = completed(executor, claimed)
+    [(written, final)] = writer.write_each([plan])
+    assert (written is plan, final) == (True, Status.COMPLETED)
+    assert writer.write_each([plan]) == [(plan, Ended.LOST)]  # the run no longer holds it
+    assert row(app, ids[0])["status"] == "completed"
+
+
+def test_a_backlog_holds_a_small_batch_for_the_window_only(make_app):
+    timer = Timer()
+    app, ids, executor, commit = setup(make_app, 6, timer)
+    rows, drained = commit.cycle([("default", 4)])  # all free slots filled: a backlog
+    assert len(rows) == 4 and not drained
+    assert not commit.holding(free=1, stopping=False), "no plan waits: nothing to hold for"
+    assert commit.window_left() is None
+    commit.add(completed(executor, rows[0]))
+    timer.now += BATCH_WINDOW_SECONDS / 2
+    assert commit.holding(free=1, stopping=False)
+    assert commit.window_left() == pytest.approx(BATCH_WINDOW_SECONDS / 2)
+    assert not commit.holding(free=2, stopping=False), "half the slots are free"
+    assert not commit.holding(free=1, stopping=True)
+    timer.now += BATCH_WINDOW_SECONDS
+    assert not commit.holding(free=1, stopping=False) and commit.window_left() == 0.0
+    rows, drained = commit.cycle([("default", 3)])  # the last due rows: no backlog now
+    assert len(rows) == 2 and drained == {"default"}
+    commit.add(completed(executor, rows[0]))
+    assert not commit.holding(free=1, stopping=False)
