@@ -180,7 +180,7 @@ def test_max_attempts_per_row_overrides_class(make_app):
 @BACKENDS
 def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
     from cronjobs import CronJobHandler
-    from cronjobs.scheduler import set_enabled
+    from cronjobs.tasks import set_enabled
 
     calls = []
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import heartbeat, store
 from ..app import App
 from ..slots import current_slot
+from ..tasks import task_infos
 from .check import Check
 
 
@@ -207,8 +208,6 @@ ALL = [("database", database), ("broker", broker), ("queues", queues), ("workers
 
 def _scheduled(app: App) -> list:
     """Enabled, available tasks with a frequency."""
-    from ..scheduler import task_infos
-
     return [i for i in task_infos(app) if i.frequency and i.enabled and i.available]
 
 
