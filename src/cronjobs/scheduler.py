@@ -216,6 +216,7 @@ def run_forever(app: App, stop: threading.Event | None = None, *, background: bo
     Args:
         background: start a BackgroundScheduler and return it instead of blocking.
     """
+    # lazy: CLI start-up time (`cronjobs tick` and the dashboard's task pages need no APScheduler)
     from apscheduler.schedulers.background import BackgroundScheduler
     from apscheduler.triggers.cron import CronTrigger
 
