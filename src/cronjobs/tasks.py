@@ -47,13 +47,17 @@ class TaskInfo:
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
-    """Every registered task with its effective frequency and switch, sorted by name.
+    """Every registered task with its effective frequency, switch and availability.
 
     Creates the runtime row of a task seen for the first time (enabled unless the
     settings say otherwise or the handler is DESTRUCTIVE).
 
     Args:
+        app: the App whose handlers and database to read.
         full: read every column of the runtime rows; False reads what a tick needs.
+
+    Returns:
+        A `TaskInfo` per registered task, sorted by task name.
     """
     registry = app.handlers
     columns = None if full else _TICK_COLUMNS
