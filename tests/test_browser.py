@@ -212,7 +212,7 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
                 assert cell.inner_text() == shown, key
             page.goto(base + "/queue?title=unset")
             assert page.locator(f"#rows tr:has(a[href='/jobs/{unset['remote']}'])").locator(
-                "td").nth(4).inner_text() == "0/—"
+                "td").nth(3).inner_text() == "0/—"  # the Attempts column
 
             # -- values from outside stay text; a raising render_summary shows its error box
             nasty = insert(engine, title=(XSS + " " + TEXT)[:255], error=XSS,
