@@ -26,9 +26,11 @@ run: $(RUN_STAMP)
 	exec $(BIN)/cronjobs serve
 
 ## test: install with test and bench extras, make sure MariaDB/PostgreSQL/Redis/RabbitMQ are up,
-## lint (ruff, the rules of pyproject.toml), run every test
+## lint (ruff, the rules of pyproject.toml), check the import contracts (import-linter, the
+## [tool.importlinter] contracts of pyproject.toml), run every test
 test: $(STAMP) services
 	$(BIN)/ruff check src tests bench scripts migrations
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -p no:cacheprovider -s $(PYTEST_ARGS)
 
 ## test-faults: only the fault-injection runs (make test runs them too)

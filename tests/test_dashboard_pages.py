@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from cronjobs import store
 from cronjobs.models import cronjob_runtime, cronjob_worker
-from cronjobs.scheduler import set_enabled, task_infos
 from cronjobs.taskrows import task_rows
+from cronjobs.tasks import set_enabled, task_infos
 from dashboard_helpers import (
     BEARER,
     TOKEN,

@@ -13,7 +13,7 @@ import pytest
 
 from cronjobs.clock import FrozenClock
 from cronjobs.models import cronjob_runtime
-from cronjobs.scheduler import task_infos
+from cronjobs.tasks import task_infos
 from dashboard_helpers import BEARER, TOKEN, add_row, login, web_client
 
 T0 = datetime(2026, 1, 5, 12, 30, 5)

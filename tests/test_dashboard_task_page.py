@@ -16,7 +16,7 @@ from cronjobs import limits
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
 from cronjobs.manual import run_now
-from cronjobs.scheduler import task_infos
+from cronjobs.tasks import task_infos
 from dashboard_helpers import BEARER, TOKEN, add_row, count, login, row, web_client
 
 T0 = datetime(2026, 1, 5, 12, 30, 5)

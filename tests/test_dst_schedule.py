@@ -22,8 +22,9 @@ from cronjobs.clock import FrozenClock
 from cronjobs.db import make_engine
 from cronjobs.migrate import upgrade
 from cronjobs.models import cronjob_queue, cronjob_slot
-from cronjobs.scheduler import task_infos, tick
+from cronjobs.scheduler import tick
 from cronjobs.slots import expand, is_cron, slot_start
+from cronjobs.tasks import task_infos
 
 DST_HANDLERS = str(Path(__file__).parent / "dst_handlers")
 HANDLER_PATHS = (SAMPLE_HANDLERS, DST_HANDLERS)

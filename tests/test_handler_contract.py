@@ -144,7 +144,7 @@ def test_other_returns_fail_without_retry(make_app, shape, shown):
 @BACKENDS
 def test_unregistered_type_fails_the_job_not_the_worker(make_app):
     """With no grace period a row of an unknown type fails at once (the default grace is
-    in tests/test_orphans.py)."""
+    in tests/test_rows_without_a_handler.py)."""
     app = make_app(clock=FrozenClock(T0), unknown_type_grace_seconds=0)
     job_id = queue.dispatch("nobody.home.execute", {}, known_type=False)
     report = Executor(app).run_next("default")
@@ -180,7 +180,7 @@ def test_max_attempts_per_row_overrides_class(make_app):
 @BACKENDS
 def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
     from cronjobs import CronJobHandler
-    from cronjobs.scheduler import set_enabled
+    from cronjobs.tasks import set_enabled
 
     calls = []
 

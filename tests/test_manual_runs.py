@@ -15,8 +15,9 @@ import pytest
 from conftest import cli_env
 from cronjobs.errors import ManualRunPending, TaskRefused
 from cronjobs.manual import run_now
-from cronjobs.scheduler import set_enabled, tick
+from cronjobs.scheduler import tick
 from cronjobs.taskrows import cli_row, task_rows
+from cronjobs.tasks import set_enabled
 from cronjobs.testing import FrozenClock
 from dashboard_helpers import T0, count, row
 

@@ -13,8 +13,8 @@ from cronjobs import CronJobHandler, outcome, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.handler import Job
-from cronjobs.scheduler import set_enabled
 from cronjobs.status import Reason, family
+from cronjobs.tasks import set_enabled
 from cronjobs.testing import drain
 from dashboard_helpers import TOKEN, add_row, login, row, web_client
 from test_metrics_and_ops import scrape

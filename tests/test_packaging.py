@@ -16,7 +16,7 @@ def test_wheel_contents_and_migrate_from_it(tmp_path):
                     str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
     wheel = next((tmp_path / "dist").glob("cronjobs-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("registry.py", "handlers/HttpUptimeExecute.py", "cronjobs/queue.py",
+    for needed in ("registry/__init__.py", "handlers/HttpUptimeExecute.py", "cronjobs/queue.py",
                    "cronjobs/_migrations/env.py", "cronjobs/_migrations/versions/0001_initial.py",
                    "handlers/TlsCertExpiryExecute.py",
                    "cronjobs/translations/tr/LC_MESSAGES/handlers.po",

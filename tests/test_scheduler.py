@@ -14,7 +14,8 @@ from cronjobs.clock import FrozenClock
 from cronjobs.errors import HandlerNotFound
 from cronjobs.manual import run_now
 from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
-from cronjobs.scheduler import set_enabled, tick
+from cronjobs.scheduler import tick
+from cronjobs.tasks import set_enabled
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)

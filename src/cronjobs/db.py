@@ -217,11 +217,6 @@ def classify(exc: BaseException) -> str | None:
     return "refused"
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True for errors that running the whole transaction again can fix at once."""
-    return classify(exc) == "transient"
-
-
 def is_unavailable(exc: BaseException) -> bool:
     """True when the database cannot be reached: worth waiting for (back-off)."""
     return classify(exc) == "unavailable"

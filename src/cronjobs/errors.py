@@ -52,10 +52,6 @@ class DatabaseRefused(StoreError):
     The message holds the driver's text only, never the SQL."""
 
 
-class JobTimeout(CronjobsError):
-    """A job ran past its MAX_RUNTIME."""
-
-
 class TaskRefused(CronjobsError):
     """A manual run was refused: the task is disabled or its handler is unavailable."""
 

@@ -31,8 +31,8 @@ from . import dispatching, store
 from .app import App, current
 from .db import run_in_transaction
 from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused
-from .scheduler import task_infos
 from .status import Status
+from .tasks import task_infos
 
 log = logging.getLogger("cronjobs.manual")
 

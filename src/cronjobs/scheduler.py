@@ -7,6 +7,9 @@ are coalesced: a tick runs the latest slot once and logs how many fire instants 
 skipped. Slots are ordered by their instants (`slots.slot_start`), never by their keys: a
 cron fire in the second pass of a repeated DST hour has a key of its own
 (`202610250215+0100`) that sorts before the first pass's `202610250230` but comes later.
+
+The task list and its kill switch (`TaskInfo`, `task_infos`, `set_enabled`) live in
+`cronjobs.tasks`; they are re-exported here, where code written before that split looks.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from . import dispatching, store
 from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
-from .errors import DatabaseRefused, HandlerNotFound
+from .errors import DatabaseRefused
 from .slots import Slot, current_slot, is_cron, slot_start, slots_between
+from .tasks import TaskInfo, set_enabled, task_infos
+
+__all__ = ["TaskInfo", "TickReport", "run_forever", "set_enabled", "task_infos", "tick"]
 
 log = logging.getLogger("cronjobs.scheduler")
-_warned: set[str] = set()  # unknown [tasks.x] names already reported by this process
 _clock_back_warned: set[str] = set()  # non-empty while this process's clock is behind
 
 
@@ -48,71 +53,6 @@ class TickReport:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class TaskInfo:
-    """A task as the scheduler sees it (merged from handler, settings and runtime row)."""
-
-    task: str
-    type: str
-    handler: type
-    frequency: str | None
-    enabled: bool
-    available: bool
-    runtime: dict
-
-
-_TICK_COLUMNS = ("frequency", "enabled", "last_slot", "last_run_at")
-
-
-def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
-    """Every registered task with its effective frequency and switch, sorted by name.
-
-    Creates the runtime row of a task seen for the first time (enabled unless the
-    settings say otherwise or the handler is DESTRUCTIVE).
-
-    Args:
-        full: read every column of the runtime rows; False reads what a tick needs.
-    """
-    registry = app.handlers
-    now = app.clock.now()
-    columns = None if full else _TICK_COLUMNS
-    with app.engine.connect() as conn:
-        runtimes = store.list_runtimes(conn, columns)
-    infos = []
-    known = registry.tasks()
-    for task in set(app.settings.tasks) - set(known) - _warned:
-        _warned.add(task)
-        log.warning("[tasks.%s] in the settings names no registered task (tasks: %s)", task,
-                    ", ".join(sorted(known)))
-    missing = [(task, job_type) for task, job_type in known.items() if task not in runtimes]
-    if missing:  # tasks seen for the first time: one statement for all of them
-        new = []
-        for task, job_type in missing:
-            cls, cfg = registry.resolve_handler(job_type), app.settings.task(task)
-            enabled = (cfg.enabled if cfg.enabled is not None
-                       else not getattr(cls, "DESTRUCTIVE", False))
-            new.append((task, job_type, enabled))
-        run_in_transaction(app.engine, lambda c: store.ensure_runtimes(c, new, now))
-        with app.engine.connect() as conn:
-            runtimes = store.list_runtimes(conn, columns)
-    for task, job_type in known.items():
-        cls = registry.resolve_handler(job_type)
-        cfg = app.settings.task(task)
-        runtime = runtimes[task]
-        frequency = runtime["frequency"] or cfg.frequency or cls.FREQUENCY
-        infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
-                              _available(cls), runtime))
-    return infos
-
-
-def _available(cls: type) -> bool:
-    try:
-        return bool(cls.available())
-    except Exception as exc:  # a broken precondition check means "not available"
-        log.warning("%s.available() raised %s: %s", cls.__name__, type(exc).__name__, exc)
-        return False
-
-
 def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     """Start every due task whose slot has not run yet.
 
@@ -125,29 +65,7 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
-    due: list[tuple[TaskInfo, Slot]] = []
-    for info in task_infos(app, full=False):
-        if not info.frequency:
-            continue
-        if not info.enabled:
-            report.skipped[info.task] = "disabled"
-            continue
-        if not info.available:
-            report.skipped[info.task] = "unavailable"
-            continue
-        slot = current_slot(info.frequency, now, app.settings.timezone)
-        last = info.runtime["last_slot"]
-        if last == slot.key:
-            report.skipped[info.task] = "already-run"
-            continue
-        if _older_than_last(app, info, slot, app.settings.timezone):
-            report.skipped[info.task] = "older-slot"
-            continue
-        if (is_cron(info.frequency) and last is None
-                and slot.at < now.replace(second=0, microsecond=0)):
-            report.skipped[info.task] = "not-yet"  # a new cron task waits for its next fire time
-            continue
-        due.append((info, slot))
+    due = _due(app, now, report)
     started = _start_all(app, due, now)
     for info, slot in due:
         job_id = started.get(info.task)
@@ -165,6 +83,38 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     if _clock_back_warned and not any(r == "older-slot" for r in report.skipped.values()):
         _clock_back_warned.clear()  # the clock is ahead again: a new jump back is said again
     return report
+
+
+def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Slot]]:
+    """The tasks whose current slot may start now, with that slot; the others are noted in
+    `report.skipped` with the reason."""
+    due: list[tuple[TaskInfo, Slot]] = []
+    for info in task_infos(app, full=False):
+        if not info.frequency:
+            continue
+        reason, slot = _skip_reason(app, info, now)
+        if reason is None:
+            due.append((info, slot))
+        else:
+            report.skipped[info.task] = reason
+    return due
+
+
+def _skip_reason(app: App, info: TaskInfo, now: datetime) -> tuple[str | None, Slot | None]:
+    """`(reason, slot)`: why the task's current slot does not start now (None: it does)."""
+    if not info.enabled:
+        return "disabled", None
+    if not info.available:
+        return "unavailable", None
+    slot = current_slot(info.frequency, now, app.settings.timezone)
+    last = info.runtime["last_slot"]
+    if last == slot.key:
+        return "already-run", slot
+    if _older_than_last(app, info, slot, app.settings.timezone):
+        return "older-slot", slot
+    if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
+        return "not-yet", slot  # a new cron task waits for its next fire time
+    return None, slot
 
 
 def _older_than_last(app: App, info: TaskInfo, slot: Slot, tz: str) -> bool:
@@ -260,25 +210,13 @@ def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
     return job_id
 
 
-def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
-    """Flip the kill switch of `task` in `cronjob_runtime`.
-
-    Raises:
-        HandlerNotFound: no registered handler belongs to `task`.
-    """
-    app = app or current()
-    if task not in app.handlers.tasks():
-        raise HandlerNotFound(f"unknown task {task!r}")
-    task_infos(app)
-    run_in_transaction(app.engine, lambda c: store.set_enabled(c, task, enabled, app.clock.now()))
-
-
 def run_forever(app: App, stop: threading.Event | None = None, *, background: bool = False) -> Any:
     """Tick at second 0 of every minute with APScheduler until `stop` is set.
 
     Args:
         background: start a BackgroundScheduler and return it instead of blocking.
     """
+    # lazy: CLI start-up time (`cronjobs tick` and the dashboard's task pages need no APScheduler)
     from apscheduler.schedulers.background import BackgroundScheduler
     from apscheduler.triggers.cron import CronTrigger
 

@@ -8,8 +8,8 @@ from datetime import datetime
 
 from . import store
 from .app import App
-from .scheduler import task_infos
 from .slots import current_slot, describe
+from .tasks import task_infos
 
 NOT_INSTALLED = "module not installed"  # what a task whose handler is not available() shows
 

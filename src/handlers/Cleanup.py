@@ -20,7 +20,7 @@ class Cleanup(CronJobHandler):
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Delete finished rows older than the configured retention."""
-        from cronjobs.queue import cleanup
+        from cronjobs.queue import cleanup  # lazy: CLI start-up time
 
         counts = cleanup(payload.get("retention"), app=self.context.app)
         return {"success": True, "result": counts}

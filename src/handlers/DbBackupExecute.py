@@ -33,6 +33,7 @@ class DbBackupExecute(CronJobHandler):
     @classmethod
     def available(cls) -> bool:
         """False when the dump program the configured database needs is not installed."""
+        # lazy: CLI start-up time (the registry imports every handler module)
         from cronjobs.app import current
         from cronjobs.backup import can_back_up
 
@@ -40,7 +41,7 @@ class DbBackupExecute(CronJobHandler):
 
     def handle(self, payload: dict, job: Job) -> dict | bool:
         """Make one backup and prune the old ones."""
-        from cronjobs.backup import BackupError, backup_database
+        from cronjobs.backup import BackupError, backup_database  # lazy: as in available()
 
         folder = Path(payload.get("folder") or self.settings.backup_dir)
         keep = int(payload.get("keep") or self.settings.backup_keep)

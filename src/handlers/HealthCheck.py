@@ -45,7 +45,7 @@ class HealthCheck(CronJobHandler):
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Check, alert, and store a summary of the report."""
-        from cronjobs.health import alerts, run_health
+        from cronjobs.health import alerts, run_health  # lazy: CLI start-up time
 
         app = self.context.app
         report = run_health(app)
@@ -59,7 +59,7 @@ class HealthCheck(CronJobHandler):
     @staticmethod
     def render_summary(result: dict) -> Markup:
         """Status, each check's status, the problems and how many alerts went out (escaped)."""
-        from cronjobs.i18n import gettext
+        from cronjobs.i18n import gettext  # lazy: CLI start-up time
 
         # labels: Status, Alerts sent
         return Markup(_summary_template().render(r=result, _=gettext))

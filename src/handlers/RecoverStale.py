@@ -19,7 +19,7 @@ class RecoverStale(CronJobHandler):
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Recover stale rows; `payload["minutes"]` overrides the configured minutes."""
-        from cronjobs.queue import recover_stale
+        from cronjobs.queue import recover_stale  # lazy: CLI start-up time
 
         count = recover_stale(payload.get("minutes"), app=self.context.app)
         return {"success": True, "result": {"recovered": count}}

@@ -12,7 +12,8 @@ from acme_cronjobs import DiskUsageExecute
 
 from cronjobs import queue
 from cronjobs.i18n import use_locale
-from cronjobs.scheduler import task_infos, tick
+from cronjobs.scheduler import tick
+from cronjobs.tasks import task_infos
 from cronjobs.testing import drain, make_test_app
 
 

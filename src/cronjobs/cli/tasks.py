@@ -49,7 +49,7 @@ def tasks(ctx: click.Context) -> None:
 @click.argument("task")
 def tasks_enable(task: str) -> None:
     """Turn TASK's kill switch on."""
-    from ..scheduler import set_enabled  # lazy: CLI start-up time
+    from ..tasks import set_enabled  # lazy: CLI start-up time
 
     set_enabled(task, True, app=_app())
     click.echo(f"{task}: enabled")
@@ -59,7 +59,7 @@ def tasks_enable(task: str) -> None:
 @click.argument("task")
 def tasks_disable(task: str) -> None:
     """Turn TASK's kill switch off (the scheduler skips it)."""
-    from ..scheduler import set_enabled  # lazy: CLI start-up time
+    from ..tasks import set_enabled  # lazy: CLI start-up time
 
     set_enabled(task, False, app=_app())
     click.echo(f"{task}: disabled")

@@ -6,9 +6,12 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from .. import heartbeat, store
 from ..app import App
 from ..slots import current_slot
+from ..tasks import task_infos
 from .check import Check
 
 
@@ -31,24 +34,34 @@ def broker(app: App, check: Check) -> None:
     if app.settings.embedded_broker:
         check.message = "in-process broker (memory://)"
         check.data = {"kind": "memory"}
-        return
+    elif url.startswith(("amqp://", "amqps://")):
+        _ping_rabbitmq(url, timeout, check)
+    else:
+        _ping_redis(url, timeout, check)
+
+
+def _ping_rabbitmq(url: str, timeout: float, check: Check) -> None:
+    """Open and close one AMQP connection within `timeout` seconds."""
+    import pika  # lazy: only the configured broker's client is imported (CLI start-up time)
+
     safe = _hide_password(url)
-    if url.startswith(("amqp://", "amqps://")):
-        import pika
-
-        params = pika.URLParameters(url)
-        params.socket_timeout = params.blocked_connection_timeout = timeout
-        params.connection_attempts, params.retry_delay = 1, 0
-        try:
-            pika.BlockingConnection(params).close()
-        except Exception as exc:
-            check.message = f"cannot reach {safe}: {type(exc).__name__}"
-            check.problem("broker", "fail", f"broker {safe} does not answer ({type(exc).__name__})")
-            return
-        check.message, check.data = f"{safe} answered", {"kind": "rabbitmq"}
+    params = pika.URLParameters(url)
+    params.socket_timeout = params.blocked_connection_timeout = timeout
+    params.connection_attempts, params.retry_delay = 1, 0
+    try:
+        pika.BlockingConnection(params).close()
+    except Exception as exc:
+        check.message = f"cannot reach {safe}: {type(exc).__name__}"
+        check.problem("broker", "fail", f"broker {safe} does not answer ({type(exc).__name__})")
         return
-    import redis
+    check.message, check.data = f"{safe} answered", {"kind": "rabbitmq"}
 
+
+def _ping_redis(url: str, timeout: float, check: Check) -> None:
+    """PING within `timeout` seconds; warn about a `maxmemory-policy` that evicts messages."""
+    import redis  # lazy: only the configured broker's client is imported (CLI start-up time)
+
+    safe = _hide_password(url)
     client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
         started = time.monotonic()
@@ -79,7 +92,7 @@ def queues(app: App, check: Check) -> None:
     """Due rows per queue and their oldest due age; failed rows (in the last hour)."""
     now = app.clock.now()
     with app.engine.connect() as conn:
-        due = store.views.due_by_queue(conn, now)
+        due = store.queues.due_by_queue(conn, now)
         counts = store.views.failed_counts(conn, now - timedelta(hours=1))
     (failed, failed_capped), (recent, _) = counts["total"], counts["since"]
     check.data = {"due": {name: {"due": d["due"], "capped": d["capped"],
@@ -99,7 +112,7 @@ def workers(app: App, check: Check) -> None:
     # live: heartbeat under 30 s old (the same view as `cronjobs workers`)
     seen = heartbeat.view(app)
     with app.engine.connect() as conn:
-        due = store.views.due_by_queue(conn, now)
+        due = store.queues.due_by_queue(conn, now)
     live = seen.live
     per_queue: dict[str, list[str]] = {}
     for row in live:
@@ -207,8 +220,6 @@ ALL = [("database", database), ("broker", broker), ("queues", queues), ("workers
 
 def _scheduled(app: App) -> list:
     """Enabled, available tasks with a frequency."""
-    from ..scheduler import task_infos
-
     return [i for i in task_infos(app) if i.frequency and i.enabled and i.available]
 
 
@@ -223,8 +234,6 @@ def _age(now, then) -> float | None:
 
 
 def _hide_password(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:

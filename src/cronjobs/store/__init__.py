@@ -6,8 +6,8 @@
   point of what a worker may take), `finish` (one outcome / many, the delete of a
   cancelled row), `jobs` (reads): the job row's life, driver SQL on the hot path;
 - `maintenance` (rescue stale rows, undelivered rows, prune), `runtime` (tasks and slot
-  claims), `workers` (heartbeats), and the dashboard's `views`, `actions`, `operations`,
-  `alerts`, `fields`, `secrets`.
+  claims), `workers` (heartbeats), and the dashboard's `views`, `queues` (reads per
+  queue), `stats`, `actions`, `operations`, `alerts`, `fields`, `secrets`.
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -20,6 +20,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     alerts,
     fields,
     operations,
+    queues,
     secrets,
     views,
 )
@@ -50,5 +51,5 @@ __all__ = [
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
-    "actions", "alerts", "fields", "operations", "secrets", "views",
+    "actions", "alerts", "fields", "operations", "queues", "secrets", "views",
 ]

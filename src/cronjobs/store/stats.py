@@ -9,7 +9,7 @@ Each statement reads one index range, never the whole table
   column is read from the row for the retry count);
 - queues with live rows: a loose scan of the claim index `(queue, status, priority, id)`;
 - per queue: capped counts on the claim index, the oldest due row among the first
-  `DUE_CAP` due rows in claim order (as `views.due_by_queue`).
+  `DUE_CAP` due rows in claim order (as `queues.due_by_queue`).
 
 The cost of a series grows with the rows finished in its window (at 1 row a second, 3,600
 an hour); the dashboard keeps finished hours in memory and reads each one once
@@ -25,13 +25,13 @@ from sqlalchemy import select as sa_select
 
 from ..models import cronjob_queue as q
 from ..status import Status
-from . import views
+from . import queues, views
 from .sql import name as dialect_name
 from .workers import list_workers
 
 SERIES_STATUSES = (Status.COMPLETED, Status.FAILED)
 QUEUES_SHOWN = 20  # queues listed one by one on the Overview page
-DUE_CAP = views.DUE_CAP
+DUE_CAP = queues.DUE_CAP
 
 
 def _bucket(conn: Connection, column, since: datetime, step_seconds: int):
@@ -116,7 +116,7 @@ def queue_stats(conn: Connection, now: datetime, limit: int = QUEUES_SHOWN,
     names = live_queues(conn)
     out = []
     for queue in names[:limit]:
-        due = views.due_in_queues(conn, now, [queue])
+        due = queues.due_in_queues(conn, now, [queue])
         out.append({
             "queue": queue,
             "pending": views.capped_count(conn, q.c.queue == queue, q.c.status == Status.PENDING,

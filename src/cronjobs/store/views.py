@@ -1,4 +1,5 @@
-"""Read queries of the dashboard, `health` and `/metrics`, built to stay cheap at millions of rows.
+"""Read queries of the dashboard, `health` and `/metrics`, built to stay cheap at millions of rows
+(the per-queue reads are in `queues`).
 
 Every list is a keyset page (`id < before` / `id > after`, never a deep OFFSET) on an
 index that matches its filter: `(status, id)`, `(type, status, id)`, `(parent_id)` or the
@@ -14,11 +15,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, case, func, literal, select
 
+from ..models import STATUSES, cronjob_slot
 from ..models import cronjob_queue as q
 from ..models import cronjob_runtime as rt
-from ..models import cronjob_slot
 from ..status import FINAL, Status
-from .sql import due
 
 COUNT_CAP = 10_000
 SEARCH_WINDOW = 100_000  # ids looked at per page of a title search
@@ -76,23 +76,8 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
         A `Page`.
     """
     limit = max(1, min(int(limit), 500))
-    conds = []
-    if status:
-        conds.append(q.c.status == status)
-    if parent_id is not None:
-        conds.append(q.c.parent_id == parent_id)
-    window_low = None
-    conds += _hidden(hide)
-    if title:
-        conds.append(q.c.title.contains(title, autoescape=True))
-    if title or hide:
-        window_low, window = _window(conn, before, after)
-        conds.append(window)
+    conds, window_low = _conditions(conn, status, parent_id, title, before, after, hide)
     ascending = after is not None and before is None
-    if ascending:
-        conds.append(q.c.id > after)
-    elif before is not None:
-        conds.append(q.c.id < before)
     rows: list[dict] = []
     for job_type in (types or [None]):
         stmt = _list_select().where(*conds)
@@ -106,6 +91,29 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
     if window_low is not None and page.older is None and window_low > 0:
         page.searched_to = window_low
     return page
+
+
+def _conditions(conn: Connection, status: str | None, parent_id: int | None,
+                title: str | None, before: int | None, after: int | None,
+                hide: tuple[str, ...]) -> tuple[list, int | None]:
+    """`(conditions, lowest id looked at or None)` of a `list_rows` page (its types aside)."""
+    conds = []
+    if status:
+        conds.append(q.c.status == status)
+    if parent_id is not None:
+        conds.append(q.c.parent_id == parent_id)
+    window_low = None
+    conds += _hidden(hide)
+    if title:
+        conds.append(q.c.title.contains(title, autoescape=True))
+    if title or hide:
+        window_low, window = _window(conn, before, after)
+        conds.append(window)
+    if after is not None and before is None:
+        conds.append(q.c.id > after)
+    elif before is not None:
+        conds.append(q.c.id < before)
+    return conds, window_low
 
 
 def _page(rows: list[dict], limit: int, ascending: bool, has_before: bool) -> Page:
@@ -192,8 +200,6 @@ def failed_counts(conn: Connection, since: datetime, cap: int = COUNT_CAP) -> di
 def count_by_status(conn: Connection, types: list[str] | None = None,
                     cap: int = COUNT_CAP) -> dict[str, tuple[int, bool]]:
     """Capped row counts per status (of `types` only when given): `{status: (n, capped)}`."""
-    from ..models import STATUSES
-
     counts = {}
     for status in STATUSES:
         n, capped = 0, False
@@ -280,61 +286,6 @@ def group_of(conn: Connection, job_id: int) -> tuple[str, str] | None:
     return (row.type, row.k) if row else None
 
 
-def pending_queues(conn: Connection) -> list[str]:
-    """Queues that hold `pending` rows: a loose scan of the claim index, named for MariaDB
-    (alone it read every pending row through `(status, id)`: 670 ms at 20,000 of 1M)."""
-    stmt = select(q.c.queue).where(q.c.status == Status.PENDING).group_by(q.c.queue)
-    for dialect in ("mysql", "mariadb"):
-        stmt = stmt.with_hint(q, "FORCE INDEX (ix_cronjob_queue_claim)", dialect_name=dialect)
-    return [r[0] for r in conn.execute(stmt)]
-
-
-DUE_CAP = 1_000
-
-
-def due_by_queue(conn: Connection, now: datetime, cap: int = DUE_CAP,
-                 queues: set[str] | None = None, other: str = "other") -> dict[str, dict]:
-    """Due `pending` rows per queue: count (capped) and the oldest due time.
-
-    Shared by `health`, `/metrics` and the Workers page (queues with due rows and no
-    live worker). The oldest due time is taken among the first `cap` due rows in claim
-    order (priority, then id), so it is exact unless more than `cap` rows wait.
-
-    Args:
-        queues: when given, only these queues are reported one by one; the pending rows
-            of every other queue are read together (one statement, `queue IN (...)`) and
-            reported under `other`, so `/metrics` runs a bounded number of statements and
-            labels whatever queue names the rows hold.
-
-    Returns:
-        `{queue: {"due": n, "capped": bool, "oldest_due_at": naive UTC or None}}` for
-        every queue with pending rows.
-    """
-    out = {}
-    present = pending_queues(conn)
-    for queue in present:
-        if queues is None or queue in queues:
-            out[queue] = due_in_queues(conn, now, [queue], cap)
-    rest = [queue for queue in present if queues is not None and queue not in queues]
-    if rest:
-        out[other] = due_in_queues(conn, now, rest, cap)
-    return out
-
-
-def due_in_queues(conn: Connection, now: datetime, queues: list[str], cap: int = DUE_CAP) -> dict:
-    """Due `pending` rows of `queues` (the first `cap` in claim order when one queue):
-    `{"due": n, "capped": bool, "oldest_due_at": naive UTC or None}`."""
-    due_at = func.coalesce(q.c.scheduled_at, q.c.created_at)
-    inner = select(due_at.label("due_at")).where(
-        q.c.queue == queues[0] if len(queues) == 1 else q.c.queue.in_(queues),
-        due(now))
-    if len(queues) == 1:  # the claim index's order: the first `cap` rows a worker would take
-        inner = inner.order_by(q.c.priority, q.c.id)
-    inner = inner.limit(cap + 1).subquery()
-    n, oldest = conn.execute(select(func.count(), func.min(inner.c.due_at))).one()
-    return {"due": min(n, cap), "capped": n > cap, "oldest_due_at": oldest}
-
-
 def first_slot_at(conn: Connection, task: str) -> datetime | None:
     """When the scheduler first started `task` (its oldest slot record), or None."""
     stmt = (select(cronjob_slot.c.claimed_at).where(cronjob_slot.c.task == task)
@@ -369,33 +320,3 @@ def finished_since(conn: Connection, since: datetime, after_id: int,
                    (q.c.finished_at > since) | ((q.c.finished_at == since) & (q.c.id > after_id)))
             .order_by(q.c.finished_at, q.c.id).limit(limit))
     return [dict(r) for r in conn.execute(stmt).mappings()]
-
-
-def rows_by_queue_status(conn: Connection,
-                         statuses: tuple[str, ...] = (Status.PENDING, Status.RUNNING,
-                                                      Status.FAILED),
-                         cap: int = COUNT_CAP, queues: set[str] | None = None,
-                         other: str = "other") -> dict[tuple[str, str], int]:
-    """Row counts per (queue, status) for the live states (each capped at `cap`).
-
-    Args:
-        queues: when given, only these queues are counted one by one; the rows of every
-            other queue are counted together (`queue IN (...)` on the claim index, one
-            statement per status) under `other`.
-    """
-    out = {}
-    present = _queues(conn)
-    rest = [queue for queue in present if queues is not None and queue not in queues]
-    for queue in present:
-        if queues is None or queue in queues:
-            for status in statuses:
-                out[(queue, status)] = capped_count(conn, q.c.queue == queue, q.c.status == status,
-                                                    cap=cap)[0]
-    for status in statuses if rest else ():
-        out[(other, status)] = capped_count(conn, q.c.queue.in_(rest), q.c.status == status,
-                                            cap=cap)[0]
-    return out
-
-
-def _queues(conn: Connection) -> list[str]:
-    return [r[0] for r in conn.execute(select(q.c.queue).group_by(q.c.queue))]

@@ -74,6 +74,7 @@ def job(job_id: int):
 @bp.get("/metrics")
 def metrics():
     """Prometheus text format (behind the token unless `metrics_public`)."""
+    # lazy: prometheus_client is loaded by the first scrape, not by every dashboard
     from prometheus_client import CONTENT_TYPE_LATEST
 
     from .metrics import Metrics

@@ -140,8 +140,8 @@ class Metrics:
             live = [w for w in stats.heartbeats(conn, heartbeat.LIVE_SECONDS) if w["live"]]
         queues = set(self.app.queues()) | {q for w in live for q in w["queues"].split(",") if q}
         with self.app.engine.connect() as conn:
-            counts = store.views.rows_by_queue_status(conn, queues=queues, other=OTHER)
-            due = store.views.due_by_queue(conn, now, queues=queues, other=OTHER)
+            counts = store.queues.rows_by_queue_status(conn, queues=queues, other=OTHER)
+            due = store.queues.due_by_queue(conn, now, queues=queues, other=OTHER)
             statuses = store.views.count_by_status(conn)
             speed = store.views.throughput(conn, now)
             failed = store.views.failed_counts(conn, now - timedelta(hours=1))["since"][0]

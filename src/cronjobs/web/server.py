@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
+import threading
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
@@ -12,6 +13,7 @@ from .. import store
 from ..app import App
 from ..db import run_in_transaction
 from ..errors import ConfigError, StoreError
+from . import create_app
 
 log = logging.getLogger("cronjobs.web")
 
@@ -79,8 +81,6 @@ def open_server(app: App, host: str, port: int) -> tuple[BaseWSGIServer, str, st
     Raises:
         ConfigError: see `ensure_token`; or the port cannot be bound.
     """
-    from . import create_app
-
     token, generated = ensure_token(app, host)
     try:
         server = make_server(host, port, create_app(app, token), threaded=True)
@@ -92,9 +92,7 @@ def open_server(app: App, host: str, port: int) -> tuple[BaseWSGIServer, str, st
 
 def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:
     """`cronjobs dashboard`: serve the pages until SIGTERM/SIGINT; returns 0."""
-    import threading
-
-    from ..worker import Signals
+    from ..worker import Signals  # lazy: `cronjobs dashboard` alone loads no worker code
 
     signals = signals or Signals().install()
     server, url, generated = open_server(app, host, port)

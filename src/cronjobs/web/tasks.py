@@ -17,10 +17,10 @@ from .. import limits, store
 from ..errors import InvalidJob, TaskRefused
 from ..handler import stage_of
 from ..manual import new_request_token, run_now
-from ..scheduler import set_enabled
 from ..slots import current_slot, describe, fires_after, is_cron
 from ..status import Status
 from ..taskrows import TaskRow, task_rows
+from ..tasks import set_enabled
 from . import charts
 from .view import cronjobs_app, handler_registry, page_now
 

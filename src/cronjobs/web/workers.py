@@ -22,7 +22,7 @@ def workers():
     app = cronjobs_app()
     with app.engine.connect() as conn:
         seen = stats.heartbeats(conn, LIVE_SECONDS)
-        due = store.views.due_by_queue(conn, app.clock.now())
+        due = store.queues.due_by_queue(conn, app.clock.now())
     live = [w for w in seen if w["live"]]
     served = {q for w in live for q in w["queues"].split(",") if q}
     orphans = sorted(q for q in due if q not in served)

@@ -1,4 +1,6 @@
-"""`recover_stale` and `cleanup`, tested with rows given old timestamps."""
+"""`recover_stale` takes back only rows whose lease expired (never a renewed one); `cleanup`
+deletes finished rows past their retention in batches, keeps a cancelled parent whose
+children live, and forgets the heartbeats of killed workers (rows given old timestamps)."""
 
 from __future__ import annotations
 

@@ -1,84 +1,24 @@
-"""Settings: one typed object built at the edge from `CRONJOBS_*` variables and `cronjobs.toml`.
+"""`Settings`: every cronjobs setting with its default, bounds and description, its
+validators, and `Settings.load()` (the TOML file, the variables and the CLI's overrides).
 
-Environment variables win over the TOML file. Unknown variables and keys are errors with a
-"did you mean" hint, so a typo never silently falls back to a default.
+The configuration reference (docs/reference/configuration.md) is generated from the fields
+here, in their order (`scripts/gen_reference.py`).
 """
 
 from __future__ import annotations
 
-import difflib
+import json
 import os
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import ConfigError
-from .slots import check_frequency
-
-ENV_PREFIX = "CRONJOBS_"
-MEMORY_BROKER = "memory://"
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-AMQP_SCHEMES = ("amqp://", "amqps://")
-
-
-# The drivers cronjobs speaks (its hot path is driver SQL for PyMySQL, psycopg 3 and
-# sqlite3), and what to write instead of the URLs hosting services print.
-SUPPORTED_DATABASE_SCHEMES = frozenset({"sqlite", "sqlite+pysqlite", "mysql+pymysql",
-                                        "mariadb+pymysql", "postgresql+psycopg"})
-DATABASE_SCHEME_FOR = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
-                       "mysql": "mysql+pymysql", "mariadb": "mariadb+pymysql",
-                       "sqlite": "sqlite"}
-
-
-class TaskSettings(BaseModel):
-    """Operator settings of one task (`[tasks.<task>]` in the TOML file).
-
-    Attributes:
-        enabled: initial kill-switch state for a task seen for the first time
-            (the dashboard/CLI switch in `cronjob_runtime.enabled` wins afterwards).
-        frequency: `minute`, `hour`, `day`, `month`, a cron macro or a 5-field cron
-            expression, overriding the handler's `FREQUENCY`.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    enabled: StrictBool | None = Field(
-        None,
-        description="Initial kill-switch state of a task seen for the first time; the "
-                    "switch of `cronjobs tasks enable/disable` (and the dashboard) wins "
-                    "afterwards. Destructive tasks ship disabled unless this is true.")
-    frequency: str | None = Field(
-        None,
-        description="Overrides the handler's FREQUENCY: `minute`, `hour`, `day`, `month`, a "
-                    "cron macro (`@daily` ...) or a 5-field cron expression.")
-
-    @field_validator("frequency")
-    @classmethod
-    def _check_frequency(cls, value: str | None) -> str | None:
-        # Checked here: a bad override would otherwise make every tick raise.
-        if value is not None:
-            check_frequency(value)
-        return value
-
-
-class UptimeCheck(BaseModel):
-    """One URL of the `http-uptime` task with its own expectations (`[[uptime_checks]]`).
-
-    Attributes:
-        url: the URL to GET.
-        expect_status: the HTTP status it must answer with (default: any 2xx).
-        expect_text: text the body must contain (default: none).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    url: str = Field(description="The URL to GET.")
-    expect_status: int | None = Field(
-        default=None, ge=100, le=599,
-        description="HTTP status it must answer with; unset means any 2xx (a 3xx is checked "
-                    "without following the redirect).")
-    expect_text: str | None = Field(None, description="Text the body must contain.")
+from ..errors import ConfigError
+from .sources import read_sources
+from .tables import TaskSettings, UptimeCheck
+from .urls import MEMORY_BROKER, check_broker_url, check_database_url, hide_password
 
 
 class Settings(BaseModel):
@@ -329,8 +269,6 @@ class Settings(BaseModel):
     @classmethod
     def _parse_checks(cls, value: Any) -> Any:
         if isinstance(value, str):  # from the environment: a JSON list of tables
-            import json
-
             try:
                 return json.loads(value)
             except json.JSONDecodeError as exc:
@@ -341,42 +279,16 @@ class Settings(BaseModel):
     @field_validator("broker_url")
     @classmethod
     def _check_broker(cls, value: str) -> str:
-        if not value.startswith((MEMORY_BROKER, *REDIS_SCHEMES, *AMQP_SCHEMES)):
-            raise ValueError(f"unsupported broker URL {value!r}: use memory://, redis://... "
-                             f"or amqp://...")
-        return value
+        return check_broker_url(value)
 
     @field_validator("database_url")
     @classmethod
     def _check_database(cls, value: str) -> str:
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            url = make_url(value)
-        except ArgumentError:
-            raise ValueError(f"not a database URL: {value!r} (e.g. sqlite:///cronjobs.db, "
-                             f"mysql+pymysql://user:pw@host/db)") from None
-        scheme = url.drivername
-        if scheme.startswith("sqlite") and (url.host or url.port):
-            raise ValueError(f"SQLite URL {value!r} names a host: write sqlite:///file.db for a "
-                             f"file in the working folder, sqlite:////abs/path.db for an "
-                             f"absolute path")
-        if scheme in SUPPORTED_DATABASE_SCHEMES:
-            return value
-        backend = scheme.split("+")[0]
-        use = DATABASE_SCHEME_FOR.get(backend)
-        if use is None:
-            raise ValueError(f"unsupported database {scheme!r} in {url!r}: use sqlite:///..., "
-                             f"mysql+pymysql://... or postgresql+psycopg://...")
-        raise ValueError(f"database URL {url!r} names the driver {scheme!r}, which cronjobs "
-                         f"does not use: write it as {url.set(drivername=use)!r}")
+        return check_database_url(value)
 
     @field_validator("timezone")
     @classmethod
     def _check_timezone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -408,14 +320,7 @@ class Settings(BaseModel):
                 TOML file, or a value that fails validation (naming field and value).
         """
         environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        config_path = environ.get(ENV_PREFIX + "CONFIG")
-        path = Path(config_path) if config_path else Path("cronjobs.toml")
-        if config_path and not path.is_file():
-            raise ConfigError(f"CRONJOBS_CONFIG names a file that does not exist: {config_path!r}")
-        if path.is_file():
-            values.update(_read_toml(path))
-        values.update(_read_env(environ))
+        values = read_sources(environ, list(cls.model_fields), list(TaskSettings.model_fields))
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**values)
@@ -425,65 +330,5 @@ class Settings(BaseModel):
             message = err["msg"].removeprefix("Value error, ")
             shown = err.get("input")
             if field == "database_url" and isinstance(shown, str):
-                shown = _hide_password(shown)  # the message must not print a password
+                shown = hide_password(shown)  # the message must not print a password
             raise ConfigError(f"invalid setting {field}={shown!r}: {message}") from None
-
-
-def _hide_password(url: str) -> str:
-    """`url` with its password shown as `***` (unchanged when it is no URL)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
-
-
-def _known_fields() -> list[str]:
-    return list(Settings.model_fields)
-
-
-def _hint(name: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    fields = _known_fields()
-    env_names = [ENV_PREFIX + f.upper() for f in fields if f != "tasks"] + [ENV_PREFIX + "CONFIG"]
-    values: dict[str, Any] = {}
-    for key, value in environ.items():
-        if not key.startswith(ENV_PREFIX):
-            continue
-        if key not in env_names:
-            raise ConfigError(f"unknown variable {key}{_hint(key, env_names)}; every "
-                              f"{ENV_PREFIX}* name is a cronjobs setting (a handler's own "
-                              f"settings need a prefix of their own)")
-        if key != ENV_PREFIX + "CONFIG":
-            values[key[len(ENV_PREFIX):].lower()] = value
-    return values
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    fields = _known_fields()
-    for key in data:
-        if key not in fields:
-            raise ConfigError(f"unknown key {key!r} in {path}{_hint(key, fields)}")
-    task_keys = list(TaskSettings.model_fields)
-    if not isinstance(data.get("tasks", {}), dict):
-        raise ConfigError(f"'tasks' in {path} must be a table of [tasks.<task>] tables, "
-                          f"got {data['tasks']!r}")
-    for task, table in (data.get("tasks") or {}).items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"[tasks.{task}] in {path} must be a table, got {table!r}")
-        for key in table:
-            if key not in task_keys:
-                raise ConfigError(
-                    f"unknown key {key!r} in [tasks.{task}] of {path}{_hint(key, task_keys)}"
-                )
-    return data

@@ -1,0 +1,56 @@
+"""The TOML tables of the settings with fields of their own: `[tasks.<task>]` and
+`[[uptime_checks]]`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+
+from ..slots import check_frequency
+
+
+class TaskSettings(BaseModel):
+    """Operator settings of one task (`[tasks.<task>]` in the TOML file).
+
+    Attributes:
+        enabled: initial kill-switch state for a task seen for the first time
+            (the dashboard/CLI switch in `cronjob_runtime.enabled` wins afterwards).
+        frequency: `minute`, `hour`, `day`, `month`, a cron macro or a 5-field cron
+            expression, overriding the handler's `FREQUENCY`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: StrictBool | None = Field(
+        None,
+        description="Initial kill-switch state of a task seen for the first time; the "
+                    "switch of `cronjobs tasks enable/disable` (and the dashboard) wins "
+                    "afterwards. Destructive tasks ship disabled unless this is true.")
+    frequency: str | None = Field(
+        None,
+        description="Overrides the handler's FREQUENCY: `minute`, `hour`, `day`, `month`, a "
+                    "cron macro (`@daily` ...) or a 5-field cron expression.")
+
+    @field_validator("frequency")
+    @classmethod
+    def _check_frequency(cls, value: str | None) -> str | None:
+        # Checked here: a bad override would otherwise make every tick raise.
+        if value is not None:
+            check_frequency(value)
+        return value
+
+
+class UptimeCheck(BaseModel):
+    """One URL of the `http-uptime` task with its own expectations (`[[uptime_checks]]`).
+
+    Attributes:
+        url: the URL to GET.
+        expect_status: the HTTP status it must answer with (default: any 2xx).
+        expect_text: text the body must contain (default: none).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    url: str = Field(description="The URL to GET.")
+    expect_status: int | None = Field(
+        default=None, ge=100, le=599,
+        description="HTTP status it must answer with; unset means any 2xx (a 3xx is checked "
+                    "without following the redirect).")
+    expect_text: str | None = Field(None, description="Text the body must contain.")
