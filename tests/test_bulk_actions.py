@@ -256,7 +256,8 @@ def test_selection_keys_are_canonical():
     assert Selection(title="   ") == Selection()
     assert Selection(hide=("z", "y")).key() == "any not=y,z"
     assert Selection(parent=7, status="pending").key() == "pending parent=7"
-    assert Selection("failed", "x", "HTTP 500\nbody").key() == 'failed type=x error="HTTP 500\\nbody"'
+    assert Selection("failed", "x", "HTTP 500\nbody").key() == (
+        'failed type=x error="HTTP 500\\nbody"')
     with pytest.raises(ValueError, match="either ticked ids or a filter"):
         Selection("failed", ids=(1,))
 
