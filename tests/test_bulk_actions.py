@@ -23,6 +23,8 @@ from dashboard_helpers import TOKEN, add_row, add_rows, login, row, wait_operati
 
 KIND = "test.summary.execute"
 OTHER = "test.shape.execute"
+HOUSEKEEPING = ["cronjobs.recoverstale.execute", "cronjobs.cleanup.execute",
+                "cronjobs.health.execute", "http.uptime.*"]
 
 
 @pytest.fixture
@@ -118,9 +120,7 @@ def test_bulk_delete_never_removes_a_row_above_a_live_one(app):
     text = confirm(client, csrf, **everything).get_data(as_text=True)
     assert "606 row(s)" in text and "A row that still has a child is kept" in text
     op = wait_operation(app, start(client, csrf, **everything))
-    assert op["selection"] == "any not=" + ",".join(sorted(
-        ["cronjobs.recoverstale.execute", "cronjobs.cleanup.execute",
-         "cronjobs.health.execute", "http.uptime.*"]))
+    assert op["selection"] == "any not=" + ",".join(sorted(HOUSEKEEPING))
     assert (op["status"], op["total_rows"], op["changed_rows"]) == ("done", 606, 603)
     assert statuses(app, [parent, kid_pending]) == ["completed", "pending"]  # kept: live child
     assert statuses(app, [kid_done, kid_failed]) == [None, None]  # its finished siblings went
@@ -196,6 +196,27 @@ def test_retry_from_the_queue_takes_the_failed_rows_of_the_filter(app):
     nothing = confirm(client, csrf, **dict(form, action="retry", status="pending"))
     text = nothing.get_data(as_text=True)
     assert "Nothing to do" in text and 'id="confirm"' not in text
+
+
+def test_a_title_filter_is_read_in_windows_of_ids(app, monkeypatch):
+    monkeypatch.setattr(store.selection, "TITLE_WINDOW", 4)
+    monkeypatch.setattr(bulk, "SNAPSHOT_MAX_ROWS", 6)
+    for i in range(20):  # every third row has the text; a window holds 4 ids
+        add_row(app, status="failed", error="boom", title=f"needle {i}" if i % 3 == 0 else "hay")
+    client = web_client(app)
+    csrf = login(client)
+    form = {"action": "retry", "scope": "all", "source": "queue", "title": "needle"}
+    text = confirm(client, csrf, **form).get_data(as_text=True)
+    assert "more than 6" in text  # 7 rows: the count stops after the cap
+    monkeypatch.setattr(bulk, "SNAPSHOT_MAX_ROWS", 7)
+    assert "7 row(s)" in confirm(client, csrf, **form).get_data(as_text=True)
+    op = wait_operation(app, start(client, csrf, **form))
+    assert (op["selection"], op["total_rows"], op["changed_rows"]) == (
+        'any title="needle" not=' + ",".join(sorted(HOUSEKEEPING)), 7, 7)
+    with app.engine.connect() as conn:
+        left = conn.execute(sa.select(q.c.title, q.c.status).order_by(q.c.id)).all()
+    assert [s for t, s in left if t.startswith("needle")] == ["pending"] * 7
+    assert {s for t, s in left if t == "hay"} == {"failed"}
 
 
 def test_the_same_selection_is_refused_while_its_operation_runs(app):
@@ -318,7 +339,7 @@ def test_every_bulk_post_needs_the_csrf_token_and_get_changes_nothing(app):
     assert anonymous.post("/operations", data=form).status_code == 401
 
 
-def test_the_lists_carry_boxes_to_tick_and_the_bulk_forms(app):
+def test_the_lists_carry_boxes_to_tick_and_the_bulk_forms(app, monkeypatch):
     rows = [add_row(app, status="failed", error="boom", title=f"t{i}") for i in range(3)]
     client = web_client(app)
     login(client)
@@ -336,4 +357,8 @@ def test_the_lists_carry_boxes_to_tick_and_the_bulk_forms(app):
     assert f'name="page" value="{rows[2]},{rows[1]},{rows[0]}"' in failed
     assert f'<input type="hidden" name="group" value="{rows[0]}">' in failed
     assert client.get("/failed?group=999999").status_code == 404
+    newest = store.views.failed_groups  # a group older than the newest rows grouped: no count
+    monkeypatch.setattr(store.views, "failed_groups", lambda conn, t=None: newest(conn, t, scan=0))
+    older = client.get(f"/failed?group={rows[0]}").get_data(as_text=True)
+    assert "Retry all failed rows of this group" in older and 'id="failed-rows"' in older
     assert client.get("/failed?before=x").status_code == 400

@@ -181,7 +181,7 @@ def _create(conn: Connection, app: App, action: Action, selection: Selection, wh
         owner=owner, lease_seconds=LEASE_SECONDS, now=now)
     if op_id is None:
         return None
-    ids = store.selection.select_ids(conn, selection.conditions(action.statuses),
+    ids = store.selection.select_ids(conn, selection.rows(action.statuses),
                                      limit=None if max_rows is None else max_rows + 1)
     if max_rows is not None and len(ids) > max_rows:  # raised: the insert is rolled back
         raise SelectionTooLarge(too_large(action.name, max_rows), max_rows)
@@ -205,7 +205,7 @@ def preview(app: App, action: str, selection: Selection, cap: int) -> tuple[int,
     """How many rows an operation of `action` on `selection` would take now (the
     confirmation page), counted up to `cap`: `(n, capped)`."""
     with app.engine.connect() as conn:
-        return store.selection.count_rows(conn, selection.conditions(ACTIONS[action].statuses),
+        return store.selection.count_rows(conn, selection.rows(ACTIONS[action].statuses),
                                           cap)
 
 

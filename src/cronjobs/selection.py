@@ -95,11 +95,11 @@ class Selection:
         """The value of the unique `running_key` while an operation of it runs."""
         return hashlib.sha256(self.key().encode()).hexdigest()
 
-    def conditions(self, statuses: tuple[str, ...]) -> list:
-        """SQL conditions of its rows among those in `statuses` (the action's): the
-        selection's own status narrows them (a status outside them: no row)."""
+    def rows(self, statuses: tuple[str, ...]) -> store.selection.Where:
+        """Its rows among those in `statuses` (the action's), as SQL: the selection's own
+        status narrows them (a status outside them: no row)."""
         if self.status is not None:
             statuses = tuple(s for s in statuses if s == self.status)
-        return store.selection.conditions(
+        return store.selection.where(
             statuses=statuses, types=self.all_types(), error=self.error, parent=self.parent,
             title=self.title, hide=self.hide, ids=self.ids)

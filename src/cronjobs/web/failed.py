@@ -30,7 +30,9 @@ def _before() -> int | None:
 def failed():
     """The groups, biggest first (the newest 5,000 failed rows are grouped), the count of
     all failed rows (capped), the newest bulk operations, and a page of the failed rows of
-    the page's `type` or `group` (a row id of the group), newest first (`before`: older)."""
+    the page's `type` or `group` (a row id of the group), newest first (`before`: older).
+    A group's count is its count among the newest 5,000 (its rows have no index of their
+    own: the confirmation page counts them all)."""
     app = cronjobs_app()
     job_type = (request.args.get("type") or "").strip() or None
     group = (request.args.get("group") or "").strip() or None
@@ -44,9 +46,9 @@ def failed():
                                      types=[job_type] if job_type else None,
                                      error=selection.error if selection else None,
                                      before=_before(), limit=ROWS_PER_PAGE)
-        if selection is not None:
-            total = store.selection.count_rows(
-                conn, selection.conditions((Status.FAILED,)), store.views.COUNT_CAP)
+    if selection is not None:  # counted among the newest 5,000 (the groups); None: older
+        total = next(((g["count"], False) for g in groups if (g["type"], g["error"]) == (
+            selection.job_type, selection.error)), None)
     return render_template("failed.html", groups=groups, type=job_type, total=total,
                            group=group, group_error=selection.error if selection else None,
                            rows=rows, operations=bulk.recent(app, 5))
