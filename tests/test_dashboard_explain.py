@@ -1,9 +1,9 @@
 """No page's SQL scans the whole table: every SELECT on `cronjob_queue` that the
-pages, JSON lists, /metrics, /health and the bulk actions' confirmation run is captured and EXPLAINed on MariaDB with
-30,000 rows (made like bench/dashboard_pages.py, by one INSERT ... SELECT); none may be a
-full table scan (`ALL`) or a full index scan (`index` over more than 1,000 rows: the newest
-page walks the primary key backwards and stops at its LIMIT, which EXPLAIN also calls
-`index`, with `rows` = the limit)."""
+pages, JSON lists, /metrics, /health and the bulk actions' confirmation run is captured and
+EXPLAINed on MariaDB with 30,000 rows (made like bench/dashboard_pages.py, by one INSERT ...
+SELECT); none may be a full table scan (`ALL`) or a full index scan (`index` over more than
+1,000 rows: the newest page walks the primary key backwards and stops at its LIMIT, which
+EXPLAIN also calls `index`, with `rows` = the limit)."""
 
 from __future__ import annotations
 
