@@ -75,8 +75,8 @@ def pages(n: int) -> list[str]:
             "/queue?task=bench-sync&status=failed", f"/queue?parent={mid - (mid - 1) % 10}",
             "/queue?title=target%20999", f"/queue?before={mid}", f"/queue?after={mid}",
             f"/jobs/{mid}", f"/jobs/{mid}?tab=results", "/workers", "/failed",
-            "/failed?type=bench.sync.execute", "/api/jobs?status=completed", "/api/tasks",
-            "/metrics", "/health"]
+            "/failed?type=bench.sync.execute", f"/failed?group={mid - mid % 100 + 92}",
+            "/api/jobs?status=completed", "/api/tasks", "/metrics", "/health"]
 
 
 def register_bench_types(registry) -> None:

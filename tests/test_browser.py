@@ -185,6 +185,9 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
             assert "retried by dashboard" in get(engine, lone)["process_logs"]
             page.goto(base + "/failed")
             page.locator("tr:has-text('HTTP 503 from upstream') button.retry-all").click()
+            page.wait_for_url(base + "/operations/confirm")  # what it does, to how many rows
+            assert page.locator("#count").inner_text().startswith("3 row(s)")
+            page.click("#confirm")
             page.wait_for_url(re.compile(r".*/operations/\d+$"))  # a bulk operation's page
             page.wait_for_selector("h1 .st-done", timeout=60_000)  # it refreshes until done
             assert page.locator("#progress-text").inner_text() == "3 of 3 done"

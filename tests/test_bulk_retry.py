@@ -4,6 +4,7 @@ a second start of the same selection is refused, a stalled one is resumed."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -291,8 +292,8 @@ def test_an_error_in_a_batch_fails_the_operation_and_frees_its_selection(app, mo
             raise ValueError("boom in batch 2")
         return store.actions.retry_failed(conn, ids, now, who)
 
-    monkeypatch.setitem(bulk.ACTIONS, "retry", bulk.Action("retry", "retried", retry_then_break,
-                                                           ring=False))
+    monkeypatch.setitem(bulk.ACTIONS, "retry", dataclasses.replace(
+        bulk.ACTIONS["retry"], apply=retry_then_break, ring=False))
     started = bulk.start(app, "retry", bulk.Selection("failed"), who="cli")
     with pytest.raises(ValueError):
         bulk.run(app, started)

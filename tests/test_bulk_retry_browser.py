@@ -1,7 +1,9 @@
 """Retry all 5,000 failed rows in Chromium against a real `cronjobs serve` on MariaDB: the
-click (a form POST with its CSRF token) opens the operation's page, which refreshes with the
-progress until it shows done; a second click and `cronjobs failed --retry` meanwhile are
-refused naming the operation; a POST without the CSRF token changes nothing."""
+click (a form POST with its CSRF token) opens a confirmation page, whose button opens the
+operation's page, which refreshes with the progress until it shows done; a second click on
+the same rows (from the Failed page or the Queue page's "all matching") and `cronjobs failed
+--retry` meanwhile are refused naming the operation; a POST without the CSRF token changes
+nothing."""
 
 from __future__ import annotations
 
@@ -64,8 +66,13 @@ def test_retry_all_click_progress_done_in_a_browser(db_url, tmp_path):
             page.goto(f"{base}/failed?type={KIND}")
             button = page.locator("#retry-every button.retry-every")
             assert button.inner_text() == f"Retry all 5,000 failed rows of {KIND}"
-            began = time.perf_counter()
             button.click()
+            page.wait_for_url(f"{base}/operations/confirm")  # the confirmation page first
+            assert page.locator("#count").inner_text().startswith("5,000 row(s)")
+            assert page.locator("#selection").inner_text() == f"failed type={KIND}"
+            assert page.locator("#confirm").inner_text() == "Retry 5,000 row(s)"
+            began = time.perf_counter()
+            page.click("#confirm")
             page.wait_for_url(re.compile(r".*/operations/\d+$"))
             opened = time.perf_counter() - began
             op_id = int(page.url.rsplit("/", 1)[1])
@@ -75,20 +82,29 @@ def test_retry_all_click_progress_done_in_a_browser(db_url, tmp_path):
             assert page.locator("progress").get_attribute("value") == "1000"
             page.screenshot(path=str(shots / "operation-running.png"), full_page=True)
 
-            # a second click while it runs: refused, naming the operation and its progress
+            # a second click while it runs: refused, naming the operation and its progress,
+            # from the Failed page and from the Queue page's "all matching" (the same rows)
+            refusal = (f"A retry of this selection is already running (operation {op_id}, "
+                       "1,000 of 5,000 done).")
             page.goto(f"{base}/failed?type={KIND}")
             assert f"#{op_id}" in page.locator("#operations").inner_text()
             page.locator("#retry-every button.retry-every").click()
             page.wait_for_load_state()
-            assert page.locator("#refused").inner_text().startswith(
-                f"A retry of this selection is already running (operation {op_id}, "
-                "1,000 of 5,000 done).")
+            assert page.locator("#refused").inner_text().startswith(refusal)
+            page.goto(f"{base}/queue?status=failed&type={KIND}")
+            with page.expect_response(f"{base}/operations/confirm") as answer:
+                page.locator("#bulk-all button.bulk-all-retry").click()
+            assert answer.value.status == 409
+            assert page.locator("#refused").inner_text().startswith(refusal)
             # the same selection from the command line: refused too
             cli = run_cli(["failed", "--retry", "--type", KIND], env, cwd=tmp_path)
             assert cli.returncode == 2 and f"(operation {op_id}, 1,000 of 5,000 done" in cli.stderr
             # a POST without the form's CSRF token (a forged request) is refused
-            forged = page.request.post(f"{base}/failed/retry", form={"all": "1", "type": KIND})
-            assert forged.status == 403
+            for path in ("/failed/retry", "/operations", "/operations/confirm"):
+                forged = page.request.post(base + path, form={
+                    "all": "1", "type": KIND, "action": "retry", "scope": "all",
+                    "source": "failed"})
+                assert forged.status == 403, path
 
             hold.rollback()  # let it go on; the page refreshes by itself until it is done
             page.goto(f"{base}/operations/{op_id}")

@@ -17,7 +17,8 @@ PAGES = ["/", "/queue", "/queue?status=failed", "/jobs/{id}", "/jobs/{id}?tab=re
          "/workers", "/failed"]
 JSON = ["/api/tasks", "/api/jobs", "/api/jobs/{id}", "/metrics"]
 ACTIONS = ["/jobs/{id}/retry", "/jobs/{id}/cancel", "/tasks/test-count/run",
-           "/tasks/test-count/enabled", "/failed/retry", "/logout"]
+           "/tasks/test-count/enabled", "/failed/retry", "/operations/confirm", "/operations",
+           "/logout"]
 
 
 @pytest.fixture
@@ -105,7 +106,10 @@ def test_post_without_csrf_token_gets_403_and_changes_nothing(app):
     before = count(app)
     for path, data in (("/jobs/{id}/retry", {}), ("/failed/retry", {"job": str(failed)}),
                        ("/tasks/test-count/run", {"request_token": "tok-12345678"}),
-                       ("/tasks/test-count/enabled", {"enabled": "0"})):
+                       ("/tasks/test-count/enabled", {"enabled": "0"}),
+                       ("/operations", {"action": "retry", "scope": "all", "source": "failed"}),
+                       ("/operations/confirm", {"action": "delete", "scope": "ticked",
+                                                "source": "queue", "id": str(failed)})):
         resp = client.post(path.format(id=failed), data=data)
         assert resp.status_code == 403, path
         assert "CSRF" in resp.get_data(as_text=True)

@@ -1,12 +1,15 @@
 """The dashboard moving in a real browser (Chromium driven by Playwright, one `cronjobs
 dashboard` process on MariaDB for the module): the Overview's charts appear and change while
 rows finish, the Queue and Job pages (with the job's children) follow rows that change in the
-database without a reload, a task's page shows its history and runs it with a payload, and
-every page fits a 390 px wide phone without horizontal scrolling."""
+database without a reload, a task's page shows its history and runs it with a payload, rows
+ticked in the Queue stay ticked while it polls and are cancelled or deleted in bulk (with and
+without JavaScript), and every page, with its bulk controls, fits a 390 px wide phone without
+horizontal scrolling."""
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -187,8 +190,70 @@ def test_a_tasks_page_shows_its_history_and_runs_it_with_a_payload(served):
     assert page.locator("#runs tbody tr").count() == before + 1  # one row, the good one
 
 
+def test_ticked_rows_survive_polling_and_are_cancelled_then_deleted_in_bulk(served):
+    page, engine = served.page, served.engine
+    title = "bulk-" + uuid.uuid4().hex[:8]
+    later = utcnow() + timedelta(days=1)  # nothing takes them meanwhile
+    ids = [insert(engine, title=f"{title} {i}", scheduled_at=later) for i in range(4)]
+    page.goto(f"{served.base}/queue?title={title}")
+    for job in ids[:2]:
+        page.check(f"tr[data-id='{job}'] input.select-row")
+    update(engine, [ids[3]], status="running", attempts=1, started_at=utcnow())
+    polls = int(page.locator("#live").get_attribute("data-live-polls") or 0)
+    page.wait_for_function(  # two polls pass; the ticked list is left as it is
+        f"() => Number(document.querySelector('#live').dataset.livePolls) >= {polls + 2}",
+        timeout=WAIT_MS)
+    assert [page.is_checked(f"tr[data-id='{j}'] input.select-row") for j in ids] == [
+        True, True, False, False]
+    assert page.locator(f"tr[data-id='{ids[3]}']").get_attribute("data-status") == "pending"
+    page.check("#rows input.select-page")  # ticks every row of the page, and clears them
+    assert page.locator("#rows input.select-row:checked").count() == 4
+    page.uncheck(f"tr[data-id='{ids[3]}'] input.select-row")
+    assert not page.is_checked("#rows input.select-page")
+    page.uncheck("#rows input.select-page")
+    page.check(f"tr[data-id='{ids[3]}'] input.select-row")
+    page.check("#rows input.select-page")
+    page.uncheck("#rows input.select-page")
+    assert page.locator("#rows input.select-row:checked").count() == 0
+    for job in ids[:2]:
+        page.check(f"tr[data-id='{job}'] input.select-row")
+    page.click("#bulk-ticked button.bulk-cancel")
+    page.wait_for_url(served.base + "/operations/confirm")
+    assert page.locator("#count").inner_text().startswith("2 row(s)")
+    page.click("#confirm")
+    page.wait_for_selector("h1 .st-done", timeout=WAIT_MS)  # it refreshes until done
+    assert page.locator("#changed").inner_text() == "2"
+    with engine.connect() as conn:
+        rows = dict(conn.execute(sa.select(q.c.id, q.c.status).where(q.c.id.in_(ids))).all())
+    assert [rows[j] for j in ids] == ["cancelled", "cancelled", "pending", "running"]
+    # without JavaScript: the page's box carries every id of its page; Delete takes the
+    # finished ones (the two cancelled rows)
+    plain = served.browser.new_context(java_script_enabled=False, storage_state=served.state)
+    try:
+        bare = plain.new_page()
+        bare.goto(f"{served.base}/queue?title={title}")
+        bare.check("#rows input.select-page")
+        assert bare.locator("#rows input.select-row:checked").count() == 0
+        bare.click("#bulk-ticked button.bulk-delete")
+        bare.wait_for_url(served.base + "/operations/confirm")
+        assert bare.locator("#count").inner_text().startswith("2 row(s)")
+        bare.click("#confirm")
+        bare.wait_for_selector("h1 .st-done", timeout=WAIT_MS)  # <meta refresh> until done
+    finally:
+        plain.close()
+    with engine.connect() as conn:
+        left = dict(conn.execute(sa.select(q.c.id, q.c.status).where(q.c.id.in_(ids))).all())
+    assert left == {ids[2]: "pending", ids[3]: "running"}
+
+
 PHONE_PAGES = ["/", "/tasks", "/tasks/test-count", "/tasks/http-uptime", "/queue",
                "/queue?status=failed&housekeeping=1", "/workers", "/failed", "/nowhere"]
+
+
+def fits(page, what: str) -> None:
+    """The page is no wider than the window (no horizontal scrolling)."""
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], (what, width)
 
 
 def test_every_page_fits_a_phone(served):
@@ -204,18 +269,28 @@ def test_every_page_fits_a_phone(served):
                                          storage_state=served.state)
     page = context.new_page()
     try:
-        for path in [*PHONE_PAGES, f"/jobs/{failed}", f"/jobs/{failed}?tab=results"]:
+        for path in [*PHONE_PAGES, f"/jobs/{failed}", f"/jobs/{failed}?tab=results",
+                     f"/failed?group={failed}"]:
             page.goto(served.base + path)
             page.wait_for_load_state("load")
-            width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-            assert width[0] <= width[1], (path, width)
+            fits(page, path)
             box = page.locator("form.logout button").bounding_box()
             assert box and box["x"] + box["width"] <= 390, (path, box)
             assert page.locator("a[lang=tr]").bounding_box()["x"] < 390, path
+            if path.startswith(("/queue", "/failed")):  # the bulk controls are on screen
+                controls = page.locator(".bulk-bar button, .actions button, input.select-row, "
+                                        "input.select-page")
+                assert controls.count() >= 3, path
+                for i in range(controls.count()):
+                    box = controls.nth(i).bounding_box()
+                    assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390, (path, i)
         page.goto(served.base + "/failed")
-        page.click("#retry-every button")  # a bulk operation's page
-        page.wait_for_url(f"{served.base}/operations/*")
-        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        page.click("#retry-every button.retry-every")  # the confirmation page
+        page.wait_for_url(f"{served.base}/operations/confirm")
+        fits(page, "confirm")
+        page.click("#confirm")  # a bulk operation's page
+        page.wait_for_url(re.compile(r".*/operations/\d+$"))
+        fits(page, "operation")
     finally:
         context.close()
     logged_out = served.browser.new_context(viewport={"width": 390, "height": 844})

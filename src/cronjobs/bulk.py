@@ -1,34 +1,40 @@
-"""Bulk operations on many rows: "retry all N" of the Failed page and `cronjobs failed --retry`.
+"""Bulk operations on many rows: retry, cancel or delete the rows ticked on the Queue or
+Failed page or "all N matching" a filter, and `cronjobs failed --retry`.
 
-An operation is recorded (`cronjob_operation`): what (`action`), on which rows (a
-`Selection`, kept as a canonical string), its snapshot of row ids taken at the start
-(`cronjob_operation_batch`, 500 ids a batch), progress counts and a lease. The rules:
+An operation is recorded (`cronjob_operation`): what (`action`, one of `ACTIONS`), on which
+rows (a `Selection`, kept as its canonical key), its snapshot of row ids taken at the
+start (`cronjob_operation_batch`, 500 ids a batch), progress counts and a lease. The rules:
 
-- **Snapshot at the click.** The ids matching the selection when it starts are the work;
-  rows that match later are not in it (start another operation for them).
+- **Snapshot at the click.** The ids matching the selection, in the statuses the action
+  works on, when it starts are the work; rows that match later are not in it (start
+  another operation for them). The dashboard refuses a snapshot of more than
+  `SNAPSHOT_MAX_ROWS` rows (narrow the filter); the CLI takes any number.
 - **Bounded batches.** Each batch is one transaction: the action changes the rows of the
   batch that are still in the state it expects (retry: still `failed`), the batch is
   deleted and the counts move, together. A row is changed once; rows that stopped
   matching meanwhile are counted as skipped and left alone.
-- **One running per selection**, decided by the database (a unique key on the running
-  selection): a second start, from any process, is refused with `OperationRunning`,
-  naming the operation and its progress.
+- **One running per selection**, whatever the action, decided by the database (a unique
+  key on the running selection): a second start, from any process, is refused with
+  `OperationRunning`, naming the operation and its progress.
 - **Lease.** The runner renews its lease (`LEASE_SECONDS`, on the database's clock) with
   every batch. An operation whose lease ran out is *stalled* (its process died or hangs):
   the next start of the same selection (a click, `cronjobs failed --retry`) or the
   operation page's Resume takes it over and goes on with the batches left. Batches are
   fenced by the runner's id, so a runner that lost its operation writes nothing more.
 
+The actions (`cronjobs.store.actions`): **retry** puts failed rows back to pending
+(attempts reset) and rings their queues; **cancel** ends pending rows as `cancelled` and
+keeps them (as the Job page's Cancel does; a running row is not stopped); **delete**
+removes finished rows that have no child left, children first (batches newest id first),
+so a row with a pending or running descendant is never deleted, and a parent goes only
+with its whole subtree selected.
+
 The dashboard runs an operation in a background thread of its process
 (`run_in_background`) and shows its page; the CLI runs it in the foreground (`run`).
-An action is one function of `cronjobs.store.actions` (`ACTIONS`): bulk cancel and delete
-are each one more entry.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import socket
@@ -48,8 +54,11 @@ from .errors import (
     DatabaseUnavailable,
     OperationNotRunning,
     OperationRunning,
+    SelectionTooLarge,
     StoreError,
 )
+from .selection import Selection
+from .status import FINAL, Status
 
 log = logging.getLogger("cronjobs.bulk")
 
@@ -62,47 +71,33 @@ class Action:
     """What an operation does to each batch.
 
     Attributes:
-        name: `retry` (the operation's `action` column).
+        name: `retry`, `cancel`, `delete` (the operation's `action` column).
         verb: past tense for messages (`retried`).
         apply: `fn(conn, ids, now, who) -> [{id, queue}]`, in the batch's transaction:
             change the rows of `ids` still in the state the action expects, return those
             changed.
+        statuses: the row statuses it works on: the snapshot takes only these rows.
         ring: send the changed rows' queues a message after the commit (they are due).
+        newest_first: take the snapshot's batches from the highest id down (a delete:
+            children, which are newer, go before their parent).
     """
 
     name: str
     verb: str
     apply: Callable[..., list[dict]]
-    ring: bool
+    statuses: tuple[str, ...]
+    ring: bool = False
+    newest_first: bool = False
 
 
-ACTIONS = {"retry": Action("retry", "retried", store.actions.retry_failed, ring=True)}
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The rows an operation is about: rows in `status`, of `job_type`, with error key
-    `error` (the first 200 characters of the error: a Failed-page group).
-
-    `key()` is its canonical string (`failed type=x error="HTTP 500"`): two selections with
-    the same key are the same selection, whoever starts them."""
-
-    status: str
-    job_type: str | None = None
-    error: str | None = None
-
-    def key(self) -> str:
-        """The canonical string of this selection, on one line."""
-        parts = [self.status]
-        if self.job_type:
-            parts.append(f"type={self.job_type}")
-        if self.error is not None:
-            parts.append("error=" + json.dumps(self.error, ensure_ascii=False))
-        return " ".join(parts)
-
-    def running_key(self) -> str:
-        """The value of the unique `running_key` while an operation of it runs."""
-        return hashlib.sha256(self.key().encode()).hexdigest()
+ACTIONS = {
+    "retry": Action("retry", "retried", store.actions.retry_failed, (Status.FAILED,),
+                    ring=True),
+    "cancel": Action("cancel", "cancelled", store.actions.cancel_pending, (Status.PENDING,)),
+    "delete": Action("delete", "deleted", store.actions.delete_finished, FINAL,
+                     newest_first=True),
+}
+SNAPSHOT_MAX_ROWS = 100_000  # the most rows a dashboard operation takes (`start(max_rows=)`)
 
 
 @dataclass(frozen=True)
@@ -131,30 +126,36 @@ def new_owner() -> str:
     return f"{_host()}:{uuid.uuid4().hex[:8]}"
 
 
-def start(app: App, action: str, selection: Selection, who: str) -> Started:
+def start(app: App, action: str, selection: Selection, who: str,
+          max_rows: int | None = None) -> Started:
     """Start an operation: record it and its snapshot of the selection's row ids at once.
 
-    If an operation of the same selection is running with a live lease, nothing is
-    started; if its lease ran out (stalled), it is taken over and resumed.
+    The snapshot holds the selection's rows in the statuses the action works on (retry:
+    failed; cancel: pending; delete: completed, failed, cancelled). If an operation of the
+    same selection (whatever its action) is running with a live lease, nothing is started;
+    if its lease ran out (stalled), it is taken over and resumed.
 
     Args:
-        action: a name in `ACTIONS` (`retry`).
+        action: a name in `ACTIONS`.
         selection: the rows.
         who: who asks (`dashboard`, `cli`), for the operation row and the rows' logs.
+        max_rows: refuse a snapshot of more rows (the dashboard: `SNAPSHOT_MAX_ROWS`);
+            None: no limit (the CLI, which runs the batches in the foreground).
 
     Returns:
         `Started`; pass it to `run` or `run_in_background`.
 
     Raises:
         OperationRunning: an operation of this selection is running (its row attached).
+        SelectionTooLarge: more than `max_rows` rows; nothing was recorded.
         CronjobsError: unknown action.
     """
     if action not in ACTIONS:
         raise CronjobsError(f"unknown bulk action {action!r}; known: {', '.join(ACTIONS)}")
     owner = new_owner()
     for _ in range(3):  # the running one may finish between our insert and our look
-        op_id = run_in_transaction(app.engine,
-                                   lambda c: _create(c, app, action, selection, who, owner))
+        op_id = run_in_transaction(app.engine, lambda c: _create(
+            c, app, ACTIONS[action], selection, who, owner, max_rows))
         if op_id is not None:
             return Started(get(app, op_id), owner)
         took = run_in_transaction(app.engine, lambda c: store.operations.take_over(
@@ -171,23 +172,41 @@ def start(app: App, action: str, selection: Selection, who: str) -> Started:
                      "kept finishing while it started; try again")
 
 
-def _create(conn: Connection, app: App, action: str, selection: Selection, who: str,
-            owner: str) -> int | None:
+def _create(conn: Connection, app: App, action: Action, selection: Selection, who: str,
+            owner: str, max_rows: int | None) -> int | None:
     now = app.clock.now()
     op_id = store.operations.insert_operation(
-        conn, action=action, selection=selection.key(), running_key=selection.running_key(),
-        created_by=who[:64], created_host=_host(), owner=owner,
-        lease_seconds=LEASE_SECONDS, now=now)
+        conn, action=action.name, selection=selection.key(),
+        running_key=selection.running_key(), created_by=who[:64], created_host=_host(),
+        owner=owner, lease_seconds=LEASE_SECONDS, now=now)
     if op_id is None:
         return None
-    ids = store.operations.select_ids(conn, status=selection.status, job_type=selection.job_type,
-                                      error=selection.error)
+    ids = store.selection.select_ids(conn, selection.rows(action.statuses),
+                                     limit=None if max_rows is None else max_rows + 1)
+    if max_rows is not None and len(ids) > max_rows:  # raised: the insert is rolled back
+        raise SelectionTooLarge(too_large(action.name, max_rows), max_rows)
+    if action.newest_first:
+        ids.reverse()
     store.operations.add_batches(conn, op_id, [ids[i:i + BATCH_ROWS]
                                                for i in range(0, len(ids), BATCH_ROWS)])
     store.operations.set_total(conn, op_id, len(ids), now)
-    log.info("operation %s: %s %s (%s rows) started by %s", op_id, action, selection.key(),
-             len(ids), who)
+    log.info("operation %s: %s %s (%s rows) started by %s", op_id, action.name,
+             selection.key(), len(ids), who)
     return op_id
+
+
+def too_large(action: str, max_rows: int) -> str:
+    """The message refusing a selection of more than `max_rows` rows."""
+    return (f"this selection has more than {max_rows:,} rows to {action}; one operation "
+            f"takes at most {max_rows:,}: narrow the filter (a type, a task, a status)")
+
+
+def preview(app: App, action: str, selection: Selection, cap: int) -> tuple[int, bool]:
+    """How many rows an operation of `action` on `selection` would take now (the
+    confirmation page), counted up to `cap`: `(n, capped)`."""
+    with app.engine.connect() as conn:
+        return store.selection.count_rows(conn, selection.rows(ACTIONS[action].statuses),
+                                          cap)
 
 
 def resume(app: App, operation_id: int) -> Started:

@@ -84,5 +84,17 @@ class OperationRunning(JobStateError):
         self.operation = operation
 
 
+class SelectionTooLarge(CronjobsError):
+    """A bulk operation was refused: its selection has more rows than a snapshot may hold.
+
+    Attributes:
+        limit: the most rows a snapshot may hold.
+    """
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class OperationNotRunning(JobStateError):
     """A stalled operation was to be resumed, but it is done, failed or does not exist."""

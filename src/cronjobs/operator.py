@@ -30,7 +30,8 @@ def retry(app: App, job_id: int, who: str = "operator") -> None:
 
 
 def cancel(app: App, job_id: int, who: str = "operator") -> None:
-    """Cancel pending row `job_id`.
+    """Cancel pending row `job_id`: it stays, `cancelled`, with a log line naming `who`
+    (a task whose last run it is shows `cancelled`).
 
     Raises:
         JobNotFound: no such row.
@@ -38,10 +39,8 @@ def cancel(app: App, job_id: int, who: str = "operator") -> None:
     """
     now = app.clock.now()
     if not run_in_transaction(app.engine,
-                              lambda c: store.actions.cancel_pending(c, job_id, now, who)):
+                              lambda c: store.actions.cancel_pending(c, [job_id], now, who)):
         _refuse(app, job_id, Status.PENDING, "cancelled")
-    run_in_transaction(app.engine, lambda c: store.update_task_status(
-        c, job_id, Status.CANCELLED, now, success=False))
     log.info("job %s cancelled by %s", job_id, who, extra={"trace_id": job_id})
 
 

@@ -1,4 +1,4 @@
-"""Operator actions on rows (dashboard buttons, bulk operations): retry, cancel.
+"""Operator actions on rows (dashboard buttons, bulk operations): retry, cancel, delete.
 
 Each takes a list of ids (or one id) and changes only the rows still in the state it
 expects; a bulk operation (`cronjobs.bulk`) calls one per batch."""
@@ -11,7 +11,8 @@ from sqlalchemy import Connection, bindparam, select
 
 from .. import limits
 from ..models import cronjob_queue as q
-from ..status import Status
+from ..models import cronjob_runtime as rt
+from ..status import FINAL, Status
 
 
 def retry_failed(conn: Connection, ids: list[int], now: datetime,
@@ -49,16 +50,73 @@ def retry_failed(conn: Connection, ids: list[int], now: datetime,
     return [{"id": r["id"], "queue": r["queue"]} for r in rows]
 
 
-def cancel_pending(conn: Connection, job_id: int, now: datetime, who: str = "operator") -> bool:
-    """Cancel row `job_id` if it is still `pending` (a running row is not touched).
+def cancel_pending(conn: Connection, ids: list[int], now: datetime,
+                   who: str = "operator") -> list[dict]:
+    """Cancel the rows of `ids` that are still `pending` (a running row is not touched:
+    stopping a job is another action). Each gets `finished_at`, a process-log line naming
+    `who`, and keeps its row (`cancelled`, to be seen; `cleanup` removes it after its
+    retention); a task whose last run it is shows `cancelled`.
+
+    Locked first in id order, then one executemany, as `retry_failed` (keep `ids` under
+    1,000).
 
     Returns:
-        True when the row was cancelled.
+        `[{id, queue}]` of the rows cancelled.
     """
+    if not ids:
+        return []
+    rows = conn.execute(select(q.c.id, q.c.queue, q.c.process_logs)
+                        .where(q.c.id.in_(ids), q.c.status == Status.PENDING)
+                        .order_by(q.c.id).with_for_update()).mappings().all()
+    if not rows:
+        return []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
-    old = conn.execute(select(q.c.process_logs).where(q.c.id == job_id)).scalar_one_or_none()
-    result = conn.execute(q.update().where(q.c.id == job_id, q.c.status == Status.PENDING).values(
-        status=Status.CANCELLED, finished_at=now, updated_at=now, locked_until=None,
-        process_logs=limits.bounded_log(
-            old, limits.log_line(f"[{stamp}] cancelled by {who}") + "\n")))
-    return result.rowcount == 1
+    line = limits.log_line(f"[{stamp}] cancelled by {who}") + "\n"
+    conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status == Status.PENDING)
+                 .values(status=Status.CANCELLED, finished_at=now, updated_at=now,
+                         locked_until=None, process_logs=bindparam("b_log")),
+                 [{"b_id": r["id"], "b_log": limits.bounded_log(r["process_logs"], line)}
+                  for r in rows])
+    changed = [r["id"] for r in rows]
+    conn.execute(rt.update().where(rt.c.last_job_id.in_(changed)).values(
+        last_status=Status.CANCELLED, updated_at=now))
+    return [{"id": r["id"], "queue": r["queue"]} for r in rows]
+
+
+def delete_finished(conn: Connection, ids: list[int], now: datetime,
+                    who: str = "operator") -> list[dict]:
+    """Delete the rows of `ids` that are finished (completed, failed, cancelled) and have
+    no child row left, children before parents.
+
+    The rule is `maintenance.prune`'s: a row with any child (whatever its status) is
+    kept, so the parent cascade never removes a row and no pending or running row, nor a
+    row above one, is ever deleted. A parent goes once its children are gone: deleted
+    earlier in the same call (this batch is worked leaf first, level by level) or by an
+    earlier call (a bulk delete takes its batches newest id first, and children are newer
+    than their parent). The candidates are locked first (in id order): a child inserted
+    meanwhile makes its foreign-key check wait for our lock, so it is seen and its parent
+    kept; a retry of a candidate waits and then finds it gone.
+
+    Args:
+        ids: row ids (under 1,000: one IN list each for the rows and their children).
+        now, who: unused (the rows are gone); the signature of every bulk action.
+
+    Returns:
+        `[{id, queue}]` of the rows deleted.
+    """
+    if not ids:
+        return []
+    rows = conn.execute(select(q.c.id, q.c.queue)
+                        .where(q.c.id.in_(ids), q.c.status.in_(FINAL))
+                        .order_by(q.c.id).with_for_update()).mappings().all()
+    left = {r["id"]: r["queue"] for r in rows}
+    deleted: list[dict] = []
+    while left:
+        parents = {r[0] for r in conn.execute(
+            select(q.c.parent_id).distinct().where(q.c.parent_id.in_(list(left))))}
+        leaves = sorted(i for i in left if i not in parents)
+        if not leaves:
+            break
+        conn.execute(q.delete().where(q.c.id.in_(leaves)))
+        deleted += [{"id": i, "queue": left.pop(i)} for i in leaves]
+    return deleted

@@ -17,9 +17,7 @@ from sqlalchemy import Connection, case, select
 
 from ..models import cronjob_operation as op
 from ..models import cronjob_operation_batch as ob
-from ..models import cronjob_queue as q
 from .sql import db_now, insert_ignore
-from .views import error_key
 
 OPERATION_COLUMNS = ("id", "action", "selection", "status", "total_rows", "done_rows",
                      "changed_rows", "created_by", "created_host", "owner", "lease_until",
@@ -48,19 +46,6 @@ def insert_operation(conn: Connection, *, action: str, selection: str, running_k
     if result.rowcount != 1:
         return None
     return result.inserted_primary_key[0]
-
-
-def select_ids(conn: Connection, *, status: str, job_type: str | None = None,
-               error: str | None = None) -> list[int]:
-    """Ids of the rows in `status` (of `job_type`, with error key `error`), ascending: the
-    snapshot of a selection. One range of the `(status, id)` or `(type, status, id)` index;
-    the error key is compared on the rows of that range."""
-    stmt = select(q.c.id).where(q.c.status == status).order_by(q.c.id)
-    if job_type:
-        stmt = stmt.where(q.c.type == job_type)
-    if error is not None:
-        stmt = stmt.where(error_key() == error)
-    return [r[0] for r in conn.execute(stmt)]
 
 
 def add_batches(conn: Connection, operation_id: int, batches: list[list[int]]) -> None:

@@ -57,7 +57,7 @@ def _list_select():
 def list_rows(conn: Connection, *, status: str | None = None, types: list[str] | None = None,
               parent_id: int | None = None, title: str | None = None,
               before: int | None = None, after: int | None = None, limit: int = 50,
-              hide: tuple[str, ...] = ()) -> Page:
+              hide: tuple[str, ...] = (), error: str | None = None) -> Page:
     """A page of `cronjob_queue` rows, newest first, filtered and keyset-paginated.
 
     Args:
@@ -71,12 +71,14 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
         limit: rows per page (1 to 500).
         hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`); searched in
             windows of `SEARCH_WINDOW` ids, like a title.
+        error: only rows with this error key (a Failed-page group, `error_key`).
 
     Returns:
         A `Page`.
     """
     limit = max(1, min(int(limit), 500))
-    conds, window_low = _conditions(conn, status, parent_id, title, before, after, hide)
+    conds, window_low = _conditions(conn, status, parent_id, title, before, after, hide,
+                                    error)
     ascending = after is not None and before is None
     rows: list[dict] = []
     for job_type in (types or [None]):
@@ -95,15 +97,17 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
 
 def _conditions(conn: Connection, status: str | None, parent_id: int | None,
                 title: str | None, before: int | None, after: int | None,
-                hide: tuple[str, ...]) -> tuple[list, int | None]:
+                hide: tuple[str, ...], error: str | None) -> tuple[list, int | None]:
     """`(conditions, lowest id looked at or None)` of a `list_rows` page (its types aside)."""
     conds = []
     if status:
         conds.append(q.c.status == status)
     if parent_id is not None:
         conds.append(q.c.parent_id == parent_id)
+    if error is not None:
+        conds.append(error_key() == error)
     window_low = None
-    conds += _hidden(hide)
+    conds += hidden_types(hide)
     if title:
         conds.append(q.c.title.contains(title, autoescape=True))
     if title or hide:
@@ -139,7 +143,7 @@ def _window(conn: Connection, before: int | None, after: int | None):
     return None, q.c.id <= after + SEARCH_WINDOW
 
 
-def _hidden(hide: tuple[str, ...]) -> list:
+def hidden_types(hide: tuple[str, ...]) -> list:
     """Conditions leaving out the types of `hide` (exact, or a prefix ending in `.*`)."""
     exact = [t for t in hide if not t.endswith(".*")]
     conds = [q.c.type.not_in(exact)] if exact else []

@@ -1,65 +1,73 @@
-"""Failed page: failed rows grouped by type and error; retry a group, or every failed row
-(of the page's type), as a bulk operation that runs outside the request."""
+"""Failed page: failed rows grouped by type and error, and the failed rows themselves (of
+the page's type or group) with boxes to tick; retry or delete ticked rows, a group, or
+every failed row (of the page's type), as a bulk operation that runs outside the request
+(`web.operations`: confirmed first)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, redirect, render_template, request, url_for
+from flask import Blueprint, abort, render_template, request
 from flask_babel import gettext as _
 
 from .. import bulk, store
-from ..errors import OperationRunning
 from ..status import Status
+from .operations import group_selection, start_operation
 from .view import ROW_ID_MAX, cronjobs_app
 
 bp = Blueprint("failed", __name__)
+ROWS_PER_PAGE = 50
+
+
+def _before() -> int | None:
+    value = request.args.get("before", "").strip()
+    if not value:
+        return None
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= ROW_ID_MAX:
+        abort(400, f"before must be a row id, got {value!r}")
+    return int(value)
 
 
 @bp.get("/failed")
 def failed():
     """The groups, biggest first (the newest 5,000 failed rows are grouped), the count of
-    all failed rows (capped) and the newest bulk operations."""
+    all failed rows (capped), the newest bulk operations, and a page of the failed rows of
+    the page's `type` or `group` (a row id of the group), newest first (`before`: older).
+    A group's count is its count among the newest 5,000 (its rows have no index of their
+    own: the confirmation page counts them all)."""
     app = cronjobs_app()
     job_type = (request.args.get("type") or "").strip() or None
+    group = (request.args.get("group") or "").strip() or None
+    selection = group_selection(group, job_type) if group else None
+    if selection is not None:
+        job_type = selection.job_type
     with app.engine.connect() as conn:
         groups = store.views.failed_groups(conn, job_type)
         total = store.views.failed_total(conn, job_type)
+        rows = store.views.list_rows(conn, status=Status.FAILED,
+                                     types=[job_type] if job_type else None,
+                                     error=selection.error if selection else None,
+                                     before=_before(), limit=ROWS_PER_PAGE)
+    if selection is not None:  # counted among the newest 5,000 (the groups); None: older
+        total = next(((g["count"], False) for g in groups if (g["type"], g["error"]) == (
+            selection.job_type, selection.error)), None)
     return render_template("failed.html", groups=groups, type=job_type, total=total,
-                           operations=bulk.recent(app, 5))
-
-
-def _selection() -> bulk.Selection:
-    """The rows of the form: `job` names a group by one of its rows (form encoding turns
-    newlines into CRLF, so the error text itself would no longer match the stored text);
-    `all=1` (with an optional `type`) is every failed row (of that type)."""
-    if request.form.get("all") == "1":
-        job_type = (request.form.get("type") or "").strip() or None
-        return bulk.Selection(Status.FAILED, job_type)
-    try:
-        job_id = int(request.form.get("job", ""))
-    except ValueError:
-        abort(400, _("job must be a row id"))
-    if not 1 <= job_id <= ROW_ID_MAX:
-        abort(404, f"no failed job with id {job_id}")
-    with cronjobs_app().engine.connect() as conn:
-        key = store.views.group_of(conn, job_id)
-    if key is None:
-        abort(404, f"no failed job with id {job_id}")
-    return bulk.Selection(Status.FAILED, key[0], key[1])
+                           group=group, group_error=selection.error if selection else None,
+                           rows=rows, operations=bulk.recent(app, 5))
 
 
 @bp.post("/failed/retry")
 def retry_group():
-    """Start a bulk retry of a group (or of every failed row) and open its progress page.
+    """Start a bulk retry of a group (`job`: one of its rows) or of every failed row (`all=1`,
+    with an optional `type`) at once, and open its progress page.
 
-    The snapshot of ids is taken here; the batches run in a background thread. A retry of
-    the same selection that is already running (in any process) refuses this one: 409,
-    with that operation's progress.
+    The start without the confirmation page, for scripts (with the token) and pages of
+    earlier versions; the Failed page's own buttons confirm first (`/operations/confirm`).
+    A retry of the same selection that is already running (in any process) refuses this
+    one: 409, with that operation's progress.
     """
-    app = cronjobs_app()
-    try:
-        started = bulk.start(app, "retry", _selection(), who="dashboard")
-    except OperationRunning as exc:
-        return render_template("operation.html", op=exc.operation, refused=True), 409
-    if started.operation["status"] == "running":
-        bulk.run_in_background(app, started)
-    return redirect(url_for("operations.operation", operation_id=started.operation["id"]), 303)
+    if request.form.get("all") == "1":
+        selection = group_selection("", (request.form.get("type") or "").strip() or None)
+    elif not request.form.get("job", "").strip():
+        abort(400, _("job must be a row id"))
+    else:
+        selection = group_selection(request.form.get("job", "").strip())
+    return start_operation("retry", selection)

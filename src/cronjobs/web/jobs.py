@@ -17,8 +17,8 @@ from .view import cronjobs_app, handler_registry, render_summary
 bp = Blueprint("jobs", __name__)
 
 
-def _int_arg(name: str, low: int = 1, high: int = 2**63 - 1) -> int | None:
-    value = request.args.get(name, "").strip()
+def _int_arg(name: str, low: int = 1, high: int = 2**63 - 1, args=None) -> int | None:
+    value = (request.args if args is None else args).get(name, "").strip()
     if not value:
         return None
     try:
@@ -40,12 +40,14 @@ HOUSEKEEPING_TYPES = ("cronjobs.recoverstale.execute", "cronjobs.cleanup.execute
                       "cronjobs.health.execute", "http.uptime.*")
 
 
-def queue_filters(hide_by_default: bool = True) -> dict:
+def queue_filters(hide_by_default: bool = True, args=None) -> dict:
     """The Queue page's filters from the query string, validated (400 on bad input).
 
     Args:
         hide_by_default: leave out `HOUSEKEEPING_TYPES` unless `housekeeping=1` (the
             page); False: only with `housekeeping=0` (the JSON list `/api/jobs`).
+        args: where to read them (a `MultiDict`; default: the query string; a bulk
+            action's form carries the page's filters).
 
     Returns:
         `{status, type, task, types, parent, title, before, after, limit, housekeeping,
@@ -53,27 +55,29 @@ def queue_filters(hide_by_default: bool = True) -> dict:
         out (empty when shown, or when a task, type or parent is asked for).
     """
     app = cronjobs_app()
-    status = request.args.get("status") or None
+    args = request.args if args is None else args
+    status = args.get("status") or None
     if status is not None and status not in STATUSES:
         abort(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
-    job_type = (request.args.get("type") or "").strip() or None
-    task = (request.args.get("task") or "").strip() or None
+    job_type = (args.get("type") or "").strip() or None
+    task = (args.get("task") or "").strip() or None
     types = [job_type] if job_type else None
     if task:
         task_types = handler_registry(app).task_types(task)
         if not task_types:
             abort(400, f"unknown task {task!r}")
         types = [t for t in task_types if not job_type or t == job_type] or [job_type]
-    title = (request.args.get("title") or "").strip() or None
+    title = (args.get("title") or "").strip() or None
     if title and len(title) > 255:
         abort(400, "title filter is longer than 255 characters")
-    parent = _int_arg("parent")
-    flag = request.args.get("housekeeping")
+    parent = _int_arg("parent", args=args)
+    flag = args.get("housekeeping")
     shown = flag == "1" if hide_by_default else flag != "0"
     hide = () if shown or types or parent is not None else HOUSEKEEPING_TYPES
     return {"status": status, "type": job_type, "task": task, "types": types,
-            "parent": parent, "title": title, "before": _int_arg("before"),
-            "after": _int_arg("after", 0), "limit": _int_arg("limit", 1, 500) or 50,
+            "parent": parent, "title": title, "before": _int_arg("before", args=args),
+            "after": _int_arg("after", 0, args=args),
+            "limit": _int_arg("limit", 1, 500, args=args) or 50,
             "housekeeping": shown, "hide": hide}
 
 

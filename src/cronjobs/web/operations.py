@@ -1,14 +1,174 @@
-"""Bulk operation pages: progress of one operation (refreshing while it runs), Resume."""
+"""Bulk actions and their operations: the confirmation of a bulk retry, cancel or delete
+(ticked rows, or all rows matching the Queue or Failed page's filter), its start, the
+progress of an operation (refreshing while it runs) and Resume.
+
+Every bulk button posts its form (with the CSRF token) to `/operations/confirm`, which
+shows what would happen to how many rows and posts the same fields to `/operations`: the
+start, where the snapshot is taken. Works without JavaScript; a second start of a
+selection whose operation runs is refused (409, with that operation's progress).
+
+The form's fields: `action` (retry, cancel, delete), `scope` (`ticked`: the `id` boxes
+and the `page` box, which carries every id of its page; `all`: the filter), `source`
+(`queue`: status, type, task, parent, title, housekeeping; `failed`: type, group, a row id
+of a Failed-page group).
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, redirect, render_template, url_for
+from dataclasses import dataclass
 
-from .. import bulk
+from flask import Blueprint, abort, redirect, render_template, request, url_for
+from flask_babel import gettext as _
+from werkzeug.datastructures import MultiDict
+
+from .. import bulk, store
 from ..errors import OperationRunning
-from .view import cronjobs_app
+from ..selection import Selection
+from ..status import Status
+from .jobs import queue_filters
+from .view import ROW_ID_MAX, cronjobs_app
 
 bp = Blueprint("operations", __name__)
+
+TICKED_MAX = 500  # ticked ids a form may carry: a page of the Queue holds at most 500 rows
+QUEUE_FIELDS = ("status", "type", "task", "parent", "title", "housekeeping")
+FAILED_FIELDS = ("type", "group")
+
+
+@dataclass(frozen=True)
+class BulkForm:
+    """A bulk action's form, checked.
+
+    Attributes:
+        action: `retry`, `cancel` or `delete`.
+        selection: the rows.
+        fields: the form's fields to post again (normalised: ticked ids as `id`s).
+        back: the page the form came from (its filters kept).
+    """
+
+    action: str
+    selection: Selection
+    fields: list[tuple[str, str]]
+    back: str
+
+
+def _ids(form: MultiDict) -> tuple[int, ...]:
+    """The ticked ids: each `id`, and every id of a ticked `page` box (400 on bad input)."""
+    raw = form.getlist("id") + [i for page in form.getlist("page") for i in page.split(",")]
+    ids = set()
+    for value in raw:
+        value = value.strip()
+        if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= ROW_ID_MAX:
+            abort(400, f"a ticked row id must be a row id (1 to {ROW_ID_MAX}), got {value!r}")
+        ids.add(int(value))
+    if not ids:
+        abort(400, _("No row is ticked: tick rows first, or use the buttons for all rows "
+                     "matching the filter."))
+    if len(ids) > TICKED_MAX:
+        abort(400, f"{len(ids):,} rows are ticked; at most {TICKED_MAX} at once: use the "
+                   "buttons for all rows matching the filter")
+    return tuple(sorted(ids))
+
+
+def group_selection(job_id: str | int, job_type: str | None = None) -> Selection:
+    """The Failed-page group of failed row `job_id` (its type and error key), or every
+    failed row (of `job_type`) when `job_id` is empty (404 when the row is not failed).
+
+    A group travels as one of its rows: form encoding turns newlines into CRLF, so the
+    error text itself would no longer match the stored text."""
+    if job_id in ("", None):
+        return Selection(Status.FAILED, job_type)
+    try:
+        number = int(job_id)
+    except ValueError:
+        abort(400, _("job must be a row id"))
+    if not 1 <= number <= ROW_ID_MAX:
+        abort(404, f"no failed job with id {number}")
+    with cronjobs_app().engine.connect() as conn:
+        key = store.views.group_of(conn, number)
+    if key is None:
+        abort(404, f"no failed job with id {number}")
+    return Selection(Status.FAILED, key[0], key[1])
+
+
+def read_form(form: MultiDict) -> BulkForm:
+    """The bulk action of a posted form (400 on bad input, 404 for a group gone)."""
+    action = form.get("action", "")
+    if action not in bulk.ACTIONS:
+        abort(400, f"action must be one of {', '.join(bulk.ACTIONS)}, got {action!r}")
+    source, scope = form.get("source", "queue"), form.get("scope", "")
+    if source not in ("queue", "failed") or scope not in ("ticked", "all"):
+        abort(400, f"source must be queue or failed and scope ticked or all, got "
+                   f"{source!r} and {scope!r}")
+    names = QUEUE_FIELDS if source == "queue" else FAILED_FIELDS
+    kept = {n: form.get(n, "").strip() for n in names if form.get(n, "").strip()}
+    back = (url_for("jobs.queue", **kept) if source == "queue"
+            else url_for("failed.failed", **kept))
+    fields = [("action", action), ("source", source), ("scope", scope), *kept.items()]
+    if scope == "ticked":
+        ids = _ids(form)
+        return BulkForm(action, Selection(ids=ids), fields + [("id", str(i)) for i in ids],
+                        back)
+    if source == "failed":
+        return BulkForm(action, group_selection(kept.get("group"), kept.get("type")),
+                        fields, back)
+    f = queue_filters(args=MultiDict(kept))
+    selection = Selection(f["status"], types=tuple(f["types"] or ()), parent=f["parent"],
+                          title=f["title"], hide=f["hide"])
+    return BulkForm(action, selection, fields, back)
+
+
+def _refused(exc: OperationRunning):
+    return render_template("operation.html", op=exc.operation, refused=True), 409
+
+
+def _running(selection: Selection) -> dict | None:
+    """The running (not stalled) operation of `selection`, or None."""
+    with cronjobs_app().engine.connect() as conn:
+        op = store.operations.running_operation(conn, selection.running_key())
+    return op if op is not None and not op["stalled"] else None
+
+
+@bp.post("/operations/confirm")
+def confirm():
+    """What the bulk action of the form would do, to how many rows now, with a button that
+    starts it (the same fields, posted to `/operations`). 409 while an operation of the
+    same selection runs; the count stops above `bulk.SNAPSHOT_MAX_ROWS` (then no button:
+    the start would be refused)."""
+    form = read_form(request.form)
+    running = _running(form.selection)
+    if running is not None:
+        return _refused(OperationRunning(running))
+    limit = bulk.SNAPSHOT_MAX_ROWS
+    n, capped = bulk.preview(cronjobs_app(), form.action, form.selection, limit)
+    return render_template("confirm.html", form=form, n=n, limit=limit,
+                           too_large=bulk.too_large(form.action, limit) if capped else None,
+                           statuses=bulk.ACTIONS[form.action].statuses)
+
+
+@bp.post("/operations")
+def start():
+    """Start the bulk action of the form and open its operation's page.
+
+    The snapshot of ids is taken here (at most `bulk.SNAPSHOT_MAX_ROWS`, else 400 and
+    nothing recorded); the batches run in a background thread. An operation of the same
+    selection already running (in any process) refuses this one: 409, with its progress.
+    """
+    form = read_form(request.form)
+    return start_operation(form.action, form.selection)
+
+
+def start_operation(action: str, selection: Selection):
+    """Start `action` on `selection` in the background: a redirect to its page, or 409."""
+    app = cronjobs_app()
+    try:
+        started = bulk.start(app, action, selection, who="dashboard",
+                             max_rows=bulk.SNAPSHOT_MAX_ROWS)
+    except OperationRunning as exc:
+        return _refused(exc)
+    if started.operation["status"] == "running":
+        bulk.run_in_background(app, started)
+    return redirect(url_for("operations.operation", operation_id=started.operation["id"]), 303)
 
 
 @bp.get("/operations/<int:operation_id>")
@@ -30,6 +190,6 @@ def resume(operation_id: int):
     try:
         started = bulk.resume(app, operation_id)
     except OperationRunning as exc:
-        return render_template("operation.html", op=exc.operation, refused=True), 409
+        return _refused(exc)
     bulk.run_in_background(app, started)
     return redirect(url_for("operations.operation", operation_id=operation_id), 303)

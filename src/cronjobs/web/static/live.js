@@ -3,7 +3,7 @@
 // when the answer says "done" (a job that ended) or the session ended (401). Without
 // JavaScript the pages still work: a Refresh link, or a reload while a job runs.
 // While someone works inside a live part (a field has the focus, a box is ticked) it is
-// left as it is, and updated at the next poll after that.
+// left as it is, and updated at the next poll after that: ticked rows stay ticked.
 (function () {
   "use strict";
 
@@ -65,6 +65,26 @@
 
     schedule();
   }
+
+  // Ticking rows for a bulk action: the box in a list's header ticks or clears every row
+  // of its list, and shows whether all are ticked. Without JavaScript that header box
+  // still works: it carries the ids of every row of its page.
+  function syncTicks(event) {
+    var box = event.target;
+    var table = box && box.closest ? box.closest("table") : null;
+    if (!table || !box.classList) {
+      return;
+    }
+    var rows = table.querySelectorAll("input.select-row");
+    var all = table.querySelector("input.select-page");
+    if (box.classList.contains("select-page")) {
+      Array.prototype.forEach.call(rows, function (row) { row.checked = box.checked; });
+    } else if (box.classList.contains("select-row") && all) {
+      all.checked = Array.prototype.every.call(rows, function (row) { return row.checked; });
+    }
+  }
+
+  document.addEventListener("change", syncTicks);
 
   document.addEventListener("DOMContentLoaded", function () {
     var boxes = document.querySelectorAll("[data-live-url]");
