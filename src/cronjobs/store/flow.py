@@ -12,7 +12,7 @@ the claim then pays only two index probes. All times naive UTC (the injected clo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
@@ -20,6 +20,7 @@ from sqlalchemy import Connection, and_, delete, func, or_, select, update
 from .. import limits
 from ..errors import InvalidJob
 from ..models import cronjob_block as b
+from ..models import cronjob_flow_start as fs
 from ..models import cronjob_pause as p
 from ..models import cronjob_queue as q
 from .sql import bind, due, insert_ignore, ph
@@ -160,14 +161,18 @@ def list_blocks(conn: Connection, now: datetime) -> list[dict]:
 
 
 def prune_expired(conn: Connection, now: datetime) -> dict[str, int]:
-    """Delete the pauses and blocks that ended at or before `now` (naive UTC).
+    """Delete the pauses and blocks that ended at or before `now` (naive UTC), and the
+    start-log entries older than the longest rate window (an hour): those of a limit
+    that is no longer configured, which no claim prunes.
 
     Returns:
-        `{"pauses": n, "blocks": n}`: how many were deleted.
+        `{"pauses": n, "blocks": n, "starts": n}`: how many were deleted.
     """
     pauses = conn.execute(delete(p).where(p.c.until_at <= now)).rowcount
     blocks = conn.execute(delete(b).where(b.c.until_at <= now)).rowcount
-    return {"pauses": pauses, "blocks": blocks}
+    starts = conn.execute(delete(fs).where(
+        fs.c.started_at <= now - timedelta(hours=1))).rowcount
+    return {"pauses": pauses, "blocks": blocks, "starts": starts}
 
 
 def has_holds(conn: Connection, now: datetime) -> bool:
@@ -207,7 +212,9 @@ def held_counts(conn: Connection, now: datetime, *,
     Args:
         now: naive UTC; rows scheduled later are not counted (they are not due).
         concurrency: `{job type: N}`, the CONCURRENCY of limited types (per limit key):
-            a due row counts as `limited` when N rows of its type and key are running.
+            a due row counts as `limited` when N rows of its type and key are running
+            (rows waiting for a rate limit's window are not counted: they wait a second,
+            a minute or an hour at most).
 
     Returns:
         Dicts `{"queue", "type", "reason", "rows"}`, `reason` one of `paused`, `blocked`,
