@@ -12,6 +12,7 @@ from markupsafe import Markup
 STAGES = ("discover", "execute")
 FREQUENCIES = ("minute", "hour", "day", "month")
 MAX_RETRY_LATER_SECONDS = 366 * 24 * 3600
+BLOCKS = (None, "key", "type")  # what a RetryLater may block besides its row
 
 
 class RetryLater(Exception):
@@ -19,17 +20,31 @@ class RetryLater(Exception):
 
     Args:
         delay: seconds (int/float) or a `timedelta` to wait before the next try
-            (rate limits, flood waits). Must not be negative.
-        reason: optional text written to the row's process log.
+            (rate limits, flood waits; pass an API's `Retry-After` through). Must not be
+            negative.
+        reason: optional text written to the row's process log (and to the block).
+        block: `"key"`: hold every row of this type with this row's limit key until
+            now + delay (a flood wait of one chat or account); `"type"`: every row of the
+            type. A row without a limit key blocks its whole type. Written with the
+            outcome, in its transaction; an existing block is extended, never shortened.
+            None (the default): only this row waits.
+
+    Raises:
+        ValueError: a negative or over-a-year delay, or a `block` other than None,
+            "key", "type" (naming the value).
     """
 
-    def __init__(self, delay: float | timedelta = 60, reason: str | None = None) -> None:
+    def __init__(self, delay: float | timedelta = 60, reason: str | None = None, *,
+                 block: str | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
         if not 0 <= seconds <= MAX_RETRY_LATER_SECONDS:
             raise ValueError(f"RetryLater delay must be 0 to {MAX_RETRY_LATER_SECONDS} seconds "
                              f"(one year), got {delay!r}")
+        if block not in BLOCKS:
+            raise ValueError(f"RetryLater block must be 'key', 'type' or None, got {block!r:.60}")
         self.delay_seconds = seconds
         self.reason = reason
+        self.block = block
         super().__init__(f"retry later in {seconds:g} s" + (f": {reason}" if reason else ""))
 
 
@@ -64,6 +79,7 @@ class Job:
     worker_id: str | None
     created_at: datetime
     updated_at: datetime
+    limit_key: str | None = None  # the value of the handler's LIMIT_KEY, set at dispatch
 
     @classmethod
     def from_row(cls, row: dict, *, decode: bool = True) -> Job:
@@ -112,6 +128,15 @@ class CronJobHandler:
             ships disabled, and while its switch is off every run of its types (scheduled,
             manual or dispatched) ends `cancelled` with reason `disabled` without calling
             `handle()`.
+        CONCURRENCY: at most this many rows of the type `running` at once, all workers
+            and hosts together (per limit key when the handler has one); None: no limit.
+        RATE_LIMIT: at most this many starts per rolling window, all workers together:
+            `"30/s"`, `"100/m"`, `"5/h"` (per limit key); None: no limit.
+        LIMIT_KEY: a payload field whose value (text or number) is the row's limit key,
+            computed at dispatch; CONCURRENCY and RATE_LIMIT then apply per key. A handler
+            may instead define a method `limit_key(self, payload) -> str | None`. Rows
+            without a key share the type's keyless limit. `raise RetryLater(delay,
+            block="key")` blocks the row's key (docs/handlers.md, "Limits").
         error / gateway_error / message: set one before returning `False` to give the
             row its error text.
     """
@@ -123,6 +148,9 @@ class CronJobHandler:
     QUEUE: ClassVar[str | None] = None
     DESTRUCTIVE: ClassVar[bool] = False
     ISOLATION: ClassVar[str] = "process"
+    CONCURRENCY: ClassVar[int | None] = None
+    RATE_LIMIT: ClassVar[str | None] = None
+    LIMIT_KEY: ClassVar[str | None] = None
 
     error: str | None = None
     gateway_error: str | None = None
