@@ -64,8 +64,9 @@ class SlotPool:
         self._stopping = threading.Event()
         self.failed = threading.Event()  # the loop itself broke: the worker must exit non-zero
         self.claimed_total = 0
-        self._lock = threading.Lock()  # guards _rung
+        self._lock = threading.Lock()  # guards _rung and _slot_of
         self._rung: dict[str, None] = {}
+        self._slot_of: dict[int, int] = {}  # running job id -> its slot, 1..slots
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -111,6 +112,19 @@ class SlotPool:
     def running_ids(self) -> list[int]:
         """Ids of the rows running now."""
         return self._threads.running_ids() + self._processes.running_ids()
+
+    def job_slots(self) -> dict[int, int]:
+        """`{job id: slot}` of the jobs running now (slots numbered 1 to `slots`)."""
+        with self._lock:
+            return dict(self._slot_of)
+
+    def stop_job(self, job_id: int, result: Outcome) -> str | None:
+        """End running job `job_id` with `result` (an operator's Stop), the way MAX_RUNTIME
+        does: its job process is killed and replaced (`"process"`), or a thread job is
+        given up (`"thread"`: the caller recycles the worker). None: it does not run here."""
+        if self._processes.stop(job_id, result):
+            return "process"
+        return "thread" if self._threads.give_up(job_id, result) is not None else None
 
     def abandon_overdue(self, grace_seconds: float) -> list[Job]:
         """Give up the thread jobs running past MAX_RUNTIME + grace (`ThreadSlots
@@ -198,6 +212,10 @@ class SlotPool:
             self._add_plan(job, instant, 0.0)
             return
         self.executor.track(job)
+        with self._lock:
+            taken = set(self._slot_of.values())
+            self._slot_of[job.id] = next(
+                (n for n in range(1, self.slots + 1) if n not in taken), len(taken) + 1)
         max_runtime = float(self.executor.app.resolve(job.type).MAX_RUNTIME)
         if self.executor.in_thread(job):
             self._threads.start(job, max_runtime)
@@ -206,6 +224,8 @@ class SlotPool:
 
     def _add_plan(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
         self.executor.untrack(job.id)
+        with self._lock:
+            self._slot_of.pop(job.id, None)
         self._commit.add(self.executor.plan(job, outcome, duration_ms))
 
     def _wait(self) -> None:

@@ -7,7 +7,8 @@
   cancelled row), `jobs` (reads): the job row's life, driver SQL on the hot path;
 - `maintenance` (rescue stale rows, undelivered rows, prune), `runtime` (tasks and slot
   claims), `workers` (heartbeats), and the dashboard's `views`, `queues` (reads per
-  queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`.
+  queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`;
+  `stops` (an operator's stop requests).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -23,6 +24,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     queues,
     secrets,
     selection,
+    stops,
     views,
 )
 from .claim import ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
@@ -52,5 +54,6 @@ __all__ = [
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
-    "actions", "alerts", "fields", "operations", "queues", "secrets", "selection", "views",
+    "actions", "alerts", "fields", "operations", "queues", "secrets", "selection", "stops",
+    "views",
 ]
