@@ -23,7 +23,7 @@ from test_worker_e2e import RECORD, wait_for, worker
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
               pytest.mark.slow]
 TOKEN = "stop-browser-token-0123456789"
-WAIT_MS = 15_000
+WAIT_MS = 30_000
 
 
 def _status(app, job_id: int) -> str:
@@ -48,7 +48,7 @@ def test_stop_ends_a_sleeping_job_and_its_slot_runs_the_next_row(make_app, db_ur
                     CRONJOBS_HANDLER_PATHS=paths, CRONJOBS_LOG_LEVEL="INFO") as proc, \
                 sync_playwright() as pw:
             job_id = queue.dispatch(LONG, {"seconds": 600}, title="nightly export", app=app)
-            wait_for(lambda: _status(app, job_id) == "running", 30, "the job running", proc)
+            wait_for(lambda: _status(app, job_id) == "running", 90, "the job running", proc)
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
             try:
                 page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
@@ -57,7 +57,7 @@ def test_stop_ends_a_sleeping_job_and_its_slot_runs_the_next_row(make_app, db_ur
             finally:
                 browser.close()
             other = queue.dispatch(RECORD, {"tag": "next"}, app=app)
-            wait_for(lambda: _status(app, other) == "completed", 30, "the next row", proc)
+            wait_for(lambda: _status(app, other) == "completed", 60, "the next row", proc)
     finally:
         assert dashboard.stop() == 0
 

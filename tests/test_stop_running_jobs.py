@@ -27,7 +27,7 @@ STOP_HANDLERS = str(Path(__file__).parent / "stop_handlers")
 LONG, THREAD_LONG = "test.longsleep.execute", "test.threadlongsleep.execute"
 REAL = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-STOP_WITHIN_SECONDS = 5.0
+STOP_WITHIN_SECONDS = 6.0  # measured ~1.1 s; the margin is for a loaded 2-core machine
 
 
 def _ended(app, job_id: int):
@@ -61,7 +61,7 @@ def test_stop_kills_the_job_process_and_the_slot_runs_the_next_row(make_app):
     worker.start()
     try:
         job_id = queue.dispatch(LONG, {"seconds": 600}, app=app)
-        start = wait_for(lambda: effect_rows(app, "longsleep-start"), 30, "the job's start")[0]
+        start = wait_for(lambda: effect_rows(app, "longsleep-start"), 60, "the job's start")[0]
         # the heartbeat names the job and its slot within a second or two
         wait_for(lambda: _heartbeat(app) == (1, f"{job_id}:1"), 10, "the busy slot reported")
         asked = time.monotonic()
@@ -77,14 +77,14 @@ def test_stop_kills_the_job_process_and_the_slot_runs_the_next_row(make_app):
         assert _stop_requests(app) == [(job_id, 1)]
         # the one slot takes the next row, in a new job process
         other = queue.dispatch(RECORD, {"tag": "after"}, app=app)
-        wait_for(lambda: queue.get(other, ["status"], app=app)["status"] == "completed", 30,
+        wait_for(lambda: queue.get(other, ["status"], app=app)["status"] == "completed", 60,
                  "the next row in the same slot")
         assert effect_rows(app, "record")[-1]["pid"] != start["pid"]
         assert not worker.recycle.is_set() and worker.executor.jobs_done == 2
         wait_for(lambda: _heartbeat(app) == (1, ""), 10, "the slot reported idle")
     finally:
         worker.shutdown(10)
-    print(f"\nstop to failed row: {took:.2f} s")
+    print(f"\nstop to failed row (process): {took:.2f} s")
 
 
 def _heartbeat(app) -> tuple[int | None, str | None]:
@@ -104,10 +104,10 @@ def test_stop_gives_up_a_thread_job_and_the_worker_recycles(make_app, db_url, na
                   CRONJOBS_HANDLER_PATHS=f"{SAMPLE_HANDLERS}:{STOP_HANDLERS}")
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--queues",
-                                 "default", "--threads", "1", "--shutdown-timeout", "5"],
+                                 "default", "--slots", "1", "--shutdown-timeout", "5"],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            wait_for(lambda: effect_rows(app, "threadlong-start"), 30, "the thread job's start",
+            wait_for(lambda: effect_rows(app, "threadlong-start"), 90, "the thread job's start",
                      proc, log)
             asked = time.monotonic()
             operator.stop(app, job_id, who="test")
@@ -123,6 +123,7 @@ def test_stop_gives_up_a_thread_job_and_the_worker_recycles(make_app, db_url, na
     assert took < STOP_WITHIN_SECONDS, took
     assert (row["status"], row["outcome_reason"], row["attempts"]) == ("failed", "stopped", 1)
     assert "stopped by an operator" in text and "recycling: thread job" in text, text
+    print(f"\nstop to failed row (thread): {took:.2f} s")
 
 
 @SQLITE

@@ -4,9 +4,9 @@ Each slot is a `runner.JobProcess` forked from the preloaded fork server. This m
 sends a job to an idle process, reads what comes back over its pipe (the ready signal,
 the job's outcome), kills a process silent past MAX_RUNTIME + grace (SIGKILL; the row gets
 a `timeout` outcome) or whose job an operator stopped (`stopped`), and replaces a process
-that ended. Every way a job ends here becomes
-an outcome of `cronjobs.outcome`, handed to the `report` callback; the loop that owns these
-slots (`pool.SlotPool`) decides when to wait and what to send.
+that ended. Every way a job ends here becomes an outcome of `cronjobs.outcome`, handed to
+the `report` callback; the loop that owns these slots (`pool.SlotPool`) decides when to
+wait and what to send.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ class ProcessSlots:
         self.procs: list[JobProcess] = []
         self._cut_reason: str | None = None
         self._cutting_off = False
-        self._stops: dict[int, Outcome] = {}  # job id -> its outcome, killed on request
 
     def start(self) -> None:
         """Start the job processes and wait until each has loaded the handlers.
@@ -138,13 +137,15 @@ class ProcessSlots:
 
     def stop(self, job_id: int, result: Outcome) -> bool:
         """Kill the process running job `job_id` (an operator's Stop), as MAX_RUNTIME
-        does; the loop reports `result` when it reads the closed pipe, and a new process
-        takes the slot. Any thread may call it. Returns False when no process runs it."""
+        does: `result` is reported and a new process takes the slot. Called by the loop's
+        thread. Returns False when no process runs it, or when it has answered already
+        (its own outcome stands)."""
         for proc in list(self.procs):
             if proc.state == "busy" and proc.job is not None and proc.job.id == job_id:
-                self._stops[job_id] = result
-                if proc.process.is_alive():
-                    proc.process.kill()
+                if proc.conn.poll():  # its answer is waiting: read it, nothing to stop
+                    self._read(proc)
+                    return False
+                self._ended(proc, result)
                 return True
         return False
 
@@ -196,10 +197,7 @@ class ProcessSlots:
         if proc.state == "starting":
             self._replace(proc, f"job process did not start (exit code {proc.process.exitcode})")
             return
-        asked = self._stops.pop(proc.job.id, None) if proc.job is not None else None
-        if asked is not None:
-            result = asked
-        elif self._cutting_off and self._cut_reason:
+        if self._cutting_off and self._cut_reason:
             result = cut_off_by_recycle(self._cut_reason)
         elif self._cutting_off:
             result = cut_off_by_shutdown()
@@ -210,7 +208,6 @@ class ProcessSlots:
 
     def _answer(self, proc: JobProcess, job_id: int, result: Outcome, keep_going: bool) -> None:
         job, duration_ms = proc.job, (time.monotonic() - proc.started_at) * 1000
-        self._stops.pop(job_id, None)  # it answered before the kill: its own outcome stands
         if job is None or job_id != job.id:  # an answer nobody asked for: trust nothing
             if job is None:
                 error = f"job process answered for job {job_id} while running job none"

@@ -194,8 +194,8 @@ class WorkerProcess:
         for job_id, who in self.executor.stops_requested().items():
             how = self.pool.stop_job(job_id, stopped(who))
             if how is not None:
-                log.warning("job %s stopped by an operator (%s)", job_id, who,
-                            extra={"trace_id": job_id})
+                log.warning("job %s: stop requested by an operator (%s); ending it", job_id,
+                            who, extra={"trace_id": job_id})
             if how == "thread":
                 self._recycle(f"thread job {job_id} stopped by an operator")
         if self.pool.job_slots() != self._beaten_slots:
