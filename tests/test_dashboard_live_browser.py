@@ -3,8 +3,8 @@ dashboard` process on MariaDB for the module): the Overview's charts appear and 
 rows finish, the Queue and Job pages (with the job's children) follow rows that change in the
 database without a reload, a task's page shows its history and runs it with a payload, rows
 ticked in the Queue stay ticked while it polls and are cancelled or deleted in bulk (with and
-without JavaScript), and every page, with its bulk controls, fits a 390 px wide phone without
-horizontal scrolling."""
+without JavaScript), and every page, with its bulk controls (and Stop's confirmation), fits a
+390 px wide phone without horizontal scrolling."""
 
 from __future__ import annotations
 
@@ -265,12 +265,14 @@ def test_every_page_fits_a_phone(served):
                     payload=json.dumps({"url": long_word}), idempotency_key=long_word[:191],
                     worker_id="a-worker-on-a-host-with-a-long-name:12345", started_at=now,
                     finished_at=now, type="a.rather.long.type.name.of.a.plugin.execute")
+    running = insert(engine, status="running", attempts=1, title=long_word[:255],
+                     worker_id="a-worker-on-a-host-with-a-long-name:12345", started_at=now)
     context = served.browser.new_context(viewport={"width": 390, "height": 844},
                                          storage_state=served.state)
     page = context.new_page()
     try:
         for path in [*PHONE_PAGES, f"/jobs/{failed}", f"/jobs/{failed}?tab=results",
-                     f"/failed?group={failed}"]:
+                     f"/failed?group={failed}", f"/jobs/{running}/stop"]:
             page.goto(served.base + path)
             page.wait_for_load_state("load")
             fits(page, path)

@@ -28,13 +28,14 @@ def test_head_matches_models_and_round_trips(backend, tmp_path):
     try:
         assert current(engine) is None
         upgrade(engine)
-        assert current(engine) == "0009"
+        assert current(engine) == "0011"
         assert _diff(engine) == []
         downgrade(engine)
         assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}
         upgrade(engine)
         assert {"cronjob_queue", "cronjob_runtime", "cronjob_slot", "cronjob_worker",
-         "cronjob_alert", "cronjob_operation", "cronjob_operation_batch", "cronjob_secret"} <= set(
+                "cronjob_alert", "cronjob_operation", "cronjob_operation_batch",
+                "cronjob_secret", "cronjob_stop"} <= set(
             sa.inspect(engine).get_table_names())
         assert _diff(engine) == []
     finally:

@@ -67,6 +67,8 @@ MADE = [
     (lambda: outcome.wrong_answer(7, 9),
      ("failed", "job process answered for job 7 while running job 9", None,
       Reason.UNREADABLE_ANSWER)),
+    (lambda: outcome.stopped("dashboard"),
+     ("fatal", "stopped by an operator (dashboard)", None, Reason.STOPPED)),
     (lambda: outcome.invalid_return("handler returned int 3"),
      ("fatal", "handler returned int 3", None, Reason.INVALID_RETURN)),
 ]

@@ -301,6 +301,15 @@ class Executor:
             return 0
         return run_in_transaction(self.app.engine, lambda c: store.renew_leases(c, leases))
 
+    def stops_requested(self) -> dict[int, str]:
+        """The runs of this process an operator asked to stop (`cronjob_stop`): `{job id:
+        who asked}`; one read, none while nothing runs."""
+        with self._lock:
+            runs = [(job_id, attempt) for job_id, (attempt, _) in self._running.items()]
+        if not runs:
+            return {}
+        return run_in_transaction(self.app.engine, lambda c: store.stops.requested(c, runs))
+
     def running_ids(self) -> list[int]:
         """Ids of the rows this process is running now."""
         with self._lock:

@@ -19,14 +19,39 @@ LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 
 
 def beat(app: App, worker_id: str, queues: list[str], status: str, jobs_done: int,
-         current: list[int], memory_mb: float | None = None) -> None:
+         current: list[int], memory_mb: float | None = None, slots: int | None = None,
+         job_slots: dict[int, int] | None = None) -> None:
     """Write this worker's heartbeat (the database stamps the time; `memory_mb`: memory of
-    the worker and its job processes, MB)."""
+    the worker and its job processes, MB; `slots`: its slots; `job_slots`: `{job id:
+    slot}` of its running jobs)."""
     values = {"id": worker_id, "host": socket.gethostname()[:limits.WORKER_HOST_MAX_CHARS],
               "pid": os.getpid(), "queues": ",".join(queues)[:limits.WORKER_LIST_MAX_CHARS],
               "status": status, "jobs_done": jobs_done, "memory_mb": memory_mb,
-              "current_jobs": ",".join(map(str, current))[:limits.WORKER_LIST_MAX_CHARS]}
+              "current_jobs": ",".join(map(str, current))[:limits.WORKER_LIST_MAX_CHARS],
+              "slots": slots, "job_slots": format_job_slots(job_slots or {})}
     run_in_transaction(app.engine, lambda c: store.beat(c, values))
+
+
+def format_job_slots(job_slots: dict[int, int]) -> str:
+    """`{job id: slot}` as stored in `cronjob_worker.job_slots`: `"id:slot,..."` by slot,
+    whole entries only within its 1,000 characters."""
+    text = ""
+    for job_id, slot in sorted(job_slots.items(), key=lambda item: item[1]):
+        entry = f"{job_id}:{slot}"
+        if len(text) + len(entry) + 1 > limits.WORKER_LIST_MAX_CHARS:
+            break
+        text = f"{text},{entry}" if text else entry
+    return text
+
+
+def parse_job_slots(text: str | None) -> dict[int, int]:
+    """`cronjob_worker.job_slots` read back as `{job id: slot}` (malformed entries left out)."""
+    out = {}
+    for entry in (text or "").split(","):
+        job_id, _, slot = entry.partition(":")
+        if job_id.isdigit() and slot.isdigit():
+            out[int(job_id)] = int(slot)
+    return out
 
 
 def forget(app: App, worker_id: str) -> None:

@@ -137,7 +137,25 @@ cronjob_worker = Table(
     Column("jobs_done", Integer, nullable=False, server_default="0"),
     Column("current_jobs", String(1000), nullable=True),
     Column("memory_mb", Float, nullable=True),  # migration 0003: shown on the Workers page
+    # migration 0011: the worker's slots, and which slot runs which job ("id:slot,...")
+    Column("slots", Integer, nullable=True),
+    Column("job_slots", String(1000), nullable=True),
     Index("ix_cronjob_worker_seen", "last_seen_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+# Stop requests of an operator (migration 0011): one row per run to stop, `(job_id,
+# attempt)`, so a request never reaches a later attempt of the row. The worker that holds
+# the run reads them for its running runs every second and ends the job. Deleted with
+# the job row.
+cronjob_stop = Table(
+    "cronjob_stop",
+    metadata,
+    Column("job_id", Id, ForeignKey("cronjob_queue.id", ondelete="CASCADE",
+                                    name="fk_cronjob_stop_job"), primary_key=True),
+    Column("attempt", Integer, primary_key=True, autoincrement=False),
+    Column("requested_by", String(64), nullable=False),
+    Column("requested_at", UtcDateTime, nullable=False),
     **MYSQL_TABLE_ARGS,
 )
 

@@ -2,13 +2,13 @@
 
 `from_return` / `from_exception` turn what `handle()` returned or raised into an
 `Outcome`; every outcome the worker decides itself is built by a named constructor here
-(`timeout`, `process_died`, `cut_off_by_shutdown`, `cut_off_by_recycle`, `not_started`,
-`disabled`, `unrecordable`, `refused`, `unsendable`, `no_handler`, `unreadable`,
-`unreadable_answer`, `wrong_answer`), each with its machine-readable `Reason`, written to
-the row's `outcome_reason`. `next_state(job, outcome, now, policy)` is the pure function
-that decides the row's next state (completed, retry at T, failed, cancelled, back to
-pending) and the values to write. Texts are cut to their limits here (`cronjobs.limits`),
-before they cross the pipe from a job process or reach the database.
+(`timeout`, `stopped`, `process_died`, `cut_off_by_shutdown`, `cut_off_by_recycle`,
+`not_started`, `disabled`, `unrecordable`, `refused`, `unsendable`, `no_handler`,
+`unreadable`, `unreadable_answer`, `wrong_answer`), each with its machine-readable
+`Reason`, written to the row's `outcome_reason`. `next_state(job, outcome, now, policy)`
+is the pure function that decides the row's next state (completed, retry at T, failed,
+cancelled, back to pending) and the values to write. Texts are cut to their limits here
+(`cronjobs.limits`), before they cross the pipe from a job process or reach the database.
 """
 
 from __future__ import annotations
@@ -185,6 +185,13 @@ def timeout(max_runtime_seconds: float, how: Reason) -> Outcome:
         raise ValueError(f"a timeout is stopped by {', '.join(TIMEOUT_HOW)}, got {str(how)!r}")
     return _fails("failed", f"timeout after {max_runtime_seconds:g} s (MAX_RUNTIME); "
                             f"{TIMEOUT_HOW[how]}", how)
+
+
+def stopped(who: str) -> Outcome:
+    """An operator stopped the running job (`who`: `dashboard`, `cli`): its job process
+    was killed (a thread job was given up and the worker recycles). Failed, not retried,
+    whatever the attempts left: the operator meant it to end."""
+    return _fails("fatal", f"stopped by an operator ({who})", Reason.STOPPED)
 
 
 def process_died(exit_code: int | None, detail: str = "") -> Outcome:

@@ -64,8 +64,10 @@ class SlotPool:
         self._stopping = threading.Event()
         self.failed = threading.Event()  # the loop itself broke: the worker must exit non-zero
         self.claimed_total = 0
-        self._lock = threading.Lock()  # guards _rung
+        self._lock = threading.Lock()  # guards _rung, _slot_of and _stop_asked
         self._rung: dict[str, None] = {}
+        self._slot_of: dict[int, int] = {}  # running job id -> its slot, 1..slots
+        self._stop_asked: list[tuple[int, Outcome]] = []  # jobs to kill at the next turn
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -112,6 +114,26 @@ class SlotPool:
         """Ids of the rows running now."""
         return self._threads.running_ids() + self._processes.running_ids()
 
+    def job_slots(self) -> dict[int, int]:
+        """`{job id: slot}` of the jobs running now (slots numbered 1 to `slots`)."""
+        with self._lock:
+            return dict(self._slot_of)
+
+    def stop_job(self, job_id: int, result: Outcome) -> str | None:
+        """End running job `job_id` with `result` (an operator's Stop), the way MAX_RUNTIME
+        does: a thread job is given up now (`"thread"`: the caller recycles the worker);
+        the job process of a process job is killed and replaced by the loop at its next turn
+        (`"process"`; the loop alone sends jobs to processes, so the kill cannot hit the
+        next job of that process). None: it does not run here."""
+        if self._threads.give_up(job_id, result) is not None:
+            return "thread"
+        if job_id not in self._processes.running_ids():
+            return None
+        with self._lock:
+            self._stop_asked.append((job_id, result))
+        self._wake()
+        return "process"
+
     def abandon_overdue(self, grace_seconds: float) -> list[Job]:
         """Give up the thread jobs running past MAX_RUNTIME + grace (`ThreadSlots
         .abandon_overdue`); the caller recycles the worker. Returns those jobs."""
@@ -147,6 +169,7 @@ class SlotPool:
     def _loop(self) -> None:
         try:
             while True:
+                self._kill_asked()
                 for job, outcome, duration_ms in self._threads.collect():
                     self._add_plan(job, outcome, duration_ms)
                 if self._stopping.is_set() and not self.busy() and not self._commit.waiting():
@@ -164,6 +187,13 @@ class SlotPool:
             self.failed.set()
         finally:
             self._close()
+
+    def _kill_asked(self) -> None:
+        """Kill the job processes of the jobs an operator stopped (`stop_job`)."""
+        with self._lock:
+            asked, self._stop_asked = self._stop_asked, []
+        for job_id, result in asked:
+            self._processes.stop(job_id, result)
 
     def _free(self) -> int:
         return min(self._processes.idle(), self.slots - self.busy())
@@ -198,6 +228,10 @@ class SlotPool:
             self._add_plan(job, instant, 0.0)
             return
         self.executor.track(job)
+        with self._lock:
+            taken = set(self._slot_of.values())
+            self._slot_of[job.id] = next(
+                (n for n in range(1, self.slots + 1) if n not in taken), len(taken) + 1)
         max_runtime = float(self.executor.app.resolve(job.type).MAX_RUNTIME)
         if self.executor.in_thread(job):
             self._threads.start(job, max_runtime)
@@ -206,6 +240,8 @@ class SlotPool:
 
     def _add_plan(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
         self.executor.untrack(job.id)
+        with self._lock:
+            self._slot_of.pop(job.id, None)
         self._commit.add(self.executor.plan(job, outcome, duration_ms))
 
     def _wait(self) -> None:

@@ -3,9 +3,10 @@
 Each slot is a `runner.JobProcess` forked from the preloaded fork server. This module
 sends a job to an idle process, reads what comes back over its pipe (the ready signal,
 the job's outcome), kills a process silent past MAX_RUNTIME + grace (SIGKILL; the row gets
-a `timeout` outcome), and replaces a process that ended. Every way a job ends here becomes
-an outcome of `cronjobs.outcome`, handed to the `report` callback; the loop that owns these
-slots (`pool.SlotPool`) decides when to wait and what to send.
+a `timeout` outcome) or whose job an operator stopped (`stopped`), and replaces a process
+that ended. Every way a job ends here becomes an outcome of `cronjobs.outcome`, handed to
+the `report` callback; the loop that owns these slots (`pool.SlotPool`) decides when to
+wait and what to send.
 """
 
 from __future__ import annotations
@@ -133,6 +134,20 @@ class ProcessSlots:
             if proc.process.is_alive():
                 proc.process.kill()
         return [p.job.id for p in busy if p.job is not None]
+
+    def stop(self, job_id: int, result: Outcome) -> bool:
+        """Kill the process running job `job_id` (an operator's Stop), as MAX_RUNTIME
+        does: `result` is reported and a new process takes the slot. Called by the loop's
+        thread. Returns False when no process runs it, or when it has answered already
+        (its own outcome stands)."""
+        for proc in list(self.procs):
+            if proc.state == "busy" and proc.job is not None and proc.job.id == job_id:
+                if proc.conn.poll():  # its answer is waiting: read it, nothing to stop
+                    self._read(proc)
+                    return False
+                self._ended(proc, result)
+                return True
+        return False
 
     def close(self) -> None:
         """Ask idle processes to end, then kill whatever is left."""

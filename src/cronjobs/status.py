@@ -66,7 +66,7 @@ class Reason(StrEnum):
     NO_HANDLER = "no_handler"  # no handler for the type on this worker
     INVALID_RETURN = "invalid_return"  # handle() returned something it may not
     LEASE_EXPIRED = "lease_expired"  # recover-stale took the row of a lost worker
-    # Room for the next ones (an operator stopping a running job: "stopped").
+    STOPPED = "stopped"  # an operator stopped the running job (dashboard Stop, `cronjobs stop`)
 
 
 def family(reason: str | None) -> str | None:

@@ -93,6 +93,20 @@ class ThreadSlots:
             self._wake()
         return [job for job, _, _ in overdue]
 
+    def give_up(self, job_id: int, result: Outcome) -> Job | None:
+        """Give up thread job `job_id` now (an operator's Stop): its row gets `result` at
+        once (collected by the loop), as a job past MAX_RUNTIME. Returns the job, or None
+        when no thread runs it; the caller recycles the worker, so that the thread ends
+        with the process."""
+        with self._lock:
+            found = self._jobs.pop(job_id, None)
+        if found is None:
+            return None
+        started, _, job = found
+        self._outcomes.put((job, result, (time.monotonic() - started) * 1000, True))
+        self._wake()
+        return job
+
     def _run(self, job: Job) -> None:
         started = time.monotonic()
         result = call_handler(self._app, job, self._runtime)

@@ -4,8 +4,9 @@ A worker process has `--slots` slots (`pool.SlotPool`): broker messages ring it;
 loop claims due rows in batches for idle slots, runs each in a job process
 (`runner.JobProcess`, the hard MAX_RUNTIME stop) or, for handlers that say
 `ISOLATION = "thread"`, in a thread, and writes outcomes together with the next claim in one
-transaction. It renews the leases of its running rows, writes a heartbeat
-every 10 s, rings queues whose rows wait too long (the sweep) and recycles itself at
+transaction. It renews the leases of its running rows, ends the jobs an operator asked
+to stop (read every second), writes a heartbeat every 10 s (and within a second when its
+running jobs change), rings queues whose rows wait too long (the sweep) and recycles itself at
 `--max-jobs`, `--memory-limit` or `--time-limit`: it finishes its current jobs and exits 0 so that
 supervisor/systemd start a fresh one. SIGTERM/SIGINT stop intake and let running jobs
 finish for up to `--shutdown-timeout` seconds; jobs still running then are cut off and
@@ -29,11 +30,14 @@ from .app import App
 from .context import Runtime
 from .executor import Executor
 from .housekeeping import Housekeeper
+from .outcome import stopped
 from .pool import SlotPool
 from .runner import KILL_GRACE_SECONDS
 from .sweep import sweep
 
 log = logging.getLogger("cronjobs.worker")
+
+STOP_CHECK_SECONDS = 1.0  # how often a worker reads the stop requests of its running jobs
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,10 @@ class WorkerProcess:
             ("heartbeat", heartbeat.HEARTBEAT_SECONDS, self.beat),
             ("sweep", sweep_every, self.sweep),
             ("limits", 1.0, self.check_limits),
+            ("stop requests", STOP_CHECK_SECONDS, self.watch_runs),
         ])
+        self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
+        self._memory_mb: float | None = None
         # The actor only rings the pool; its threads are there to acknowledge messages
         # (one Redis round trip each) while others arrive.
         self.consumer = app.broker.consume(queues, self.on_message, threads=min(slots, 8),
@@ -168,11 +175,31 @@ class WorkerProcess:
             self.pool.ring(queue)
         return len(queues)
 
-    def beat(self) -> None:
-        """Write the heartbeat."""
+    def beat(self, early: bool = False) -> None:
+        """Write the heartbeat (`early`: the running jobs changed before the next one is
+        due; the memory is not measured again)."""
+        if not early or self._memory_mb is None:
+            self._memory_mb = round(self.memory_mb(), 1)
+        job_slots = self.pool.job_slots()
         heartbeat.beat(self.app, self.executor.worker_id, self.queues, self.status,
                        self.executor.jobs_done, self.pool.running_ids(),
-                       memory_mb=round(self.memory_mb(), 1))
+                       memory_mb=self._memory_mb, slots=self.slots, job_slots=job_slots)
+        self._beaten_slots = job_slots
+
+    def watch_runs(self) -> None:
+        """Every second (the housekeeper): end the jobs an operator asked to stop, as
+        MAX_RUNTIME does (`stopped` outcome: failed, not retried; a stopped thread job
+        makes the worker recycle), and write the heartbeat early when the running jobs
+        changed, so the Workers page's busy slots are about a second old."""
+        for job_id, who in self.executor.stops_requested().items():
+            how = self.pool.stop_job(job_id, stopped(who))
+            if how is not None:
+                log.warning("job %s: stop requested by an operator (%s); ending it", job_id,
+                            who, extra={"trace_id": job_id})
+            if how == "thread":
+                self._recycle(f"thread job {job_id} stopped by an operator")
+        if self.pool.job_slots() != self._beaten_slots:
+            self.beat(early=True)
 
     @property
     def failed(self) -> bool:

@@ -1,4 +1,4 @@
-"""Row commands: dispatch, get, run, recover-stale, cleanup."""
+"""Row commands: dispatch, get, run, stop, recover-stale, cleanup."""
 
 from __future__ import annotations
 
@@ -143,6 +143,19 @@ def run(job_id: int) -> None:
     report = Executor(_app()).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
     sys.exit(0 if report.status in (Status.COMPLETED, Ended.DELETED) else 1)
+
+
+@main.command()
+@click.argument("job_id", type=JOB_ID)
+def stop(job_id: int) -> None:
+    """Stop running row JOB_ID: its worker ends the job within a few seconds, the way
+    MAX_RUNTIME does, and the row ends failed (reason `stopped`, not retried). The same
+    action as the Workers page's Stop. Exit 2 when the row is not running."""
+    from .. import operator  # lazy: CLI start-up time
+
+    row = operator.stop(_app(), job_id, who="cli")
+    click.echo(f"job {job_id}: stop requested (attempt {row['attempts']} on worker "
+               f"{row['worker_id']}); its worker ends it within a few seconds")
 
 
 @main.command("recover-stale")

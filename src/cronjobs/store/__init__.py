@@ -8,7 +8,7 @@
 - `maintenance` (rescue stale rows, undelivered rows, prune), `runtime` (tasks and slot
   claims), `workers` (heartbeats), and the dashboard's `views`, `queues` (reads per
   queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`;
-  `flow` (pauses, blocks, what waits behind them).
+  `flow` (pauses, blocks, what waits behind them), `stops` (an operator's stop requests).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -25,6 +25,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     queues,
     secrets,
     selection,
+    stops,
     views,
 )
 from .claim import ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
@@ -68,5 +69,5 @@ __all__ = [
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
-    "queues", "secrets", "selection", "views", "FlowPolicy",
+    "queues", "secrets", "selection", "stops", "views", "FlowPolicy",
 ]

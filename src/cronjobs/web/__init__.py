@@ -1,10 +1,11 @@
 """The automation dashboard: a Flask app with one blueprint per page group.
 
 Pages: Overview (`/`), Tasks (`/tasks`), a task (`/tasks/<name>`), Queue (`/queue`), Job
-(`/jobs/<id>`, its texts whole at `/jobs/<id>/raw/<field>`), Workers (`/workers`), Failed
-(`/failed`), bulk operations (`/operations/<id>`); JSON: `/api/tasks`, `/api/jobs`,
-`/api/jobs/<id>`, and what the pages poll to update themselves (`/api/overview`,
-`/api/queue`, `/api/jobs/<id>/live`: `live.py`); `/metrics`; the probes `/health`,
+(`/jobs/<id>`, its texts whole at `/jobs/<id>/raw/<field>`), Workers (`/workers`, the busy
+view; Stop at `/jobs/<id>/stop`), Failed (`/failed`), bulk operations (`/operations/<id>`);
+JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`, and what the pages poll to update
+themselves (`/api/overview`, `/api/queue`, `/api/jobs/<id>/live`: `live.py`;
+`/api/workers`: `workers.py`); `/metrics`; the probes `/health`,
 `/health/live`, `/health/ready` (`health.py`). Behind a reverse proxy: `proxy`.
 Templates (Jinja2, autoescape on), static files and the message catalogs ship in this
 package. Auth and CSRF: `cronjobs.web.auth`.
