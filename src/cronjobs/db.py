@@ -80,12 +80,10 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
         return engine
     kwargs: dict = {"pool_recycle": 3600, **pool,
                     "connect_args": _connect_args(url, statement_timeout_seconds)}
-    if url.startswith(("mysql", "mariadb")):
-        kwargs["isolation_level"] = "READ COMMITTED"
-        kwargs["pool_reset_on_return"] = None  # `_reset_unless_committed` does it
-        engine = create_engine(url, **kwargs)
-        _check_mysql_packet(engine)
-        _reset_unless_committed(engine)
+    if url.startswith(("mysql", "mariadb")):  # the pool's reset: `_reset_unless_committed`
+        engine = create_engine(url, isolation_level="READ COMMITTED",
+                               pool_reset_on_return=None, **kwargs)
+        _setup_mysql(engine)
     else:
         engine = create_engine(url, **kwargs)
     if statement_timeout_seconds is not None:
@@ -131,6 +129,13 @@ def _limit_connections(engine: Engine, timeout: float) -> None:
             cur.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}, "
                         f"lock_wait_timeout = {lock_wait}, innodb_lock_wait_timeout = {lock_wait}")
         cur.close()
+
+
+def _setup_mysql(engine: Engine) -> None:
+    """MySQL/MariaDB: refuse a small `max_allowed_packet`; reset returned connections
+    unless just committed."""
+    _check_mysql_packet(engine)
+    _reset_unless_committed(engine)
 
 
 _COMMITTED = "cronjobs_committed"  # connection info: its transaction has just committed
