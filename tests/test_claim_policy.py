@@ -159,8 +159,10 @@ def test_drain_run_next_and_process_run_the_same_claim(make_app):
     ids = [queue.dispatch(SHAPE, {"shape": "true"}) for _ in range(3)]
     with statements(app) as seen:
         assert len(drain(app, ["default"])) == 3
-    assert {s for s in seen if s.startswith("SELECT")} == {
-        select_sql(d, by_id=False, extra=hold_sql(d))}
+    # Besides its claims, drain reads only the counts of what it left waiting.
+    claims = {s for s in seen if s.startswith("SELECT") and not s.startswith("SELECT count(*)")}
+    assert claims == {select_sql(d, by_id=False, extra=hold_sql(d))}
+    assert len([s for s in seen if s.startswith("SELECT count(*)")]) == 2
     assert [s for s in seen if s.startswith("UPDATE cronjob_queue SET status = 'running'")] \
         == [update_sql(d, [i]) for i in ids]
     one = queue.dispatch(SHAPE, {"shape": "true"})

@@ -80,10 +80,10 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
         return engine
     kwargs: dict = {"pool_recycle": 3600, **pool,
                     "connect_args": _connect_args(url, statement_timeout_seconds)}
-    if url.startswith(("mysql", "mariadb")):
-        kwargs["isolation_level"] = "READ COMMITTED"
-        engine = create_engine(url, **kwargs)
-        _check_mysql_packet(engine)
+    if url.startswith(("mysql", "mariadb")):  # the pool's reset: `_reset_unless_committed`
+        engine = create_engine(url, isolation_level="READ COMMITTED",
+                               pool_reset_on_return=None, **kwargs)
+        _setup_mysql(engine)
     else:
         engine = create_engine(url, **kwargs)
     if statement_timeout_seconds is not None:
@@ -129,6 +129,29 @@ def _limit_connections(engine: Engine, timeout: float) -> None:
             cur.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}, "
                         f"lock_wait_timeout = {lock_wait}, innodb_lock_wait_timeout = {lock_wait}")
         cur.close()
+
+
+def _setup_mysql(engine: Engine) -> None:
+    """MySQL/MariaDB: refuse a small `max_allowed_packet`; reset returned connections
+    unless just committed."""
+    _check_mysql_packet(engine)
+    _reset_unless_committed(engine)
+
+
+_COMMITTED = "cronjobs_committed"  # connection info: its transaction has just committed
+
+
+def _reset_unless_committed(engine: Engine) -> None:
+    """Roll back a MySQL/MariaDB connection given back to the pool, unless
+    `run_in_transaction` has just committed its transaction: PyMySQL sends a ROLLBACK
+    even when no transaction is open, and the pool's own reset after every commit was a
+    third round trip per transaction (INSERT, COMMIT, ROLLBACK for one keyed dispatch)."""
+
+    @event.listens_for(engine, "reset")
+    def _on_reset(dbapi_conn, record, state):
+        committed = record.info.pop(_COMMITTED, False) if record is not None else False
+        if not (committed or state.terminate_only or state.transaction_was_reset):
+            dbapi_conn.rollback()
 
 
 def _check_mysql_packet(engine: Engine) -> None:
@@ -289,8 +312,12 @@ def run_in_transaction(engine: Engine, fn: Callable[[Connection], T], *,
     try:
         for attempt in retrying:
             with attempt:
-                with engine.begin() as conn:
-                    return fn(conn)
+                with engine.connect() as conn:
+                    with conn.begin():
+                        result = fn(conn)
+                    if conn.dialect.name in ("mysql", "mariadb"):
+                        conn.info[_COMMITTED] = True  # nothing to roll back on return
+                    return result
     except (DBAPIError, sa_exc.TimeoutError) as exc:
         raise our_error(exc) from exc
     raise AssertionError("unreachable")

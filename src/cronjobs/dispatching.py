@@ -114,7 +114,7 @@ def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = Non
         return ids
     ids = run_in_transaction(app.engine, lambda conn: insert_rows(conn, rows))
     for job_id, values in doorbells(ids, rows):
-        send(app, job_id, values["queue"], delay(app, values["scheduled_at"]))
+        send(app, job_id, values["queue"], delay(app, values["scheduled_at"]), wait=True)
     return ids
 
 
@@ -282,11 +282,14 @@ def doorbells(ids: list[int], rows: list[dict]) -> list[tuple[int, dict]]:
     return bells
 
 
-def send(app: App, job_id: int, queue: str, delay_seconds: float = 0) -> None:
-    """Put row `job_id` on the broker (its transaction has committed). A failure is
-    logged, not raised: the row is the truth, and the sweep rings its queue again."""
+def send(app: App, job_id: int, queue: str, delay_seconds: float = 0, *,
+         wait: bool = False) -> None:
+    """Ring `queue` for row `job_id` (its transaction has committed): `Broker.ring`, in
+    the background for a network broker, or `Broker.send` before returning when `wait`
+    (a batch's few doorbells, already at most 16 per queue). A failure is logged, not
+    raised: the row is the truth, and the sweep rings its queue again."""
     try:
-        app.broker.send(job_id, queue, delay_seconds)
+        (app.broker.send if wait else app.broker.ring)(job_id, queue, delay_seconds)
     except Exception as exc:  # the row is the truth; the sweep will resend it
         log.warning("could not send job %s to queue %s (%s); the sweep will resend it",
                     job_id, queue, exc)

@@ -48,11 +48,15 @@ class SlotPool:
         accepting: rows are claimed only while this event is set (the worker clears it
             when it recycles or stops); default: always.
         stopped: set when the worker has stopped: waits for the database end.
+        until_empty: a burst (`burst.BurstWorker`): the loop ends by itself, setting
+            `emptied`, once no job runs, no outcome waits to be written and the last
+            claim of every rung queue gave fewer rows than asked. Ring the queues before
+            `start` and after every written outcome (a child or a retry may be due).
     """
 
     def __init__(self, executor: Executor, slots: int, *, claim_limit: int | None = None,
                  accepting: threading.Event | None = None,
-                 stopped: threading.Event | None = None) -> None:
+                 stopped: threading.Event | None = None, until_empty: bool = False) -> None:
         self.executor = executor
         self.slots = slots
         self.claim_limit = claim_limit
@@ -63,6 +67,8 @@ class SlotPool:
         self._stopped = stopped or threading.Event()
         self._stopping = threading.Event()
         self.failed = threading.Event()  # the loop itself broke: the worker must exit non-zero
+        self.until_empty = until_empty
+        self.emptied = threading.Event()  # until_empty: nothing was left to claim or run
         self.claimed_total = 0
         self._lock = threading.Lock()  # guards _rung, _slot_of and _stop_asked
         self._rung: dict[str, None] = {}
@@ -177,6 +183,9 @@ class SlotPool:
                 if not self._commit.holding(self._free(), self._stopping.is_set()):
                     for row in self._cycle():
                         self._dispatch(row)
+                if self.until_empty and self._empty():
+                    self.emptied.set()
+                    return
                 self._wait()
         except Exception:  # never die silently: the worker would hang with its slots
             # Rows are guarded one by one (`_dispatch`, the slots, the writer's fallback),
@@ -194,6 +203,12 @@ class SlotPool:
             asked, self._stop_asked = self._stop_asked, []
         for job_id, result in asked:
             self._processes.stop(job_id, result)
+
+    def _empty(self) -> bool:
+        """No job runs, no outcome waits and every rung queue was drained by a claim."""
+        with self._lock:
+            rung = bool(self._rung)
+        return not rung and not self.busy() and not self._commit.waiting()
 
     def _free(self) -> int:
         return min(self._processes.idle(), self.slots - self.busy())

@@ -6,15 +6,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .app import App, use
+from .burst import BurstReport, count_waiting
 from .clock import FrozenClock
 from .config import Settings
-from .executor import Executor, JobReport
+from .executor import Executor
 from .migrate import upgrade
 
 __all__ = ["DrainReport", "FrozenClock", "drain", "make_test_app"]
@@ -56,10 +57,12 @@ def make_test_app(folder: str | Path, *, handler_paths: Iterable[str | Path] = (
 
 
 @dataclass
-class DrainReport:
-    """What `drain` ran: one `JobReport` per row, in the order they ran."""
-
-    reports: list[JobReport] = field(default_factory=list)
+class DrainReport(BurstReport):
+    """What `drain` ran: one `JobReport` per run, in the order they ran (`len()` is their
+    number), and the same counts as `cronjobs worker --burst` (`burst.BurstReport`):
+    `ran`, `completed`, `failed`, `retried`, `waiting.scheduled_later`, `waiting.held`
+    (rows left `pending` when it ended, at the app's clock), `drained` (False when it
+    stopped at `limit`) and `line()`."""
 
     def __len__(self) -> int:
         return len(self.reports)
@@ -75,6 +78,10 @@ def drain(app: App, queues: list[str] | None = None, limit: int = 100_000) -> Dr
 
     Rows the handlers dispatch meanwhile are run too when they are due. Retries are not
     due until the app's clock reaches their `scheduled_at`.
+
+    Returns:
+        A `DrainReport`: the reports of the runs, and the rows of `queues` left
+        waiting (due later, or due but not claimable: held).
     """
     report = DrainReport()
     executor = Executor(app)
@@ -86,4 +93,6 @@ def drain(app: App, queues: list[str] | None = None, limit: int = 100_000) -> Dr
             while len(report) < limit and (job := executor.run_next(name)) is not None:
                 report.reports.append(job)
                 progress = True
+    report.drained = len(report) < limit
+    report.waiting = count_waiting(app, names)
     return report

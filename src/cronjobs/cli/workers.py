@@ -33,19 +33,29 @@ from .base import _app, _dump, _table, main
               show_default=True,
               help="handler: each handler's ISOLATION (a job process, stopped at MAX_RUNTIME, "
                    "unless the handler says 'thread'); process: every job in a job process.")
+@click.option("--burst", is_flag=True,
+              help="Run every row of the queues that is due now, then exit 0 and print how "
+                   "many ran, failed and were left waiting. Needs no broker.")
 def worker(queues: str | None, processes: int, slots: int | None, threads: int | None,
            max_jobs: int | None, memory_limit: float | None, time_limit: float | None,
            shutdown_timeout: float, log_dir: str | None, prefetch: int | None,
-           isolation: str) -> None:
+           isolation: str, burst: bool) -> None:
     """Run jobs of the queues until SIGTERM/SIGINT or a recycling limit (exit 0).
 
     Each process has --slots slots; each job runs in a job process forked from a
     preloaded fork server and is stopped at its MAX_RUNTIME (or, for a handler that says
-    ISOLATION = "thread", in a thread of the worker, unless --isolation process)."""
+    ISOLATION = "thread", in a thread of the worker, unless --isolation process).
+
+    With --burst the worker runs what is due now and exits when a claim finds nothing
+    due and none of its jobs runs (a deploy step, a cron line, one queue by hand): rows
+    due later, and due rows held back from the claim, are counted as waiting. Exit 0
+    once nothing is left; 1 when a signal stopped it first."""
     from .. import logs  # lazy: CLI start-up time
     from ..worker import Limits, connections_needed, run_children, run_worker
 
     slots = _slots(slots, threads, 8)
+    if burst:
+        _burst_usage(processes, max_jobs, memory_limit, time_limit)
     app = _app(pool_size=connections_needed(slots) if processes == 1 else None)
     logs.add_daily_file(log_dir or app.settings.log_dir)
     names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
@@ -53,6 +63,8 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
         raise click.BadParameter(f"no queue names in {queues!r}", param_hint="--queues")
     for name in set(names) - set(app.queues()):
         click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
+    if burst:
+        _run_burst(app, names, slots, shutdown_timeout, isolation)
     if processes > 1:
         argv = ["worker", "--queues", ",".join(names), "--slots", str(slots),
                 "--shutdown-timeout", str(shutdown_timeout), "--isolation", isolation]
@@ -65,6 +77,29 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
     sys.exit(run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
                         prefetch=prefetch, isolation=isolation))
+
+
+def _burst_usage(processes: int, max_jobs: int | None, memory_limit: float | None,
+                 time_limit: float | None) -> None:
+    """A burst runs in one process and ends by itself: no children, no recycling limits."""
+    if processes != 1:
+        raise click.UsageError(f"--burst runs in one process: drop --processes {processes} "
+                               f"(use --slots for more jobs at once)")
+    for flag, value in (("--max-jobs", max_jobs), ("--memory-limit", memory_limit),
+                        ("--time-limit", time_limit)):
+        if value is not None:
+            raise click.UsageError(f"--burst ends when nothing is due: drop {flag} {value:g}")
+
+
+def _run_burst(app, names: list[str], slots: int, shutdown_timeout: float,
+               isolation: str) -> None:
+    """Run the burst, print its one-line summary and exit with its status."""
+    from ..burst import run_burst  # lazy: CLI start-up time
+
+    code, report = run_burst(app, names, slots, shutdown_timeout=shutdown_timeout,
+                             isolation=isolation)
+    click.echo(report.line())
+    sys.exit(code)
 
 
 def _slots(slots: int | None, threads: int | None, default: int) -> int:

@@ -1,8 +1,9 @@
 """Reads per queue, shared by `health`, `/metrics`, the Workers page and the Overview: which
 queues hold pending rows, due rows and the oldest due time per queue, row counts per
-queue and status. Each is a range of the claim index `(queue, status, priority, id)`, and
-every count is capped, so they stay cheap at millions of rows
-(`tests/test_dashboard_explain.py` runs `EXPLAIN` on them).
+queue and status, and what a burst left pending (`pending_split`). Each is a range of the
+claim index `(queue, status, priority, id)`, and every count but the burst's is capped, so
+they stay cheap at millions of rows (`tests/test_dashboard_explain.py` runs `EXPLAIN` on
+them).
 """
 
 from __future__ import annotations
@@ -99,3 +100,17 @@ def rows_by_queue_status(conn: Connection,
 
 def _queues(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(select(q.c.queue).group_by(q.c.queue))]
+
+
+def pending_split(conn: Connection, now: datetime, queues: list[str]) -> tuple[int, int]:
+    """`pending` rows of `queues`, split at `now` (naive UTC): `(scheduled_later, due)`.
+    Due rows that a claim did not return are held (blocked, paused or limited). Two
+    counts over the claim index range `(queue, status)`, not capped: a burst reports
+    exact figures for its own queues."""
+    if not queues:
+        return 0, 0
+    where = (q.c.queue.in_(queues), q.c.status == Status.PENDING)
+    total = conn.execute(select(func.count()).where(*where)).scalar_one()
+    due_now = conn.execute(select(func.count()).where(q.c.queue.in_(queues), due(now))
+                           ).scalar_one()
+    return total - due_now, due_now

@@ -1,0 +1,66 @@
+"""A new row's message leaves from a background thread of the process: a queue rung many
+times while a send is under way gets at most 16 messages, a delayed message keeps its own
+time, `flush`/`close` send what is left, a broker that is down costs a logged line and
+never an exception; listeners still hear every ring in the calling thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from cronjobs.broker import DOORBELLS_PER_QUEUE, Broker, Doorbells
+
+CLOSED = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+
+
+def test_messages_rung_during_a_send_are_coalesced_per_queue_and_delayed_ones_kept():
+    sent: list[tuple[int, str, float]] = []
+    first_started, release = threading.Event(), threading.Event()
+
+    def put(job_id: int, queue: str, delay: float) -> None:
+        if not sent:
+            first_started.set()
+            release.wait(10)
+        sent.append((job_id, queue, delay))
+
+    bells = Doorbells(put)
+    bells.put(1, "a", 0)
+    assert first_started.wait(10)
+    for job_id in range(2, 102):  # while the first send is under way
+        bells.put(job_id, "a", 0)
+    bells.put(500, "b", 0)
+    bells.put(600, "a", 30)
+    release.set()
+    assert bells.flush(10)
+
+    assert sent[0] == (1, "a", 0)
+    a_due = [j for j, q, d in sent[1:] if q == "a" and d == 0]
+    assert a_due == list(range(102 - DOORBELLS_PER_QUEUE, 102))  # the latest 16
+    assert (500, "b", 0) in sent
+    [(_, _, delay)] = [s for s in sent if s[0] == 600]
+    assert 25 < delay <= 30
+
+
+def test_ring_never_raises_with_the_broker_down_and_listeners_hear_it_at_once(caplog):
+    broker = Broker(CLOSED, "cjt-doorbells")
+    heard: list[tuple[int, str]] = []
+    broker.listen(lambda job_id, queue, delay: heard.append((job_id, threading.current_thread()
+                                                              .name)))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="cronjobs.broker"):
+        broker.ring(7, "default")
+        assert heard == [(7, threading.current_thread().name)]
+        assert time.monotonic() - started < 0.5  # the caller did not wait for Redis
+        assert broker.flush(20)
+    broker.close()
+    assert any("could not send job 7" in r.getMessage() for r in caplog.records)
+
+
+def test_the_memory_broker_is_rung_before_ring_returns():
+    broker = Broker("memory://", "cjt-doorbells")
+    broker.declare(["default"])
+    broker.ring(3, "default")
+    assert broker.dramatiq.queues["default"].qsize() == 1
+    assert broker.flush(0)
+    broker.close()
