@@ -42,6 +42,10 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     Each process has --slots slots; each job runs in a job process forked from a
     preloaded fork server and is stopped at its MAX_RUNTIME (or, for a handler that says
     ISOLATION = "thread", in a thread of the worker, unless --isolation process)."""
+    if processes == 1:  # the fork server loads the handlers while this process imports
+        from ..runner import start_fork_server  # lazy: CLI start-up time
+
+        start_fork_server()
     from .. import logs  # lazy: CLI start-up time
     from ..worker import Limits, connections_needed, run_children, run_worker
 

@@ -81,6 +81,11 @@ class Settings(BaseModel):
     lease_renew_seconds: float = Field(
         default=10, gt=0,
         description="How often a worker renews the leases of the rows it runs (seconds).")
+    job_process_idle_seconds: float = Field(
+        default=60, ge=0,
+        description="A worker's job process that has had no job for this long ends; the "
+                    "next row that needs one starts a new one in milliseconds (seconds; 0: "
+                    "a process ends after each job).")
     sweep_interval_seconds: float = Field(
         default=15, gt=0,
         description="How often each worker looks for due pending rows whose message was "
