@@ -1,7 +1,8 @@
 """With a real worker on MariaDB + Redis: job processes start when rows need them, end after
-sitting idle for `CRONJOBS_JOB_PROCESS_IDLE_SECONDS` (the worker keeps only itself and its
-fork server), and a row arriving afterwards starts a new one that still gets the hard
-MAX_RUNTIME stop — in both execution modes of the CLI."""
+sitting idle for `CRONJOBS_JOB_PROCESS_IDLE_SECONDS`, and so does the fork server once no
+job process has lived for as long (the worker keeps only its own process); a row arriving
+afterwards starts them again and still gets the hard MAX_RUNTIME stop — in both execution
+modes of the CLI."""
 
 from __future__ import annotations
 
@@ -60,7 +61,10 @@ def test_idle_job_processes_retire_and_a_later_row_still_gets_max_runtime(
         wait_for(lambda: job_processes(proc.pid) == [], 30, "idle job processes ended",
                  proc, log)
         assert not any(psutil.pid_exists(pid) for pid in used)
+        wait_for(lambda: fork_servers(proc.pid) == 0, 30, "the idle fork server ended",
+                 proc, log)
         job_id = queue.dispatch("test.sleep.execute", {"seconds": 600}, app=app)
         assert_timed_out(app, job_id, "sleep-start", proc, log)
         [blocked] = effect_rows(app, "sleep-start")
         assert blocked["pid"] not in used, "the row after the retirement ran in a new process"
+        assert fork_servers(proc.pid) == 1, "the fork server started again for it"

@@ -7,9 +7,10 @@ once and runs as soon as the process has loaded the handlers (its MAX_RUNTIME is
 from the process's ready signal). This module sends a job to an idle process (the one used
 last, so the others can retire), reads what comes back over its pipe (the ready signal,
 the job's outcome), kills a process silent past MAX_RUNTIME + grace (SIGKILL; the row gets
-a `timeout` outcome), and ends a process idle for `job_process_idle_seconds`: an idle
-worker keeps only its parent and the fork server. A process that ended is not replaced
-until a row needs it. Every way a job ends here becomes an outcome of `cronjobs.outcome`,
+a `timeout` outcome), and ends a process idle for `job_process_idle_seconds`, and the fork
+server once no job process has lived for as long: an idle worker keeps only its own
+process (and multiprocessing's small resource tracker). A process that ended is not
+replaced until a row needs it; the first after the fork server stopped starts it again. Every way a job ends here becomes an outcome of `cronjobs.outcome`,
 handed to the `report` callback; the loop that owns these slots (`pool.SlotPool`) decides
 when to wait and what to send.
 """
@@ -42,6 +43,7 @@ from .runner import (
     START_TIMEOUT_SECONDS,
     JobProcess,
     start_fork_server,
+    stop_fork_server,
 )
 from .status import Reason
 
@@ -75,6 +77,7 @@ class ProcessSlots:
         self._cut_reason: str | None = None
         self._cutting_off = False
         self._no_start_before = 0.0  # after a process failed to start: a pause
+        self._empty_since: float | None = None  # no job process since (time.monotonic())
 
     def start(self) -> None:
         """Start the fork server (in the background: it loads the handlers while the first
@@ -182,7 +185,8 @@ class ProcessSlots:
         return [p for p in self.procs if p.state == "busy"]
 
     def _retire_idle(self, now: float) -> None:
-        """End the processes idle for `job_process_idle_seconds` (they have no job)."""
+        """End the processes idle for `job_process_idle_seconds` (they have no job), and
+        the fork server once no job process has lived for that long."""
         for proc in [p for p in self.procs if p.state == "idle"
                      and now - p.idle_since >= self._idle_seconds]:
             proc.stop()
@@ -190,6 +194,12 @@ class ProcessSlots:
             self.procs.remove(proc)
             log.debug("job process %s retired after %g s idle", proc.process.pid,
                       self._idle_seconds)
+        if self.procs:
+            self._empty_since = None
+        elif self._empty_since is None:
+            self._empty_since = now
+        elif now - self._empty_since >= self._idle_seconds and stop_fork_server():
+            log.debug("fork server stopped: no job process for %g s", self._idle_seconds)
 
     def _start_failed(self, why: str) -> None:
         """A process could not start: no new one for a second (the rows wait)."""

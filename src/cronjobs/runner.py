@@ -19,7 +19,9 @@ single-threaded process: forking it is safe, unlike forking a threaded worker.
 
 The fork server is a new interpreter (started with `exec`, never forked from the worker),
 so it can be started at any time: `start_fork_server()` starts it at once and returns,
-and it loads the handlers while the worker process imports and connects. Importing this
+and it loads the handlers while the worker process imports and connects. A worker whose
+job processes have all ended for a while stops it (`stop_fork_server()`, ~45 MB); the
+next job process starts it again. Importing this
 module imports little (the job process's module is imported when a process is made), so
 `cronjobs worker` starts the fork server before its own imports.
 """
@@ -27,6 +29,7 @@ module imports little (the job process's module is imported when a process is ma
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +39,15 @@ if TYPE_CHECKING:
     from .handler import Job
 
 __all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
-           "start_fork_server"]
+           "start_fork_server", "stop_fork_server"]
 
 _CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["cronjobs.preload"])
 START_TIMEOUT_SECONDS = 60
 KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
 READY = "ready"  # what a job process sends once it can take jobs (`jobprocess.READY`)
+_LOCK = threading.Lock()  # job processes are not started while the fork server stops
+_LIVE: set[int] = set()  # ids of the JobProcess objects not yet killed, in this process
 
 
 def start_fork_server() -> None:
@@ -54,6 +59,23 @@ def start_fork_server() -> None:
 
     _main_as_module()
     forkserver.ensure_running()
+
+
+def stop_fork_server() -> bool:
+    """Stop the fork server when no job process of this process lives (a job process dies
+    with the fork server, its parent); the next job process starts it again.
+
+    Returns:
+        True when it was running and has stopped.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # the one multiprocessing keeps per process
+    with _LOCK:
+        if _LIVE or server._forkserver_pid is None:
+            return False
+        server._stop()  # closes its "alive" pipe: it exits; reaped here
+        return True
 
 
 def _main_as_module() -> None:
@@ -99,7 +121,9 @@ class JobProcess:
         self.conn, child_end = _CTX.Pipe()
         self.process = _CTX.Process(target=serve, args=(child_end, settings, runtime),
                                     name="cronjobs-job", daemon=True)
-        self.process.start()
+        with _LOCK:
+            self.process.start()
+            _LIVE.add(id(self))
         child_end.close()
         self.state, self.ready = "idle", False
         self.started_at = self.idle_since = time.monotonic()
@@ -147,6 +171,7 @@ class JobProcess:
             self.process.kill()
         self.process.join(5)
         self.conn.close()
+        _LIVE.discard(id(self))
 
     def stop(self) -> None:
         """Ask an idle process to end (it finishes nothing: it has no job)."""
