@@ -20,8 +20,8 @@ single-threaded process: forking it is safe, unlike forking a threaded worker.
 The fork server is a new interpreter (started with `exec`, never forked from the worker),
 so it can be started at any time: `start_fork_server()` starts it at once and returns,
 and it loads the handlers while the worker process imports and connects. A worker whose
-job processes have all ended for a while stops it (`stop_fork_server()`, ~45 MB); the
-next job process starts it again. Importing this
+job processes have all ended for a while stops it (`stop_fork_server()`, ~50 MB with
+the resource tracker); the next job process starts it again. Importing this
 module imports little (the job process's module is imported when a process is made), so
 `cronjobs worker` starts the fork server before its own imports.
 """
@@ -63,18 +63,20 @@ def start_fork_server() -> None:
 
 def stop_fork_server() -> bool:
     """Stop the fork server when no job process of this process lives (a job process dies
-    with the fork server, its parent); the next job process starts it again.
+    with the fork server, its parent), and with it multiprocessing's resource tracker
+    (which the fork server started; ~6 MB); the next job process starts both again.
 
     Returns:
         True when it was running and has stopped.
     """
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
-    server = forkserver._forkserver  # the one multiprocessing keeps per process
+    server = forkserver._forkserver  # the ones multiprocessing keeps per process
     with _LOCK:
         if _LIVE or server._forkserver_pid is None:
             return False
         server._stop()  # closes its "alive" pipe: it exits; reaped here
+        resource_tracker._resource_tracker._stop()
         return True
 
 
