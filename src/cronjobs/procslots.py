@@ -78,11 +78,13 @@ class ProcessSlots:
         self._cutting_off = False
         self._no_start_before = 0.0  # after a process failed to start: a pause
         self._empty_since: float | None = None  # no job process since (time.monotonic())
+        self._server_may_run = False  # the fork server was started and not stopped since
 
     def start(self) -> None:
         """Start the fork server (in the background: it loads the handlers while the first
         rows are claimed); job processes start when rows need them."""
         start_fork_server()
+        self._server_may_run = True
 
     def idle(self) -> int:
         """Jobs that can be sent now: idle processes, plus processes that may still be
@@ -136,8 +138,13 @@ class ProcessSlots:
         return [p.conn for p in self._waiting()]
 
     def next_deadline(self) -> float | None:
-        """The earliest `time.monotonic()` by which a waited-on process must answer."""
-        return min((p.deadline for p in self._waiting()), default=None)
+        """The earliest `time.monotonic()` by which `serve` has something to do: a
+        waited-on process must answer, an idle process or the fork server is due to end."""
+        due = [p.deadline for p in self._waiting()]
+        due += [p.idle_since + self._idle_seconds for p in self.procs if p.state == "idle"]
+        if self._server_may_run and self._empty_since is not None:
+            due.append(self._empty_since + self._idle_seconds)
+        return min(due, default=None)
 
     def serve(self, ready: list) -> None:
         """Read the processes whose pipes are in `ready` (from `multiprocessing.connection
@@ -153,10 +160,6 @@ class ProcessSlots:
                 self._overdue(proc)
         self._retire_idle(now)
 
-    def next_retirement(self) -> float | None:
-        """The `time.monotonic()` at which the next idle process is due to end, or None."""
-        return min((p.idle_since + self._idle_seconds for p in self.procs
-                    if p.state == "idle"), default=None)
 
     def cut_off(self, recycle_reason: str | None = None) -> list[int]:
         """Kill the process of every running job and return the jobs' ids. Their outcomes
@@ -198,8 +201,10 @@ class ProcessSlots:
             self._empty_since = None
         elif self._empty_since is None:
             self._empty_since = now
-        elif now - self._empty_since >= self._idle_seconds and stop_fork_server():
-            log.debug("fork server stopped: no job process for %g s", self._idle_seconds)
+        elif self._server_may_run and now - self._empty_since >= self._idle_seconds:
+            self._server_may_run = False
+            if stop_fork_server():
+                log.debug("fork server stopped: no job process for %g s", self._idle_seconds)
 
     def _start_failed(self, why: str) -> None:
         """A process could not start: no new one for a second (the rows wait)."""
@@ -289,4 +294,5 @@ class ProcessSlots:
         self.procs.remove(proc)
 
     def _new(self) -> JobProcess:
+        self._server_may_run = True
         return JobProcess(self._settings, self._runtime)
