@@ -83,9 +83,10 @@ class Settings(BaseModel):
         description="How often a worker renews the leases of the rows it runs (seconds).")
     job_process_idle_seconds: float = Field(
         default=60, ge=0,
-        description="A worker's job process that has had no job for this long ends; the "
-                    "next row that needs one starts a new one in milliseconds (seconds; 0: "
-                    "a process ends after each job).")
+        description="A worker's job process that has had no job for this long ends, and "
+                    "so does the fork server once no job process has lived for as long; the "
+                    "next row starts them again (0: a job process ends after each job) "
+                    "(seconds).")
     sweep_interval_seconds: float = Field(
         default=15, gt=0,
         description="How often each worker looks for due pending rows whose message was "
