@@ -5,8 +5,9 @@ Redis).
 Idle: after one warm-up job and `--settle` seconds. Busy: the largest of a few samples
 taken while jobs are fed. After: jobs are fed (at most 3,000 waiting) until `--jobs` have
 run or the feeding time is up (`--ours-max-seconds` for cronjobs, enough for the 50,000 of
-the target at ~800 jobs/s; `--max-seconds` for each baseline), then `--settle` seconds;
-the note gives how many ran. The cronjobs worker runs with
+the target at ~800 jobs/s; `--max-seconds` for each baseline), then `--settle` seconds
+(for cronjobs: until its job processes have ended, at most 10 x `--settle`); the note
+gives how many ran. The cronjobs worker runs with
 `CRONJOBS_JOB_PROCESS_IDLE_SECONDS` at a quarter of `--settle` (default 60 s), so its idle
 and after figures are those of a worker whose job processes and fork server have retired;
 growth compares the two. PSS shares each page among the processes mapping it, so the sum
@@ -67,6 +68,10 @@ def measure_cronjobs(total: int, cap: float, settle: float,
                         lambda: stores.count_rows(app.engine, "completed") - 1, running, busy)
             time.sleep(settle)
             after = procs.tree_memory([running[0].pid])
+            give_up = time.monotonic() + 10 * settle  # the job processes end, then measure
+            while after["processes"] > idle["processes"] and time.monotonic() < give_up:
+                time.sleep(0.1)
+                after = procs.tree_memory([running[0].pid])
         app.close()
         use(None)
     return idle, after, ran, max(busy, key=lambda m: m["pss_mb"], default=after)
