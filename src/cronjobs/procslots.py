@@ -160,7 +160,6 @@ class ProcessSlots:
                 self._overdue(proc)
         self._retire_idle(now)
 
-
     def cut_off(self, recycle_reason: str | None = None) -> list[int]:
         """Kill the process of every running job and return the jobs' ids. Their outcomes
         are reported when the loop reads the closed pipes: `cut_off_by_recycle` with
