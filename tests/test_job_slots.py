@@ -1,7 +1,8 @@
 """A job process or a worker thread ends each job one way, each with its named outcome: the
 handler's answer, the process died, stopped by its alarm, killed past MAX_RUNTIME + grace,
-cut off by a stopping or a recycling worker, never started; a dead process is replaced, and
-a thread job given up at MAX_RUNTIME is timed out at once and its late answer dropped."""
+cut off by a stopping or a recycling worker, never started; a dead process leaves its slot
+and the next job starts a new one, and a thread job given up at MAX_RUNTIME is timed out at
+once and its late answer dropped."""
 
 from __future__ import annotations
 
@@ -65,14 +66,18 @@ def test_a_job_process_reports_each_end_with_its_outcome_and_is_replaced(make_ap
     app = make_app(handler_paths=(SAMPLE_HANDLERS, CRASH_HANDLERS))
     one = Slots(app)
     try:
-        first = one.pid()
+        assert one.slots.procs == [] and one.slots.idle() == 1, "started when a job needs it"
         reported, result = one.run(job(1, MISBEHAVE, {}), 30)
         assert (reported.id, result.kind, result.reason) == (1, "completed", None)
+        first = one.pid()
+        _, result = one.run(job(11, MISBEHAVE, {}), 30)
         assert one.pid() == first, "a process that answered keeps its slot"
         _, result = one.run(job(2, MISBEHAVE, {"do": "exit"}), 30)
         assert (result.kind, result.error, result.reason) == (
             "failed", "job process died (exit code 3)", Reason.PROCESS_DIED)
-        assert one.pid() != first, "a dead process is replaced"
+        assert one.slots.procs == [], "a dead process leaves its slot"
+        _, result = one.run(job(12, MISBEHAVE, {}), 30)
+        assert result.kind == "completed" and one.pid() != first, "the next job starts another"
         _, result = one.run(job(3, MISBEHAVE, {"do": "sleep"}), 0.3)
         assert (result.error, result.reason) == (
             "timeout after 0.3 s (MAX_RUNTIME); job stopped, its process replaced",
@@ -82,6 +87,7 @@ def test_a_job_process_reports_each_end_with_its_outcome_and_is_replaced(make_ap
         assert (result.error, result.reason) == (
             "timeout after 0.3 s (MAX_RUNTIME); job process killed", Reason.TIMEOUT_KILLED)
         assert time.monotonic() - started >= 0.3 + KILL_GRACE_SECONDS
+        assert one.run(job(13, MISBEHAVE, {}), 30)[1].kind == "completed"
         idle = one.slots.procs[0].process
         idle.kill()
         idle.join(5)

@@ -44,7 +44,7 @@ from .handler import Job
 from .outcome import Outcome, timeout, unsendable
 from .status import Reason
 
-READY = "ready"  # what a job process sends once it can take jobs
+READY = "ready"  # what a job process sends once it can take jobs (`runner.READY` too)
 
 
 class RuntimeLimit(BaseException):

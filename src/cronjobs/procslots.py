@@ -1,12 +1,18 @@
-"""A worker's job processes: one job at a time each, started, fed, read, timed and replaced.
+"""A worker's job processes: one job at a time each, started on demand, fed, read, timed,
+retired when idle.
 
-Each slot is a `runner.JobProcess` forked from the preloaded fork server. This module
-sends a job to an idle process, reads what comes back over its pipe (the ready signal,
+Each slot is a `runner.JobProcess` forked from the preloaded fork server, started when a
+claimed row needs one and no process is idle: the job goes down the new process's pipe at
+once and runs as soon as the process has loaded the handlers (its MAX_RUNTIME is counted
+from the process's ready signal). This module sends a job to an idle process (the one used
+last, so the others can retire), reads what comes back over its pipe (the ready signal,
 the job's outcome), kills a process silent past MAX_RUNTIME + grace (SIGKILL; the row gets
-a `timeout` outcome) or whose job an operator stopped (`stopped`), and replaces a process
-that ended. Every way a job ends here becomes an outcome of `cronjobs.outcome`, handed to
-the `report` callback; the loop that owns these slots (`pool.SlotPool`) decides when to
-wait and what to send.
+a `timeout` outcome) or whose job an operator stopped (`stopped`), ends a process idle for `job_process_idle_seconds`, and stops the
+fork server once no job process has lived for as long: an idle worker is its own process
+alone. A process that ended is not replaced until a row needs it; the first one after the
+fork server stopped starts it again. Every way a job ends here becomes an outcome of
+`cronjobs.outcome`, handed to the `report` callback; the loop that owns these slots
+(`pool.SlotPool`) decides when to wait and what to send.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ from .outcome import (
     unreadable_answer,
     wrong_answer,
 )
-from .runner import KILL_GRACE_SECONDS, READY, START_TIMEOUT_SECONDS, JobProcess
+from .runner import (
+    KILL_GRACE_SECONDS,
+    READY,
+    START_TIMEOUT_SECONDS,
+    JobProcess,
+    start_fork_server,
+    stop_fork_server,
+)
 from .status import Reason
 
 log = logging.getLogger("cronjobs.worker")
@@ -40,15 +53,16 @@ Report = Callable[[Job, Outcome, float], None]  # (job, outcome, duration in ms)
 
 
 class ProcessSlots:
-    """`count` job processes and what happens to them. Used by one thread only (the
+    """Up to `count` job processes and what happens to them. Used by one thread only (the
     pool's loop), except `busy_count`, `running_ids` and `cut_off`, which read or kill.
 
     Args:
-        settings: the worker's settings (see `runner.JobProcess`).
+        settings: the worker's settings (see `runner.JobProcess`); its
+            `job_process_idle_seconds` is how long a process may sit idle before it ends.
         runtime: handed to every job's `JobContext` (the serve URL).
-        count: job processes kept (the worker's slots).
+        count: job processes at most (the worker's slots).
         report: called with `(job, outcome, duration_ms)` when a job ended here.
-        stopping: set when the worker stops: a process that ends is not replaced.
+        stopping: set when the worker stops: no process is started any more.
     """
 
     def __init__(self, settings: Settings, runtime: Runtime, count: int, *,
@@ -59,22 +73,26 @@ class ProcessSlots:
         self._report = report
         self._stopping = stopping
         self.procs: list[JobProcess] = []
+        self._idle_seconds = settings.job_process_idle_seconds
         self._cut_reason: str | None = None
         self._cutting_off = False
+        self._no_start_before = 0.0  # after a process failed to start: a pause
+        self._empty_since: float | None = None  # no job process since (time.monotonic())
+        self._server_may_run = False  # the fork server was started and not stopped since
 
     def start(self) -> None:
-        """Start the job processes and wait until each has loaded the handlers.
-
-        Raises:
-            RuntimeError: a process did not say it was ready within 60 s.
-        """
-        self.procs = [self._new() for _ in range(self._count)]
-        for proc in self.procs:
-            self._await_ready(proc)
+        """Start the fork server (in the background: it loads the handlers while the first
+        rows are claimed); job processes start when rows need them."""
+        start_fork_server()
+        self._server_may_run = True
 
     def idle(self) -> int:
-        """Processes ready for a job."""
-        return sum(1 for p in self.procs if p.state == "idle")
+        """Jobs that can be sent now: idle processes, plus processes that may still be
+        started (none while the worker stops or just after a process failed to start)."""
+        idle = sum(1 for p in self.procs if p.state == "idle")
+        if self._stopping.is_set() or time.monotonic() < self._no_start_before:
+            return idle
+        return idle + self._count - len(self.procs)
 
     def busy_count(self) -> int:
         """Processes running a job."""
@@ -85,10 +103,22 @@ class ProcessSlots:
         return [p.job.id for p in list(self.procs) if p.state == "busy" and p.job is not None]
 
     def send(self, job: Job, max_runtime_seconds: float) -> None:
-        """Send `job` to an idle process (there must be one). A process that had died
-        while idle puts the row back without using an attempt (`not_started`); a job that
+        """Send `job` to the idle process used last, or to a new process when none is idle
+        (`idle()` must be > 0). A process that had died while idle, or that cannot be
+        started, puts the row back without using an attempt (`not_started`); a job that
         cannot be sent (pickle) fails alone (`unreadable`)."""
-        proc = next(p for p in self.procs if p.state == "idle")
+        idle = [p for p in self.procs if p.state == "idle"]
+        if idle:
+            proc = max(idle, key=lambda p: p.idle_since)
+        else:
+            try:
+                proc = self._new()
+            except Exception as exc:  # the fork server could not fork: nothing started
+                self._start_failed(f"job process could not be started ({exc})")
+                self._report(job, not_started(f"job process could not be started ({exc})"),
+                             0.0)
+                return
+            self.procs.append(proc)
         try:
             proc.start(job, max_runtime_seconds)
         except OSError as exc:  # the process had died while idle: the job never started
@@ -100,15 +130,21 @@ class ProcessSlots:
             log.error("job %s could not be sent to its job process (%s: %.300s); failed",
                       job.id, type(exc).__name__, exc, extra={"trace_id": job.id})
             proc.state, proc.job = "idle", None
+            proc.idle_since = time.monotonic()
             self._report(job, unreadable(exc), 0.0)
 
     def conns(self) -> list[Connection]:
-        """The pipes to wait on: processes starting or running a job."""
+        """The pipes to wait on: processes with a job (starting it or running it)."""
         return [p.conn for p in self._waiting()]
 
     def next_deadline(self) -> float | None:
-        """The earliest `time.monotonic()` by which a waited-on process must answer."""
-        return min((p.deadline for p in self._waiting()), default=None)
+        """The earliest `time.monotonic()` by which `serve` has something to do: a
+        waited-on process must answer, an idle process or the fork server is due to end."""
+        due = [p.deadline for p in self._waiting()]
+        due += [p.idle_since + self._idle_seconds for p in self.procs if p.state == "idle"]
+        if self._server_may_run and self._empty_since is not None:
+            due.append(self._empty_since + self._idle_seconds)
+        return min(due, default=None)
 
     def serve(self, ready: list) -> None:
         """Read the processes whose pipes are in `ready` (from `multiprocessing.connection
@@ -120,8 +156,9 @@ class ProcessSlots:
                 self._read(by_conn[conn])
         now = time.monotonic()
         for proc in waiting:
-            if proc.state in ("busy", "starting") and now > proc.deadline:
+            if proc.state == "busy" and now > proc.deadline:
                 self._overdue(proc)
+        self._retire_idle(now)
 
     def cut_off(self, recycle_reason: str | None = None) -> list[int]:
         """Kill the process of every running job and return the jobs' ids. Their outcomes
@@ -161,17 +198,31 @@ class ProcessSlots:
 
     # -- inside ---------------------------------------------------------------------------
     def _waiting(self) -> list[JobProcess]:
-        return [p for p in self.procs if p.state in ("busy", "starting")]
+        return [p for p in self.procs if p.state == "busy"]
 
-    def _await_ready(self, proc: JobProcess) -> None:
-        try:
-            ready = proc.conn.poll(START_TIMEOUT_SECONDS) and proc.read() == READY
-        except (EOFError, OSError):
-            ready = False
-        if not ready:
-            proc.kill()
-            raise RuntimeError(f"job process did not start (exit code {proc.process.exitcode})")
-        proc.state = "idle"
+    def _retire_idle(self, now: float) -> None:
+        """End the processes idle for `job_process_idle_seconds` (they have no job), and
+        the fork server once no job process has lived for that long."""
+        for proc in [p for p in self.procs if p.state == "idle"
+                     and now - p.idle_since >= self._idle_seconds]:
+            proc.stop()
+            proc.end(1.0)
+            self.procs.remove(proc)
+            log.debug("job process %s retired after %g s idle", proc.process.pid,
+                      self._idle_seconds)
+        if self.procs:
+            self._empty_since = None
+        elif self._empty_since is None:
+            self._empty_since = now
+        elif self._server_may_run and now - self._empty_since >= self._idle_seconds:
+            self._server_may_run = False
+            if stop_fork_server():
+                log.debug("fork server stopped: no job process for %g s", self._idle_seconds)
+
+    def _start_failed(self, why: str) -> None:
+        """A process could not start: no new one for a second (the rows wait)."""
+        log.error("%s; no job process started for 1 s", why)
+        self._no_start_before = time.monotonic() + 1.0
 
     def _read(self, proc: JobProcess) -> None:
         try:
@@ -182,20 +233,27 @@ class ProcessSlots:
         except Exception as exc:  # an answer that cannot be unpickled: trust the process no more
             result = unreadable_answer(exc)
             log.error("%s; process replaced", result.error)
-            if proc.state == "starting" or proc.job is None:
-                self._replace(proc, result.error)
+            if not proc.ready:
+                self._never_started(proc, result.error)
             else:
                 self._ended(proc, result)
             return
         if message == READY:
-            proc.state = "idle"
+            proc.begin()  # the job sent with the start runs from now: its MAX_RUNTIME too
             return
         self._answer(proc, *message)
 
+    def _never_started(self, proc: JobProcess, why: str) -> None:
+        """`proc` ended (or is given up) before it was ready: its job never started."""
+        self._start_failed(why)
+        self._ended(proc, not_started(why))
+
     def _closed(self, proc: JobProcess, exc: BaseException) -> None:
         """The pipe closed: the process ended (or was killed by `cut_off`)."""
-        if proc.state == "starting":
-            self._replace(proc, f"job process did not start (exit code {proc.process.exitcode})")
+        if not proc.ready and not self._cutting_off:
+            proc.process.join(0.5)
+            self._never_started(proc, f"job process did not start (exit code "
+                                      f"{proc.process.exitcode})")
             return
         if self._cutting_off and self._cut_reason:
             result = cut_off_by_recycle(self._cut_reason)
@@ -209,10 +267,11 @@ class ProcessSlots:
     def _answer(self, proc: JobProcess, job_id: int, result: Outcome, keep_going: bool) -> None:
         job, duration_ms = proc.job, (time.monotonic() - proc.started_at) * 1000
         if job is None or job_id != job.id:  # an answer nobody asked for: trust nothing
-            if job is None:
-                error = f"job process answered for job {job_id} while running job none"
-                log.error("%s; process replaced", error)
-                self._replace(proc, error)
+            if job is None:  # cannot happen: only busy processes are read
+                log.error("job process answered for job %s while running job none; process "
+                          "ended", job_id)
+                proc.kill()
+                self.procs.remove(proc)
             else:
                 result = wrong_answer(job_id, job.id)
                 log.error("%s; process replaced", result.error)
@@ -220,16 +279,19 @@ class ProcessSlots:
             return
         if keep_going:
             proc.state, proc.job = "idle", None
+            proc.idle_since = time.monotonic()
             self._report(job, result, duration_ms)
         else:  # the process stopped the job at MAX_RUNTIME and ends
             log.warning("job %s: %s", job.id, result.error, extra={"trace_id": job.id})
             proc.end()
             self._report(job, result, duration_ms)
-            self._respawn(proc)
+            self.procs.remove(proc)
 
     def _overdue(self, proc: JobProcess) -> None:
-        if proc.state == "starting":
-            self._replace(proc, f"job process did not start within {START_TIMEOUT_SECONDS} s")
+        if not proc.ready:
+            proc.kill()
+            self._never_started(proc, f"job process did not start within "
+                                      f"{START_TIMEOUT_SECONDS} s")
             return
         result = timeout(proc.max_runtime, Reason.TIMEOUT_KILLED)
         log.warning("job %s: %s (no answer %g s after MAX_RUNTIME)", proc.job.id, result.error,
@@ -237,24 +299,13 @@ class ProcessSlots:
         self._ended(proc, result)
 
     def _ended(self, proc: JobProcess, result: Outcome) -> None:
-        """The job of `proc` ended with `result` and so did the process: replace it."""
+        """The job of `proc` ended with `result` and so did the process: it leaves its
+        slot (the next row that needs a process starts a new one)."""
         job = proc.job
         proc.kill()
         self._report(job, result, (time.monotonic() - proc.started_at) * 1000)
-        self._respawn(proc)
-
-    def _respawn(self, proc: JobProcess) -> None:
         self.procs.remove(proc)
-        if not self._stopping.is_set() and not self._cutting_off:
-            self.procs.append(self._new())
-
-    def _replace(self, proc: JobProcess, why: str) -> None:
-        log.error("%s; starting another in 1 s", why)
-        proc.kill()
-        self.procs.remove(proc)
-        if not self._stopping.is_set():
-            self._stopping.wait(1.0)
-            self.procs.append(self._new())
 
     def _new(self) -> JobProcess:
+        self._server_may_run = True
         return JobProcess(self._settings, self._runtime)

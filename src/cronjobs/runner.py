@@ -16,32 +16,97 @@ retry is due minutes later). Job processes are forked by multiprocessing's fork 
 which imported the engine and the built-in handlers once (`set_forkserver_preload`), so
 their memory pages are shared and a new one starts in milliseconds. The fork server is a
 single-threaded process: forking it is safe, unlike forking a threaded worker.
+
+The fork server is a new interpreter (started with `exec`, never forked from the worker),
+so it can be started at any time: `start_fork_server()` starts it at once and returns,
+and it loads the handlers while the worker process imports and connects. A worker whose
+job processes have all ended for a while stops it (`stop_fork_server()`, ~50 MB with
+the resource tracker); the next job process starts it again. Importing this
+module imports little (the job process's module is imported when a process is made), so
+`cronjobs worker` starts the fork server before its own imports.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import Settings
-from .context import Runtime
-from .handler import Job
-from .jobprocess import READY, serve
+if TYPE_CHECKING:
+    from .config import Settings
+    from .context import Runtime
+    from .handler import Job
 
-__all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess"]
+__all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
+           "start_fork_server", "stop_fork_server"]
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["__main__", "cronjobs.runner", "cronjobs.preload"])
+_CTX.set_forkserver_preload(["cronjobs.preload"])
 START_TIMEOUT_SECONDS = 60
 KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
+READY = "ready"  # what a job process sends once it can take jobs (`jobprocess.READY`)
+_LOCK = threading.Lock()  # job processes are not started while the fork server stops
+_LIVE: set[int] = set()  # ids of the JobProcess objects not yet killed, in this process
+
+
+def start_fork_server() -> None:
+    """Start the fork server of this process's job processes unless it runs already, and
+    return at once: it imports the engine and the handlers and builds the App in the
+    background (a job process asked for meanwhile waits for it). Safe in a process with
+    threads: the fork server is a new interpreter, not a fork of this one."""
+    from multiprocessing import forkserver
+
+    _main_as_module()
+    forkserver.ensure_running()
+
+
+def stop_fork_server() -> bool:
+    """Stop the fork server when no job process of this process lives (a job process dies
+    with the fork server, its parent), and with it multiprocessing's resource tracker
+    (which the fork server started; ~6 MB); the next job process starts both again.
+
+    Returns:
+        True when it was running and has stopped.
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    server = forkserver._forkserver  # the ones multiprocessing keeps per process
+    with _LOCK:
+        if _LIVE or server._forkserver_pid is None:
+            return False
+        server._stop()  # closes its "alive" pipe: it exits; reaped here
+        resource_tracker._resource_tracker._stop()
+        return True
+
+
+def _main_as_module() -> None:
+    """Spare each job process a run of the `cronjobs` console script.
+
+    multiprocessing runs the parent's main script again in every new process unless the
+    parent was started as a module (`python -m cronjobs`): for the console script that is
+    an import of the CLI and click per job process (~20 ms and ~1 MB each), for nothing a
+    job needs. The console script's main is named as `cronjobs.__main__` (what `python -m
+    cronjobs` runs, which a job process skips). Any other main script (a program that
+    starts a worker from code, and may define handlers there) is left as it is."""
+    import importlib.util
+    import os
+    import sys
+
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or ""
+    if main is not None and getattr(main, "__spec__", None) is None \
+            and os.path.basename(script) == "cronjobs":
+        main.__spec__ = importlib.util.find_spec("cronjobs.__main__")
 
 
 class JobProcess:
     """One job process and the worker's end of its pipe.
 
-    `conn` becomes readable when the process is ready (after start-up) and when a job's
-    outcome is there; `read()` returns what came. States: `starting`, `idle`, `busy`.
+    `conn` becomes readable when the process is ready (after start-up: `READY`) and when a
+    job's outcome is there; `read()` returns what came. States: `idle` (since
+    `idle_since`, a `time.monotonic()`), `busy` (a job was sent; `ready` tells whether the
+    process has said `READY`, and so whether the job runs yet).
 
     Args:
         settings: the worker's settings. When they equal the fork server's (the `cronjobs
@@ -53,23 +118,40 @@ class JobProcess:
     """
 
     def __init__(self, settings: Settings, runtime: Runtime) -> None:
+        from .jobprocess import serve  # lazy: worker start-up time (see the module)
+
         self.conn, child_end = _CTX.Pipe()
         self.process = _CTX.Process(target=serve, args=(child_end, settings, runtime),
                                     name="cronjobs-job", daemon=True)
-        self.process.start()
+        with _LOCK:
+            self.process.start()
+            _LIVE.add(id(self))
         child_end.close()
-        self.state = "starting"
-        self.started_at = time.monotonic()
+        self.state, self.ready = "idle", False
+        self.started_at = self.idle_since = time.monotonic()
         self.job: Job | None = None
+        self.max_runtime = 0.0
         self.deadline = self.started_at + START_TIMEOUT_SECONDS
 
     def start(self, job: Job, max_runtime_seconds: float) -> None:
-        """Send `job`; its outcome is due within MAX_RUNTIME + `KILL_GRACE_SECONDS`."""
+        """Send `job`; its outcome is due within MAX_RUNTIME + `KILL_GRACE_SECONDS` from
+        now, or, when the process is not ready yet, from its `READY` (`begin()`), which is
+        due within `START_TIMEOUT_SECONDS`."""
         self.job, self.state = job, "busy"
         self.max_runtime = max_runtime_seconds
         self.started_at = time.monotonic()
-        self.deadline = self.started_at + max_runtime_seconds + KILL_GRACE_SECONDS
+        if self.ready:
+            self.deadline = self.started_at + max_runtime_seconds + KILL_GRACE_SECONDS
+        else:
+            self.deadline = self.started_at + START_TIMEOUT_SECONDS
         self.conn.send((job, max_runtime_seconds))
+
+    def begin(self) -> None:
+        """The process said `READY`: a job sent before runs from now (its deadline too)."""
+        self.ready = True
+        if self.state == "busy":
+            self.started_at = time.monotonic()
+            self.deadline = self.started_at + self.max_runtime + KILL_GRACE_SECONDS
 
     def read(self) -> Any:
         """What the process sent: `READY`, or `(job id, outcome, keep_going)`.
@@ -79,9 +161,10 @@ class JobProcess:
         """
         return self.conn.recv()
 
-    def end(self) -> None:
-        """Wait for a process that said it ends (after a timeout); kill it if it lingers."""
-        self.process.join(5)
+    def end(self, timeout_seconds: float = 5.0) -> None:
+        """Wait up to `timeout_seconds` for a process that ends (after a timeout, or told
+        to stop); kill it if it lingers."""
+        self.process.join(timeout_seconds)
         self.kill()
 
     def kill(self) -> None:
@@ -90,6 +173,7 @@ class JobProcess:
             self.process.kill()
         self.process.join(5)
         self.conn.close()
+        _LIVE.discard(id(self))
 
     def stop(self) -> None:
         """Ask an idle process to end (it finishes nothing: it has no job)."""

@@ -50,6 +50,10 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     due and none of its jobs runs (a deploy step, a cron line, one queue by hand): rows
     due later, and due rows held back from the claim, are counted as waiting. Exit 0
     once nothing is left; 1 when a signal stopped it first."""
+    if processes == 1:  # the fork server loads the handlers while this process imports
+        from ..runner import start_fork_server  # lazy: CLI start-up time
+
+        start_fork_server()
     from .. import logs  # lazy: CLI start-up time
     from ..worker import Limits, connections_needed, run_children, run_worker
 

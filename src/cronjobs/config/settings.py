@@ -82,6 +82,12 @@ class Settings(BaseModel):
     lease_renew_seconds: float = Field(
         default=10, gt=0,
         description="How often a worker renews the leases of the rows it runs (seconds).")
+    job_process_idle_seconds: float = Field(
+        default=60, ge=0,
+        description="A worker's job process that has had no job for this long ends, and "
+                    "so does the fork server once no job process has lived for as long; the "
+                    "next row starts them again (0: a job process ends after each job) "
+                    "(seconds).")
     sweep_interval_seconds: float = Field(
         default=15, gt=0,
         description="How often each worker looks for due pending rows whose message was "

@@ -1,0 +1,70 @@
+"""With a real worker on MariaDB + Redis: job processes start when rows need them, end after
+sitting idle for `CRONJOBS_JOB_PROCESS_IDLE_SECONDS`, and so does the fork server once no
+job process has lived for as long (the worker keeps only its own process); a row arriving
+afterwards starts them again and still gets the hard MAX_RUNTIME stop — in both execution
+modes of the CLI."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from conftest import REDIS, effect_rows
+from cronjobs import queue
+from test_worker_e2e import RECORD, all_completed, wait_for, worker
+from test_worker_lifecycle import MODES, assert_timed_out
+
+pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
+              pytest.mark.slow]
+
+
+def _fork_servers(worker_pid: int) -> list[psutil.Process]:
+    """The worker's fork server (a child running `multiprocessing.forkserver`)."""
+    found = []
+    for child in psutil.Process(worker_pid).children():
+        try:
+            if "multiprocessing.forkserver" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # ended while we looked
+            pass
+    return found
+
+
+def job_processes(worker_pid: int) -> list[int]:
+    """Pids of the worker's job processes: the children of its fork server."""
+    pids = []
+    for server in _fork_servers(worker_pid):
+        try:
+            pids += [c.pid for c in server.children()]
+        except psutil.Error:
+            pass
+    return pids
+
+
+def fork_servers(worker_pid: int) -> int:
+    return len(_fork_servers(worker_pid))
+
+
+@MODES
+def test_idle_job_processes_retire_and_a_later_row_still_gets_max_runtime(
+        make_app, db_url, namespace, tmp_path, isolation):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    with worker(db_url, namespace, log, threads=4, isolation=isolation,
+                CRONJOBS_JOB_PROCESS_IDLE_SECONDS="1", CRONJOBS_LOG_LEVEL="INFO") as proc:
+        wait_for(lambda: fork_servers(proc.pid) == 1, 30, "the fork server", proc, log)
+        assert job_processes(proc.pid) == [], "no job process before a row needs one"
+        queue.dispatch_many([{"type": RECORD, "payload": {}}] * 8, app=app)
+        wait_for(all_completed(app, 8), 60, "8 jobs", proc, log)
+        used = {row["pid"] for row in effect_rows(app, "record")}
+        assert 1 <= len(used) <= 4, used
+        wait_for(lambda: job_processes(proc.pid) == [], 30, "idle job processes ended",
+                 proc, log)
+        assert not any(psutil.pid_exists(pid) for pid in used)
+        wait_for(lambda: fork_servers(proc.pid) == 0, 30, "the idle fork server ended",
+                 proc, log)
+        job_id = queue.dispatch("test.sleep.execute", {"seconds": 600}, app=app)
+        assert_timed_out(app, job_id, "sleep-start", proc, log)
+        [blocked] = effect_rows(app, "sleep-start")
+        assert blocked["pid"] not in used, "the row after the retirement ran in a new process"
+        assert fork_servers(proc.pid) == 1, "the fork server started again for it"
