@@ -28,9 +28,10 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
 from .claim import ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
 from .finish import delete_job, finish_job, finish_many
 from .insert import insert_job, insert_jobs
-from .jobs import JOB_COLUMNS, count_children, get_job, select_by_key
+from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
 from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
+    buffer_slot,
     claim_slot,
     claim_slots,
     ensure_runtimes,
@@ -39,6 +40,7 @@ from .runtime import (
     lock_runtime,
     record_run,
     record_runs,
+    record_skips,
     set_enabled,
     update_task_status,
 )
@@ -52,5 +54,6 @@ __all__ = [
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
+    "live_in_families", "record_skips", "buffer_slot",
     "actions", "alerts", "fields", "operations", "queues", "secrets", "selection", "views",
 ]
