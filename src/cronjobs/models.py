@@ -73,7 +73,7 @@ cronjob_queue = Table(
     Column("outcome_reason", String(limits.REASON_MAX_CHARS), nullable=True),
     # Migration 0010: the first row of the row's family (a discover's id on each of its
     # descendants; NULL on a row without parent), set at dispatch: the overlap check of a
-    # scheduled task asks "is any row of this family pending or running" in one seek.
+    # scheduled task asks "is any row of this family pending or running" from the index.
     Column("root_id", Id, nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
@@ -84,7 +84,7 @@ cronjob_queue = Table(
     # Dashboard lists (migration 0003): newest-first pages per status, per type and status.
     Index("ix_cronjob_queue_status_id", "status", "id"),
     Index("ix_cronjob_queue_type_status", "type", "status", "id"),
-    Index("ix_cronjob_queue_root_status", "root_id", "status"),  # 0010: overlap check
+    Index("ix_cronjob_queue_root_status", "root_id", "status", "id"),  # 0010: overlap check
     sqlite_autoincrement=True,  # never reuse the id of a deleted row
     **MYSQL_TABLE_ARGS,
 )
