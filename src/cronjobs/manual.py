@@ -30,6 +30,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from . import dispatching, overlap, store
 from .app import App, current
@@ -95,6 +96,25 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     """
     app = app or current()
     token = request_token or new_request_token()
+    info = _runnable(app, task, token, payload)
+    values = dispatching.build_row(app, info.type, {**(payload or {}), "manual": True},
+                                   priority=MANUAL_PRIORITY, title=f"{task} (manual)",
+                                   idempotency_key=f"cronjobs:{task}:manual:{token}")
+    skip = overlap.policy_of(info.handler) == "skip"
+    job_id, created = run_in_transaction(
+        app.engine, lambda conn: _start(conn, app, task, values, again, skip and not force))
+    if created and skip and force:
+        log.warning("task %s: manual run forced (job %s) while its scheduled run is still "
+                    "going", task, job_id, extra={"trace_id": job_id})
+    if created:
+        log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
+        dispatching.send(app, job_id, values["queue"])
+    return ManualRun(job_id, created)
+
+
+def _runnable(app: App, task: str, token: Any, payload: Any) -> Any:
+    """The `TaskInfo` of `task` once the request is found acceptable (see `run_now`'s
+    Raises)."""
     if not isinstance(token, str) or not _TOKEN.match(token):
         raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', "
                          f"got {token!r:.80}")
@@ -110,19 +130,7 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     if payload is not None and not isinstance(payload, dict):
         raise InvalidJob(f"payload must be a JSON object (dict), got "
                          f"{payload.__class__.__name__}: {payload!r:.80}")
-    values = dispatching.build_row(app, info.type, {**(payload or {}), "manual": True},
-                                   priority=MANUAL_PRIORITY, title=f"{task} (manual)",
-                                   idempotency_key=f"cronjobs:{task}:manual:{token}")
-    skip = overlap.policy_of(info.handler) == "skip"
-    job_id, created = run_in_transaction(
-        app.engine, lambda conn: _start(conn, app, task, values, again, skip and not force))
-    if created and skip and force:
-        log.warning("task %s: manual run forced (job %s) while its scheduled run is still "
-                    "going", task, job_id, extra={"trace_id": job_id})
-    if created:
-        log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
-        dispatching.send(app, job_id, values["queue"])
-    return ManualRun(job_id, created)
+    return info
 
 
 def _start(conn, app: App, task: str, values: dict, again: bool,
