@@ -36,6 +36,7 @@ from . import dispatching, overlap, store
 from .app import App, current
 from .db import run_in_transaction
 from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused, TaskRunning
+from .handler import stage_of
 from .status import Status
 from .tasks import task_infos
 
@@ -150,7 +151,8 @@ def _start(conn, app: App, task: str, values: dict, again: bool,
             raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
                                    f"{last} (use --again to start another)", last)
     root = runtime["last_job_id"] if runtime else None
-    if refuse_running and root is not None and store.live_in_families(conn, [root]):
+    family = [root] if stage_of(values["type"]) == "discover" else []
+    if refuse_running and root is not None and store.live_in_families(conn, [root], family):
         raise TaskRunning(f"task {task!r} is already running (job {root}); its OVERLAP is "
                           f"'skip' (use --force to start another)", root)
     row, created = dispatching.insert_row(conn, values)

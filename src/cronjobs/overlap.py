@@ -11,9 +11,10 @@ scheduled run is still going.
   (reason `buffered`).
 - `allow`: every slot starts (the behaviour before this policy existed).
 
-"Still going" covers the run's whole family: the run itself and every row dispatched
-under it (children, grandchildren: `root_id`) that is `pending` or `running`, read from
-an index for all tasks at once (`store.live_in_families`). Only the row statuses decide,
+"Still going" is the run itself `pending` or `running`, and for a discover its whole
+family too: every row dispatched under it (children, grandchildren: `root_id`) that is
+`pending` or `running`, read from an index for all tasks at once
+(`store.live_in_families`). Only the row statuses decide,
 so nothing can drift: a worker killed mid-run holds the task until recover-stale takes its row back;
 the row is then `pending` again (the run will be redone: still going) or `failed` (no
 attempts left: the next slot starts). The built-in recover-stale task is `allow` for
@@ -36,7 +37,7 @@ from typing import Any
 from . import store
 from .app import App
 from .db import run_in_transaction
-from .handler import OVERLAPS
+from .handler import OVERLAPS, stage_of
 
 log = logging.getLogger("cronjobs.scheduler")
 
@@ -122,8 +123,10 @@ def hold_back(app: App, due: list[tuple[Any, Any]]) -> tuple[list[tuple[Any, Any
     roots = {task: root for task, root in roots.items() if root is not None}
     live: dict[int, int] = {}
     if roots:
+        families = {roots[info.task] for info, _ in due
+                    if info.task in roots and stage_of(info.type) == "discover"}
         with app.engine.connect() as conn:
-            live = store.live_in_families(conn, list(roots.values()))
+            live = store.live_in_families(conn, list(roots.values()), families)
     start, held = [], []
     for info, slot in due:
         root = roots.get(info.task)
@@ -190,10 +193,3 @@ def _needs_check(policy: str, runtime: dict, slot: str) -> bool:
                 and not (policy == "buffer_one" and runtime.get("buffered_slot")))
 
 
-def live_run(app: App, root_id: int | None) -> int | None:
-    """A pending or running row of the family of `root_id` (a task's last scheduled run),
-    or None (also for None)."""
-    if root_id is None:
-        return None
-    with app.engine.connect() as conn:
-        return store.live_in_families(conn, [root_id]).get(root_id)
