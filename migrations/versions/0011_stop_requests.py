@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

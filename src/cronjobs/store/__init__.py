@@ -42,10 +42,11 @@ from .flow import (
     unblock,
 )
 from .insert import insert_job, insert_jobs
-from .jobs import JOB_COLUMNS, count_children, get_job, select_by_key
+from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
 from .limiter import FlowPolicy
 from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
+    buffer_slot,
     claim_slot,
     claim_slots,
     ensure_runtimes,
@@ -54,6 +55,7 @@ from .runtime import (
     lock_runtime,
     record_run,
     record_runs,
+    record_skips,
     set_enabled,
     update_task_status,
 )
@@ -70,4 +72,5 @@ __all__ = [
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
     "queues", "secrets", "selection", "stops", "views", "FlowPolicy",
+    "live_in_families", "record_skips", "buffer_slot",
 ]
