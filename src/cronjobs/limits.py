@@ -11,6 +11,8 @@ refuses a statement for its size:
 | queue name | 64 characters, `[A-Za-z0-9_.-]` | refused |
 | idempotency key | 191 characters | refused |
 | title | 255 characters | refused |
+| limit key (a handler's `LIMIT_KEY` value) | 191 characters | refused (`InvalidJob`) |
+| reason of a pause or a block | 500 bytes | cut, with a marker |
 | worker id | 128 characters | host name shortened |
 | payload (JSON) | 1,000,000 bytes, nested at most 100 levels | refused (`InvalidJob`) |
 | one line of `cronjobs dispatch --stdin` | 2,000,000 bytes | refused, nothing inserted |
@@ -63,6 +65,9 @@ SUMMARY_HTML_MAX_CHARS = 4 * DISPLAY_MAX_BYTES  # more HTML from render_summary 
 API_TEXT_MAX_BYTES = 1_000_000  # /api/jobs/ID cuts a larger payload, result, error or log
 MIN_MYSQL_PACKET_BYTES = 4 * 1024 * 1024  # a payload, a result and the rest in one statement
 REASON_MAX_CHARS = 32  # `outcome_reason`: a `status.Reason` value
+LIMIT_KEY_MAX_CHARS = 191  # `cronjob_queue.limit_key`: a handler's LIMIT_KEY value (indexed)
+FLOW_REASON_MAX_BYTES = 500  # why a pause or a block was made (cut, not refused)
+FLOW_BY_MAX_CHARS = 64  # who made a pause (`cronjob_pause.created_by`)
 # Short texts cut where they are made, each the width of its column or a readable length.
 EXCEPTION_TEXT_MAX_CHARS = 300  # an exception's message quoted in an error or a log line
 ROW_EXCEPTION_TEXT_MAX_CHARS = 500  # ... in the error of a row that cannot be prepared

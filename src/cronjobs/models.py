@@ -71,6 +71,9 @@ cronjob_queue = Table(
     # Migration 0008: why the worker (not the handler) ended the last run as it did
     # (a `status.Reason` value); NULL for the handler's own outcome.
     Column("outcome_reason", String(limits.REASON_MAX_CHARS), nullable=True),
+    # Migration 0009: the value of the handler's LIMIT_KEY (or `limit_key(payload)`),
+    # computed at dispatch; NULL: limited by type only.
+    Column("limit_key", String(limits.LIMIT_KEY_MAX_CHARS), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_locked", "status", "locked_until"),
@@ -80,6 +83,8 @@ cronjob_queue = Table(
     # Dashboard lists (migration 0003): newest-first pages per status, per type and status.
     Index("ix_cronjob_queue_status_id", "status", "id"),
     Index("ix_cronjob_queue_type_status", "type", "status", "id"),
+    # Flow control (0009): rows running per type and limit key (the claim's count).
+    Index("ix_cronjob_queue_limit", "status", "type", "limit_key"),
     sqlite_autoincrement=True,  # never reuse the id of a deleted row
     **MYSQL_TABLE_ARGS,
 )
@@ -210,5 +215,63 @@ cronjob_secret = Table(
     Column("name", String(64), primary_key=True),
     Column("value", String(255), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
+# Flow control (migration 0009; docs/flow-control.md). A pause of a queue, a job type or a
+# scheduled task: its rows (slots) wait until it is resumed or `until_at` passes (NULL:
+# until resumed). The claim excludes paused rows in its SELECT.
+cronjob_pause = Table(
+    "cronjob_pause",
+    metadata,
+    Column("scope", String(8), primary_key=True),  # queue | type | task
+    Column("name", String(191), primary_key=True),
+    Column("reason", Text, nullable=True),
+    Column("created_by", String(limits.FLOW_BY_MAX_CHARS), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("until_at", UtcDateTime, nullable=True),
+    **MYSQL_TABLE_ARGS,
+)
+
+# A block (flood wait): rows of `type` with `limit_key` (or every row of the type when
+# `limit_key` is '') wait until `until_at`. Written by `RetryLater(block=...)` in the
+# outcome's transaction; extended, never shortened; expires by itself.
+cronjob_block = Table(
+    "cronjob_block",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("type", String(191), nullable=False),
+    Column("limit_key", String(limits.LIMIT_KEY_MAX_CHARS), nullable=False, server_default=""),
+    Column("until_at", UtcDateTime, nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    UniqueConstraint("type", "limit_key", name="uq_cronjob_block_type_key"),
+    sqlite_autoincrement=True,
+    **MYSQL_TABLE_ARGS,
+)
+
+# One row per limit (`queue:<name>`, `type:<type>`): claimers of a limited queue or type
+# lock it FOR UPDATE in the claim's transaction, so they count running rows and starts
+# one after the other (never a counter: the counts come from the rows and the start log).
+cronjob_limiter = Table(
+    "cronjob_limiter",
+    metadata,
+    Column("name", String(191), primary_key=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
+# The start log of rate limits: one row per start of a rate-limited row, written by the
+# claim; a rate limit counts the starts of its limiter (and key; '' for none) in the
+# rolling window. Entries older than the window are pruned by the claim.
+cronjob_flow_start = Table(
+    "cronjob_flow_start",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("limiter", String(191), nullable=False),
+    Column("limit_key", String(limits.LIMIT_KEY_MAX_CHARS), nullable=False, server_default=""),
+    Column("started_at", UtcDateTime, nullable=False),
+    Index("ix_cronjob_flow_start", "limiter", "limit_key", "started_at"),
+    sqlite_autoincrement=True,
     **MYSQL_TABLE_ARGS,
 )

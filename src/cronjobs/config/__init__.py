@@ -6,7 +6,7 @@ Environment variables win over the TOML file. Unknown variables and keys are err
 - `settings`: `Settings`, every field with its default, bounds and description (the
   configuration reference is generated from it), its validators and `Settings.load()`;
 - `tables`: the TOML tables with fields of their own (`[tasks.<task>]`: `TaskSettings`,
-  `[[uptime_checks]]`: `UptimeCheck`);
+  `[queues.<queue>]`: `QueueSettings`, `[[uptime_checks]]`: `UptimeCheck`);
 - `urls`: the database and broker URLs cronjobs accepts, and what to write instead;
 - `sources`: reading the variables and the TOML file, with the "did you mean" hints.
 
@@ -15,7 +15,7 @@ Import the names from here (`from cronjobs.config import Settings`).
 
 from .settings import Settings
 from .sources import ENV_PREFIX
-from .tables import TaskSettings, UptimeCheck
+from .tables import QueueSettings, TaskSettings, UptimeCheck
 from .urls import (
     AMQP_SCHEMES,
     DATABASE_SCHEME_FOR,
@@ -25,5 +25,5 @@ from .urls import (
 )
 
 __all__ = ["AMQP_SCHEMES", "DATABASE_SCHEME_FOR", "ENV_PREFIX", "MEMORY_BROKER",
-           "REDIS_SCHEMES", "SUPPORTED_DATABASE_SCHEMES", "Settings", "TaskSettings",
-           "UptimeCheck"]
+           "QueueSettings", "REDIS_SCHEMES", "SUPPORTED_DATABASE_SCHEMES", "Settings",
+           "TaskSettings", "UptimeCheck"]

@@ -15,9 +15,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidJob
+from ..limits import check_queue
 from .sources import read_sources
-from .tables import TaskSettings, UptimeCheck
+from .tables import QueueSettings, TaskSettings, UptimeCheck
 from .urls import MEMORY_BROKER, check_broker_url, check_database_url, hide_password
 
 
@@ -171,6 +172,12 @@ class Settings(BaseModel):
         description="Per-task settings, `[tasks.<task>]` tables in TOML with `enabled` and "
                     "`frequency` (no variable).")
 
+    queues: dict[str, QueueSettings] = Field(
+        default_factory=dict,
+        description="Per-queue limits, `[queues.<queue>]` tables in TOML with `concurrency` and "
+                    "`rate_limit` (`30/s`, `100/m`, `5/h`); in the environment a JSON object: "
+                    "`{\"broadcast\": {\"concurrency\": 1}}`.")
+
     # -- dashboard ------------------------------------------------------------------------
     dashboard_session_hours: float = Field(
         default=12, gt=0, description="How long a dashboard login lasts (hours).")
@@ -265,6 +272,22 @@ class Settings(BaseModel):
             return tuple(u.strip() for u in value.split(",") if u.strip())
         return value
 
+    @field_validator("queues", mode="before")
+    @classmethod
+    def _parse_queues(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: a JSON object of tables
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"must be a JSON object of queue tables: {exc}") from None
+        if isinstance(value, dict):
+            for queue in value:
+                try:
+                    check_queue(queue)
+                except InvalidJob as exc:
+                    raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("uptime_checks", mode="before")
     @classmethod
     def _parse_checks(cls, value: Any) -> Any:
@@ -299,6 +322,10 @@ class Settings(BaseModel):
     def embedded_broker(self) -> bool:
         """True when the broker is the in-process one (`memory://`)."""
         return self.broker_url == MEMORY_BROKER
+
+    def queue_settings(self, name: str) -> QueueSettings:
+        """Return the operator limits of queue `name` (no limits if none)."""
+        return self.queues.get(name, QueueSettings())
 
     def task(self, name: str) -> TaskSettings:
         """Return the operator settings of task `name` (empty settings if none)."""

@@ -67,6 +67,10 @@ def _read_toml(path: Path, fields: list[str], task_keys: list[str]) -> dict[str,
     for key in data:
         if key not in fields:
             raise ConfigError(f"unknown key {key!r} in {path}{_hint(key, fields)}")
+    for table_key in ("queues",):
+        if not isinstance(data.get(table_key, {}), dict):
+            raise ConfigError(f"{table_key!r} in {path} must be a table of [{table_key}.<name>] "
+                              f"tables, got {data[table_key]!r}")
     if not isinstance(data.get("tasks", {}), dict):
         raise ConfigError(f"'tasks' in {path} must be a table of [tasks.<task>] tables, "
                           f"got {data['tasks']!r}")

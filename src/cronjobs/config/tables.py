@@ -1,10 +1,11 @@
-"""The TOML tables of the settings with fields of their own: `[tasks.<task>]` and
-`[[uptime_checks]]`."""
+"""The TOML tables of the settings with fields of their own: `[tasks.<task>]`,
+`[queues.<queue>]` and `[[uptime_checks]]`."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from ..flowrules import check_concurrency, parse_rate
 from ..slots import check_frequency
 
 
@@ -54,3 +55,34 @@ class UptimeCheck(BaseModel):
         description="HTTP status it must answer with; unset means any 2xx (a 3xx is checked "
                     "without following the redirect).")
     expect_text: str | None = Field(None, description="Text the body must contain.")
+
+
+class QueueSettings(BaseModel):
+    """Operator limits of one queue (`[queues.<queue>]` in TOML; `CRONJOBS_QUEUES` as a
+    JSON object of such tables). They apply to the queue as a whole, all workers and
+    hosts together, besides the limits of each handler.
+
+    Attributes:
+        concurrency: at most this many rows of the queue running at once; None: no limit.
+        rate_limit: at most this many starts per rolling second/minute/hour (`"30/s"`,
+            `"100/m"`, `"5/h"`); None: no limit.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    concurrency: int | None = Field(
+        None, description="At most this many rows of the queue running at once, all workers "
+                          "together.")
+    rate_limit: str | None = Field(
+        None, description="At most this many starts per rolling window, all workers together: "
+                          "`30/s`, `100/m`, `5/h`.")
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _check_concurrency(cls, value: object) -> object:
+        return check_concurrency(value, "concurrency")
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _check_rate(cls, value: str | None) -> str | None:
+        parse_rate(value, "rate_limit")
+        return value

@@ -7,7 +7,8 @@
   cancelled row), `jobs` (reads): the job row's life, driver SQL on the hot path;
 - `maintenance` (rescue stale rows, undelivered rows, prune), `runtime` (tasks and slot
   claims), `workers` (heartbeats), and the dashboard's `views`, `queues` (reads per
-  queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`.
+  queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`;
+  `flow` (pauses, blocks, what waits behind them).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -19,6 +20,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     actions,
     alerts,
     fields,
+    flow,
     operations,
     queues,
     secrets,
@@ -27,8 +29,20 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
 )
 from .claim import ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
 from .finish import delete_job, finish_job, finish_many
+from .flow import (
+    block,
+    held_counts,
+    is_task_paused,
+    list_blocks,
+    list_pauses,
+    pause,
+    prune_expired,
+    resume,
+    unblock,
+)
 from .insert import insert_job, insert_jobs
 from .jobs import JOB_COLUMNS, count_children, get_job, select_by_key
+from .limiter import FlowPolicy
 from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
     claim_slot,
@@ -52,5 +66,7 @@ __all__ = [
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
-    "actions", "alerts", "fields", "operations", "queues", "secrets", "selection", "views",
+    "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
+    "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
+    "queues", "secrets", "selection", "views", "FlowPolicy",
 ]

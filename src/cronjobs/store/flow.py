@@ -1,0 +1,258 @@
+"""Flow control's own rows: pauses (a queue, a job type, a scheduled task) and blocks (a
+job type, or one limit key of it, until a time), and what waits behind them.
+
+The claim reads these tables in its candidate SELECT (`hold_sql`: one NOT EXISTS each),
+so a pause or a block made by any process holds for every worker from its next claim,
+with nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes
+them. All times naive UTC (the injected clock's `now`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, func, or_, select, update
+
+from .. import limits
+from ..errors import InvalidJob
+from ..models import cronjob_block as b
+from ..models import cronjob_pause as p
+from ..models import cronjob_queue as q
+from .sql import bind, due, insert_ignore, ph
+
+SCOPES = ("queue", "type", "task")
+WHOLE_TYPE = ""  # `cronjob_block.limit_key` of a block of the whole type
+
+
+def pause(conn: Connection, scope: str, name: str, *, now: datetime,
+          until: datetime | None = None, reason: str | None = None, by: str) -> dict:
+    """Pause queue, job type or task `name` (replacing its pause, if any): its rows wait
+    (running ones finish), keeping their order and attempts.
+
+    Args:
+        scope: `queue`, `type` or `task`.
+        name: the queue name, job type or task name.
+        now: naive UTC, written as `created_at`.
+        until: naive UTC end of the pause, after `now`; None: until resumed.
+        reason: why (cut to 500 bytes); by: who (`user@host`, at most 64 characters).
+
+    Returns:
+        The pause as `list_pauses` gives it.
+
+    Raises:
+        InvalidJob: a bad scope, name, `by`, or an `until` not after `now`.
+    """
+    _check_target(scope, name)
+    by = limits.check_name(by, "pause author", limits.FLOW_BY_MAX_CHARS)
+    if until is not None and until <= now:
+        raise InvalidJob(f"a pause must end after now ({now:%Y-%m-%d %H:%M:%S} UTC), "
+                         f"got until {until:%Y-%m-%d %H:%M:%S}")
+    values = {"reason": _reason(reason), "created_by": by, "created_at": now, "until_at": until}
+    added = conn.execute(insert_ignore(conn, p, ["scope", "name"]).values(
+        scope=scope, name=name, **values).execution_options(preserve_rowcount=True)).rowcount
+    # (psycopg 3 drops an INSERT's rowcount unless SQLAlchemy is asked to keep it)
+    if not added:
+        conn.execute(update(p).where(p.c.scope == scope, p.c.name == name).values(**values))
+    return {"scope": scope, "name": name, "reason": values["reason"], "created_by": by,
+            "created_at": now, "until": until}
+
+
+def resume(conn: Connection, scope: str, name: str) -> int:
+    """Lift the pause of queue, type or task `name` (`scope` as in `pause`).
+
+    Returns:
+        1 if a pause was lifted (live or expired), 0 if there was none.
+
+    Raises:
+        InvalidJob: a bad scope or name.
+    """
+    _check_target(scope, name)
+    return conn.execute(delete(p).where(p.c.scope == scope, p.c.name == name)).rowcount
+
+
+def list_pauses(conn: Connection, now: datetime) -> list[dict]:
+    """The live pauses at `now` (naive UTC), oldest first.
+
+    Returns:
+        Dicts with `scope` (queue | type | task), `name`, `reason` (or None),
+        `created_by`, `created_at` and `until` (naive UTC, None: until resumed).
+    """
+    rows = conn.execute(select(p).where(_live_pause(now)).order_by(p.c.created_at, p.c.name))
+    return [{"scope": r.scope, "name": r.name, "reason": r.reason, "created_by": r.created_by,
+             "created_at": r.created_at, "until": r.until_at} for r in rows]
+
+
+def is_task_paused(conn: Connection, name: str, now: datetime) -> bool:
+    """Whether scheduled task `name` has a live pause at `now` (naive UTC): its slots
+    start nothing (the scheduler records them as skipped)."""
+    found = conn.execute(select(p.c.name).where(
+        p.c.scope == "task", p.c.name == name, _live_pause(now))).first()
+    return found is not None
+
+
+def block(conn: Connection, job_type: str, limit_key: str | None = None, *, now: datetime,
+          until: datetime, reason: str | None = None) -> dict:
+    """Block rows of `job_type` with `limit_key` (None: every row of the type) until
+    `until`: they stay pending, keeping their order and attempts. An existing block of
+    the same type and key is extended to `until` (with this reason), never shortened.
+
+    Args:
+        job_type: the job type; limit_key: the key (at most 191 characters) or None.
+        now: naive UTC, the block's `created_at` when it is new or extended.
+        until: naive UTC end; reason: why (cut to 500 bytes).
+
+    Returns:
+        The block as it stands after the call, as `list_blocks` gives it.
+
+    Raises:
+        InvalidJob: a bad type or key.
+    """
+    limits.check_name(job_type, "job type", limits.TYPE_MAX_CHARS)
+    key = WHOLE_TYPE if limit_key is None else limits.check_name(
+        limit_key, "limit key", limits.LIMIT_KEY_MAX_CHARS)
+    values = {"until_at": until, "reason": _reason(reason), "created_at": now}
+    added = conn.execute(insert_ignore(conn, b, ["type", "limit_key"]).values(
+        type=job_type, limit_key=key, **values).execution_options(preserve_rowcount=True)
+    ).rowcount
+    if not added:  # extend, never shorten: one conditional UPDATE, safe against a racer
+        conn.execute(update(b).where(b.c.type == job_type, b.c.limit_key == key,
+                                     b.c.until_at < until).values(**values))
+    row = conn.execute(select(b).where(b.c.type == job_type, b.c.limit_key == key)).one()
+    return _block_dict(row)
+
+
+def unblock(conn: Connection, block_id: int | None = None, *, job_type: str | None = None,
+            limit_key: str | None = None) -> int:
+    """Lift block `block_id`, or the block of `job_type` and `limit_key` (None: the
+    block of the whole type).
+
+    Returns:
+        How many blocks were deleted (0 or 1).
+
+    Raises:
+        ValueError: neither or both of `block_id` and `job_type`.
+    """
+    if (block_id is None) == (job_type is None):
+        raise ValueError(f"unblock takes a block id or a job type, got id={block_id!r} "
+                         f"and type={job_type!r}")
+    if block_id is not None:
+        return conn.execute(delete(b).where(b.c.id == int(block_id))).rowcount
+    key = WHOLE_TYPE if limit_key is None else limit_key
+    return conn.execute(delete(b).where(b.c.type == job_type, b.c.limit_key == key)).rowcount
+
+
+def list_blocks(conn: Connection, now: datetime) -> list[dict]:
+    """The live blocks at `now` (naive UTC), ending soonest first.
+
+    Returns:
+        Dicts with `id`, `type`, `limit_key` (None: the whole type), `until` (naive
+        UTC), `reason` (or None) and `created_at`.
+    """
+    rows = conn.execute(select(b).where(b.c.until_at > now).order_by(b.c.until_at, b.c.id))
+    return [_block_dict(r) for r in rows]
+
+
+def prune_expired(conn: Connection, now: datetime) -> dict[str, int]:
+    """Delete the pauses and blocks that ended at or before `now` (naive UTC).
+
+    Returns:
+        `{"pauses": n, "blocks": n}`: how many were deleted.
+    """
+    pauses = conn.execute(delete(p).where(p.c.until_at <= now)).rowcount
+    blocks = conn.execute(delete(b).where(b.c.until_at <= now)).rowcount
+    return {"pauses": pauses, "blocks": blocks}
+
+
+def hold_sql(dialect: str) -> str:
+    """Driver SQL on `cronjob_queue` (unqualified columns; placeholder `p_now`): true for
+    a row that no live pause of its queue or type and no live block of its type (whole,
+    or its limit key) holds. One NOT EXISTS on each tiny table."""
+    now = ph(dialect, "p_now")
+    t = q.name
+    return (f"NOT EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
+            f"fp.name = {t}.queue) OR (fp.scope = 'type' AND fp.name = {t}.type)) AND "
+            f"(fp.until_at IS NULL OR fp.until_at > {now})) AND NOT EXISTS (SELECT 1 FROM "
+            f"{b.name} fb WHERE fb.type = {t}.type AND fb.limit_key IN ('', {t}.limit_key) "
+            f"AND fb.until_at > {now})")
+
+
+def hold_params(dialect: str, now: datetime) -> dict[str, Any]:
+    """The parameters of `hold_sql` at `now` (naive UTC)."""
+    return {"p_now": bind(dialect, now)}
+
+
+def held_counts(conn: Connection, now: datetime, *,
+                concurrency: Mapping[str, int] | None = None) -> list[dict]:
+    """Due pending rows that wait because of a pause, a block or a concurrency limit, per
+    queue and type (never per key: for metrics labels).
+
+    Args:
+        now: naive UTC; rows scheduled later are not counted (they are not due).
+        concurrency: `{job type: N}`, the CONCURRENCY of limited types (per limit key):
+            a due row counts as `limited` when N rows of its type and key are running.
+
+    Returns:
+        Dicts `{"queue", "type", "reason", "rows"}`, `reason` one of `paused`, `blocked`,
+        `limited` (a row counts once: paused before blocked before limited), sorted by
+        queue, type, reason.
+    """
+    paused = select(p.c.name).where(_live_pause(now), or_(
+        and_(p.c.scope == "queue", p.c.name == q.c.queue),
+        and_(p.c.scope == "type", p.c.name == q.c.type))).exists()
+    blocked = select(b.c.id).where(b.c.type == q.c.type, b.c.until_at > now, or_(
+        b.c.limit_key == WHOLE_TYPE, b.c.limit_key == q.c.limit_key)).exists()
+    counts: dict[tuple[str, str, str], int] = {}
+    for reason, cond in (("paused", paused), ("blocked", and_(~paused, blocked))):
+        for queue, job_type, rows in conn.execute(
+                select(q.c.queue, q.c.type, func.count()).where(due(now), cond)
+                .group_by(q.c.queue, q.c.type)):
+            counts[(queue, job_type, reason)] = rows
+    if concurrency:
+        _limited(conn, now, dict(concurrency), ~paused & ~blocked, counts)
+    return [{"queue": k[0], "type": k[1], "reason": k[2], "rows": n}
+            for k, n in sorted(counts.items())]
+
+
+def _limited(conn: Connection, now: datetime, concurrency: dict[str, int], free,
+             counts: dict[tuple[str, str, str], int]) -> None:
+    """Add the `limited` counts: due rows of a (type, key) with N running."""
+    types = list(concurrency)
+    full = {(t, k) for t, k, n in conn.execute(
+        select(q.c.type, q.c.limit_key, func.count()).where(
+            q.c.status == "running", q.c.type.in_(types)).group_by(q.c.type, q.c.limit_key))
+        if n >= concurrency[t]}
+    if not full:
+        return
+    for queue, job_type, key, rows in conn.execute(
+            select(q.c.queue, q.c.type, q.c.limit_key, func.count())
+            .where(due(now), q.c.type.in_({t for t, _ in full}), free)
+            .group_by(q.c.queue, q.c.type, q.c.limit_key)):
+        if (job_type, key) in full:
+            counts[(queue, job_type, "limited")] = counts.get(
+                (queue, job_type, "limited"), 0) + rows
+
+
+def _live_pause(now: datetime):
+    return or_(p.c.until_at.is_(None), p.c.until_at > now)
+
+
+def _check_target(scope: str, name: str) -> None:
+    if scope not in SCOPES:
+        raise InvalidJob(f"pause scope must be one of {', '.join(SCOPES)}, got {scope!r:.40}")
+    if scope == "queue":
+        limits.check_queue(name)
+    else:
+        limits.check_name(name, "job type" if scope == "type" else "task name",
+                          limits.TYPE_MAX_CHARS)
+
+
+def _reason(reason: str | None) -> str | None:
+    return None if reason is None else limits.cut(str(reason), limits.FLOW_REASON_MAX_BYTES)
+
+
+def _block_dict(row) -> dict:
+    return {"id": row.id, "type": row.type,
+            "limit_key": None if row.limit_key == WHOLE_TYPE else row.limit_key,
+            "until": row.until_at, "reason": row.reason, "created_at": row.created_at}

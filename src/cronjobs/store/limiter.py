@@ -1,0 +1,240 @@
+"""Flow control in the claim: `FlowPolicy`, the `ClaimPolicy` of every executor.
+
+Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
+
+- **pauses and blocks**: one NOT EXISTS each in the candidate SELECT (`flow.hold_sql`),
+  so held rows are skipped in the SELECT and the rows behind them are reached;
+- **limits** (a handler's CONCURRENCY / RATE_LIMIT, per LIMIT_KEY; a queue's settings):
+  the claimer first locks the limiter row of each limit it enforces, FOR UPDATE in name
+  order (claimers of one limit take turns; one order: no deadlock), then counts the
+  `running` rows per type and key (index `ix_cronjob_queue_limit`) and the starts in the
+  rolling window (`cronjob_flow_start`). Buckets at their limit are excluded in the
+  SELECT; `accept` takes at most what is left of each; the next round refills the slots
+  from other keys. Nothing is ever counted up or down: a row killed with `kill -9` stops
+  counting when recover-stale takes it back (it is no longer `running`).
+
+A row without a key is in its type's keyless bucket. A claim by id (an operator's "run
+it now") honours pauses, blocks and the type's limits, not the queue's (it names no
+queue). Without limits the policy adds only the two NOT EXISTS: one round, no lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from ..flowrules import Limits
+from ..models import cronjob_flow_start as fs
+from ..models import cronjob_limiter as lim
+from ..models import cronjob_queue as q
+from .claim import ClaimPolicy, ClaimRequest
+from .flow import hold_params, hold_sql
+from .sql import bind, insert_ignore, lock_sql, name, ph
+
+ROUNDS = 4
+NO_KEY = ""  # the start log's key of a keyless row or of a limit without keys
+
+
+@dataclass
+class _Budget:
+    """What one claim may still take: per (type, key) and for the whole queue."""
+
+    full: set[tuple[str, str | None]] = field(default_factory=set)
+    left: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    queue_left: int | None = None
+
+
+class FlowPolicy(ClaimPolicy):
+    """Pauses, blocks and limits, decided in the claim transaction.
+
+    Args:
+        type_limits: `{job type: Limits}` of the handlers this claimer runs (limited ones).
+        queue_limits: `{queue: Limits}` from the settings (`[queues.<queue>]`).
+    """
+
+    def __init__(self, type_limits: Mapping[str, Limits] | None = None,
+                 queue_limits: Mapping[str, Limits] | None = None) -> None:
+        self.type_limits = {t: lm for t, lm in (type_limits or {}).items() if lm}
+        self.queue_limits = {n: lm for n, lm in (queue_limits or {}).items() if lm}
+        self.rounds = ROUNDS if self.type_limits or self.queue_limits else 1
+        self._local = threading.local()  # the budget of this thread's claim in progress
+
+    def where(self, conn: Connection, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
+        """The hold condition, and the exclusion of buckets at their limit (limiters
+        locked and counted first). See the module docstring."""
+        dialect = name(conn)
+        hold, held = hold_sql(dialect), hold_params(dialect, request.now)
+        queue = self.queue_limits.get(request.queue) if request.queue else None
+        if not self.type_limits and queue is None:
+            self._local.budget = None
+            return hold, held
+        budget = self._count(conn, dialect, request, queue)
+        self._local.budget = budget
+        if budget.queue_left is not None and budget.queue_left <= 0:
+            return "1 = 0", {}
+        extra, params = _exclude(dialect, budget.full, self.type_limits)
+        return (f"{hold} AND {extra}" if extra else hold), {**held, **params}
+
+    def accept(self, conn: Connection, request: ClaimRequest, rows: list[dict]) -> list[dict]:
+        """Take rows in claim order while their bucket (and the queue) has room; log the
+        starts of rate-limited ones."""
+        budget: _Budget | None = getattr(self._local, "budget", None)
+        if budget is None:
+            return rows
+        taken = []
+        for row in rows:
+            if budget.queue_left is not None and budget.queue_left <= 0:
+                break
+            bucket = (row["type"], self._key(row))
+            room = budget.left.get(bucket, self._room(row["type"]))
+            if room is not None and room <= 0:
+                continue
+            if room is not None:
+                budget.left[bucket] = room - 1
+            if budget.queue_left is not None:
+                budget.queue_left -= 1
+            taken.append(row)
+        self._log_starts(conn, request, taken)
+        return taken
+
+    def _key(self, row: dict) -> str | None:
+        """The row's bucket key: its limit key for a keyed type, else None."""
+        limits = self.type_limits.get(row["type"])
+        return row.get("limit_key") if limits is not None and limits.keyed else None
+
+    def _room(self, job_type: str) -> int | None:
+        limits = self.type_limits.get(job_type)
+        if limits is None:
+            return None
+        return min(x for x in (limits.concurrency, limits.rate and limits.rate.count) if x)
+
+    def _count(self, conn: Connection, dialect: str, request: ClaimRequest,
+               queue: Limits | None) -> _Budget:
+        """Lock the limiters, then count running rows and window starts per bucket."""
+        names = sorted([f"type:{t}" for t in self.type_limits]
+                       + ([f"queue:{request.queue}"] if queue else []))
+        lock_limiters(conn, dialect, names, request.now)
+        budget = _Budget()
+        running: Counter = Counter()
+        for (job_type, key), n in running_counts(conn, dialect, list(self.type_limits)).items():
+            running[(job_type, key if self.type_limits[job_type].keyed else None)] += n
+        for job_type, limits in self.type_limits.items():
+            starts = (start_counts(conn, dialect, f"type:{job_type}", request.now,
+                                   limits.rate.window_seconds) if limits.rate else Counter())
+            for key in set(k for t, k in running if t == job_type) | set(starts):
+                left = _left(limits, running.get((job_type, key), 0), starts.get(key, 0))
+                budget.left[(job_type, key)] = left
+                if left <= 0:
+                    budget.full.add((job_type, key))
+        if queue is not None:
+            budget.queue_left = queue_room(conn, dialect, request, queue)
+        return budget
+
+    def _log_starts(self, conn: Connection, request: ClaimRequest, taken: list[dict]) -> None:
+        entries = [(f"type:{row['type']}", self._key(row) or NO_KEY) for row in taken
+                   if (lm := self.type_limits.get(row["type"])) is not None and lm.rate]
+        queue = self.queue_limits.get(request.queue) if request.queue else None
+        if queue is not None and queue.rate:
+            entries += [(f"queue:{request.queue}", NO_KEY)] * len(taken)
+        if entries:
+            conn.execute(fs.insert(), [{"limiter": limiter, "limit_key": key,
+                                        "started_at": request.now} for limiter, key in entries])
+
+
+def _left(limits: Limits, running: int, starts: int) -> int:
+    room = [limits.concurrency - running] if limits.concurrency else []
+    if limits.rate:
+        room.append(limits.rate.count - starts)
+    return min(room)
+
+
+def _exclude(dialect: str, full: set[tuple[str, str | None]],
+             type_limits: Mapping[str, Limits]) -> tuple[str, dict[str, Any]]:
+    """SQL excluding the buckets in `full` (keyed types: per key; others: the type)."""
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    by_type: dict[str, list[str | None]] = {}
+    for job_type, key in sorted(full, key=lambda b: (b[0], b[1] or "")):
+        by_type.setdefault(job_type, []).append(key)
+    for n, (job_type, keys) in enumerate(by_type.items()):
+        params[f"p_t{n}"] = job_type
+        t = ph(dialect, f"p_t{n}")
+        if not type_limits[job_type].keyed:
+            parts.append(f"type <> {t}")
+            continue
+        named = [k for k in keys if k is not None]
+        conds = []
+        if named:
+            for i, key in enumerate(named):
+                params[f"p_k{n}_{i}"] = key
+            conds.append("limit_key IN (" + ", ".join(
+                ph(dialect, f"p_k{n}_{i}") for i in range(len(named))) + ")")
+        if None in keys:
+            conds.append("limit_key IS NULL")
+        parts.append(f"NOT (type = {t} AND ({' OR '.join(conds)}))")
+    return " AND ".join(parts), params
+
+
+def lock_limiters(conn: Connection, dialect: str, names: list[str], now: datetime) -> None:
+    """Lock the limiter rows `names` (sorted) FOR UPDATE, making missing ones first.
+    SQLite has one writer at a time: nothing to lock."""
+    if dialect == "sqlite" or not names:
+        return
+    marks = ", ".join(ph(dialect, f"n{i}") for i in range(len(names)))
+    params = {f"n{i}": n for i, n in enumerate(names)}
+    sql = (f"SELECT name FROM {lim.name} WHERE name IN ({marks}) ORDER BY name"
+           f"{lock_sql(dialect, skip=False)}")
+    found = {r[0] for r in conn.exec_driver_sql(sql, params)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        conn.execute(insert_ignore(conn, lim, ["name"]),
+                     [{"name": n, "created_at": now} for n in missing])
+        conn.exec_driver_sql(sql, params)
+
+
+def running_counts(conn: Connection, dialect: str,
+                   types: list[str]) -> dict[tuple[str, str | None], int]:
+    """`{(type, limit key or None): rows running}` of `types`."""
+    if not types:
+        return {}
+    marks = ", ".join(ph(dialect, f"t{i}") for i in range(len(types)))
+    sql = (f"SELECT type, limit_key, COUNT(*) FROM {q.name} WHERE status = 'running' "
+           f"AND type IN ({marks}) GROUP BY type, limit_key")
+    rows = conn.exec_driver_sql(sql, {f"t{i}": t for i, t in enumerate(types)})
+    return {(t, k): n for t, k, n in rows}
+
+
+def start_counts(conn: Connection, dialect: str, limiter: str, now: datetime,
+                 window_seconds: float) -> Counter:
+    """Starts of `limiter` per key (None for `NO_KEY`) in the window ending at `now`
+    (naive UTC; a start counts while it is less than `window_seconds` old); older
+    entries are deleted."""
+    since = bind(dialect, now - timedelta(seconds=window_seconds))
+    params = {"limiter": limiter, "since": since}
+    lim_, since_ = ph(dialect, "limiter"), ph(dialect, "since")
+    conn.exec_driver_sql(f"DELETE FROM {fs.name} WHERE limiter = {lim_} AND "
+                         f"started_at <= {since_}", params)
+    rows = conn.exec_driver_sql(f"SELECT limit_key, COUNT(*) FROM {fs.name} WHERE limiter = "
+                                f"{lim_} AND started_at > {since_} GROUP BY limit_key", params)
+    return Counter({(k if k != NO_KEY else None): n for k, n in rows})
+
+
+def queue_room(conn: Connection, dialect: str, request: ClaimRequest, limits: Limits) -> int:
+    """How many more rows of `request.queue` may start now under the queue's limits."""
+    room = []
+    if limits.concurrency:
+        sql = (f"SELECT COUNT(*) FROM {q.name} WHERE queue = {ph(dialect, 'queue')} "
+               f"AND status = 'running'")
+        running = conn.exec_driver_sql(sql, {"queue": request.queue}).scalar_one()
+        room.append(limits.concurrency - running)
+    if limits.rate:
+        starts = start_counts(conn, dialect, f"queue:{request.queue}", request.now,
+                              limits.rate.window_seconds)
+        room.append(limits.rate.count - sum(starts.values()))
+    return min(room)
