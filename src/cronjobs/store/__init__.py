@@ -8,7 +8,8 @@
 - `maintenance` (rescue stale rows, undelivered rows, prune), `runtime` (tasks and slot
   claims), `workers` (heartbeats), and the dashboard's `views`, `queues` (reads per
   queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`;
-  `flow` (pauses, blocks, what waits behind them).
+  `flow` (pauses, blocks, what waits behind them), `held` (the rows they hold, bounded,
+  for metrics, health and the dashboard).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -21,6 +22,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     alerts,
     fields,
     flow,
+    held,
     operations,
     queues,
     secrets,
@@ -68,5 +70,5 @@ __all__ = [
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
-    "queues", "secrets", "selection", "views", "FlowPolicy",
+    "queues", "secrets", "selection", "views", "FlowPolicy", "held",
 ]
