@@ -1,7 +1,9 @@
 """One claim for every path, with a policy hook: a policy's condition keeps rows out of the
 claim without blocking the rows behind them, its filter leaves the rows it drops pending
-with their attempts, and without a policy a claim is one locking SELECT plus one UPDATE
-per terms group — the statements the worker, `drain()`, `run_next` and `process` all run."""
+with their attempts, and without a policy (or with the default flow policy and no limit
+configured: only the pause and block conditions) a claim is one locking SELECT plus one
+UPDATE per terms group — the statements the worker, `drain()`, `run_next` and `process`
+all run."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.store import ClaimPolicy
 from cronjobs.store.claim import select_sql, update_sql
+from cronjobs.store.flow import hold_sql
 from cronjobs.store.sql import name, ph
 from cronjobs.testing import drain
 from cronjobs.worker import WorkerProcess
@@ -132,20 +135,21 @@ def test_a_policy_cannot_take_a_row_that_was_not_a_candidate(make_app):
     assert rows_of(app, [job_id]) == {job_id: ("pending", 0)}
 
 
-@pytest.mark.parametrize("policy", [None, ClaimPolicy()], ids=["no-policy", "base-policy"])
+@pytest.mark.parametrize("policy", [None, ClaimPolicy()], ids=["flow-policy", "base-policy"])
 def test_a_claim_is_one_select_and_one_update_per_terms_group(make_app, policy):
     app = make_app(clock=FrozenClock(T0))
     same = [queue.dispatch(SHAPE, {"shape": "true"}) for _ in range(4)]
     executor = Executor(app, "w:1", claim_policy=policy)
     d = dialect(app)
+    select = select_sql(d, by_id=False, extra="" if policy else hold_sql(d))
     with statements(app) as seen, app.engine.begin() as conn:
         executor.claim_rows(conn, T0, queue="default", limit=8)
-    assert seen == [select_sql(d, by_id=False), update_sql(d, same)]
+    assert seen == [select, update_sql(d, same)]
     mixed = [queue.dispatch(SHAPE, {"shape": "true"}), queue.dispatch(SLOW, {}),
              queue.dispatch(SHAPE, {"shape": "true"})]
     with statements(app) as seen, app.engine.begin() as conn:
         executor.claim_rows(conn, T0, queue="default", limit=8)
-    assert seen == [select_sql(d, by_id=False), update_sql(d, [mixed[0], mixed[2]]),
+    assert seen == [select, update_sql(d, [mixed[0], mixed[2]]),
                     update_sql(d, [mixed[1]])]  # two leases: 120 s and 8 s, plus grace
 
 
@@ -155,13 +159,14 @@ def test_drain_run_next_and_process_run_the_same_claim(make_app):
     ids = [queue.dispatch(SHAPE, {"shape": "true"}) for _ in range(3)]
     with statements(app) as seen:
         assert len(drain(app, ["default"])) == 3
-    assert {s for s in seen if s.startswith("SELECT")} == {select_sql(d, by_id=False)}
+    assert {s for s in seen if s.startswith("SELECT")} == {
+        select_sql(d, by_id=False, extra=hold_sql(d))}
     assert [s for s in seen if s.startswith("UPDATE cronjob_queue SET status = 'running'")] \
         == [update_sql(d, [i]) for i in ids]
     one = queue.dispatch(SHAPE, {"shape": "true"})
     with statements(app) as seen:
         assert queue.process(one) is True
-    assert seen[:2] == [select_sql(d, by_id=True), update_sql(d, [one])]
+    assert seen[:2] == [select_sql(d, by_id=True, extra=hold_sql(d)), update_sql(d, [one])]
 
 
 @pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
@@ -182,4 +187,4 @@ def test_the_worker_claims_with_the_same_sql_and_its_handlers_attempts(make_app)
     row = queue.get(job_id, app=app)
     assert (row["status"], row["attempts"], row["max_attempts"]) == ("failed", 1, 1)
     claims = {s for s in seen if " ORDER BY priority, id LIMIT " in s}
-    assert claims == {select_sql(dialect(app), by_id=False)}
+    assert claims == {select_sql(dialect(app), by_id=False, extra=hold_sql(dialect(app)))}

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
-from . import limits, store
+from . import flowrules, limits, store
 from .app import App
 from .clock import as_utc
 from .db import run_in_transaction
@@ -158,11 +158,25 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
         raise InvalidJob(f"scheduled_at must be a datetime, got {scheduled_at!r}")
     now = app.clock.now()
     return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
+            "limit_key": limit_key_of(cls, payload),
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "title": title,
             "scheduled_at": as_utc(scheduled_at) if scheduled_at else None,
             "created_at": now, "updated_at": now}
+
+
+def limit_key_of(cls: type | None, payload: dict | None) -> str | None:
+    """The limit key of a new row of handler `cls` (its LIMIT_KEY field of `payload`, or
+    its `limit_key(payload)`); None without one.
+
+    Raises:
+        InvalidJob: the key is not text or a number, or is over 191 characters.
+    """
+    key = flowrules.key_of(cls, payload or {})
+    if key is not None:
+        limits.check_name(key, "limit key", limits.LIMIT_KEY_MAX_CHARS)
+    return key
 
 
 def check_type(app: App, type: str) -> None:

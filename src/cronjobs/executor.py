@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from . import dispatching, limits, store
+from . import dispatching, flowrules, limits, store
 from .app import App
 from .context import JobContext, Runtime
 from .db import classify, run_in_transaction
@@ -87,6 +87,17 @@ def job_of(row: dict) -> tuple[Job, Outcome | None]:
         return Job.from_row(row, decode=False), unreadable(exc)
 
 
+def flow_policy(app: App) -> store.FlowPolicy:
+    """The claim policy of `app`'s handlers and settings: pauses and blocks always; the
+    CONCURRENCY / RATE_LIMIT (per LIMIT_KEY) of every registered handler and the
+    `[queues.<queue>]` limits of the settings."""
+    types = {t: flowrules.handler_limits(cls)
+             for t, cls in app.handlers.registered_handlers().items()}
+    queues = {name: flowrules.Limits(qs.concurrency, flowrules.parse_rate(qs.rate_limit))
+              for name, qs in app.settings.queues.items()}
+    return store.FlowPolicy(types, queues)
+
+
 class Executor:
     """Runs rows: claims, calls handlers, reports outcomes. Built by whoever runs jobs:
     `queue.process`, `cronjobs run` and `cronjobs.testing.drain` use it as is (handlers
@@ -103,7 +114,7 @@ class Executor:
         on_job_done: called with no arguments after each finished job (the worker's
             recycling limits).
         claim_policy: what this executor's claims may take (`store.ClaimPolicy`); None:
-            every due row.
+            `flow_policy(app)`: pauses, blocks, the handlers' and the queues' limits.
     """
 
     def __init__(self, app: App, worker_id: str | None = None, *, isolation: str = "handler",
@@ -117,7 +128,7 @@ class Executor:
         self.isolation = isolation
         self.runtime = runtime or Runtime()
         self._on_job_done = on_job_done
-        self.claim_policy = claim_policy
+        self.claim_policy = claim_policy if claim_policy is not None else flow_policy(app)
         self.writer = OutcomeWriter(app, self.worker_id)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
@@ -171,7 +182,7 @@ class Executor:
 
         Raises:
             JobNotFound: no such row.
-            JobStateError: the row is not `pending`.
+            JobStateError: the row is not `pending`, or a pause, a block or a limit holds it.
         """
         rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
             c, self.app.clock.now(), job_id=job_id))
@@ -180,6 +191,9 @@ class Executor:
                 current = store.get_job(conn, job_id, ["status"])
             if current is None:
                 raise JobNotFound(f"no job with id {job_id}")
+            if current["status"] == "pending":
+                raise JobStateError(f"job {job_id} is held by a pause, a block or a limit "
+                                    f"(see `cronjobs limits`); it stays pending")
             raise JobStateError(f"job {job_id} is {current['status']}, not pending")
         return self.run_claimed(rows[0])
 

@@ -145,7 +145,10 @@ class GroupCommit:
             got = self._executor.claim_rows(conn, now, queue=queue, limit=wanted)
             self.claims += 1
             rows += got
-            if len(got) < wanted:
+            # A short claim drains the queue, unless rows wait behind a limit, a block or
+            # a pause that ends without a doorbell: then it stays rung (claimed again on
+            # the next turn of the loop, within a second).
+            if len(got) < wanted and not self._executor.claim_policy.holding(conn, queue, now):
                 drained.add(queue)
         return rows, drained
 

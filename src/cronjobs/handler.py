@@ -64,6 +64,7 @@ class Job:
     worker_id: str | None
     created_at: datetime
     updated_at: datetime
+    limit_key: str | None = None  # the value of the handler's LIMIT_KEY, set at dispatch
 
     @classmethod
     def from_row(cls, row: dict, *, decode: bool = True) -> Job:
@@ -112,6 +113,15 @@ class CronJobHandler:
             ships disabled, and while its switch is off every run of its types (scheduled,
             manual or dispatched) ends `cancelled` with reason `disabled` without calling
             `handle()`.
+        CONCURRENCY: at most this many rows of the type `running` at once, all workers
+            and hosts together (per limit key when the handler has one); None: no limit.
+        RATE_LIMIT: at most this many starts per rolling window, all workers together:
+            `"30/s"`, `"100/m"`, `"5/h"` (per limit key); None: no limit.
+        LIMIT_KEY: a payload field whose value (text or number) is the row's limit key,
+            computed at dispatch; CONCURRENCY and RATE_LIMIT then apply per key. A handler
+            may instead define a method `limit_key(self, payload) -> str | None`. Rows
+            without a key share the type's keyless limit. `raise RetryLater(delay,
+            block="key")` blocks the row's key (docs/handlers.md, "Limits").
         error / gateway_error / message: set one before returning `False` to give the
             row its error text.
     """
@@ -123,6 +133,9 @@ class CronJobHandler:
     QUEUE: ClassVar[str | None] = None
     DESTRUCTIVE: ClassVar[bool] = False
     ISOLATION: ClassVar[str] = "process"
+    CONCURRENCY: ClassVar[int | None] = None
+    RATE_LIMIT: ClassVar[str | None] = None
+    LIMIT_KEY: ClassVar[str | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

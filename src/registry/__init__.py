@@ -42,6 +42,7 @@ import handlers as builtin_handlers
 from cronjobs import limits
 from cronjobs.config import Settings
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
+from cronjobs.flowrules import handler_limits
 from cronjobs.handler import STAGES, CronJobHandler, task_name
 from cronjobs.slots import check_frequency
 
@@ -329,6 +330,10 @@ def check_class(type: str, handler_class: type) -> None:
             check_frequency(handler_class.FREQUENCY)
         except ValueError as exc:
             raise HandlerError(f"{name}: {exc}") from None
+    try:
+        handler_limits(handler_class)
+    except ValueError as exc:
+        raise HandlerError(f"{name}: {exc}") from None
 
 
 def class_name(cls: type) -> str:

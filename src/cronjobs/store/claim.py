@@ -110,6 +110,11 @@ class ClaimPolicy:
     2, ...) after taking what was accepted, so `where` can exclude what it learned. The
     base class: no condition, every candidate accepted, one round — exactly the claim
     without a policy (one SELECT and one UPDATE per terms group).
+
+    3. `holding(conn, queue, now)`, asked by a worker whose claim of `queue` came back
+       short, in the same transaction: True when rows may be waiting behind the policy
+       (a limit, a block, a pause) and will be free without a new doorbell, so the
+       worker claims again within a second instead of waiting for one.
     """
 
     rounds: int = 1
@@ -121,6 +126,10 @@ class ClaimPolicy:
     def accept(self, conn: Connection, request: ClaimRequest, rows: list[dict]) -> list[dict]:
         """The candidates to take (a sub-list of `rows`, in their order)."""
         return rows
+
+    def holding(self, conn: Connection, queue: str, now: datetime) -> bool:
+        """Whether rows of `queue` may wait behind this policy (claim again soon)."""
+        return False
 
 
 def claim_jobs(conn: Connection, request: ClaimRequest, terms: HandlerTerms,

@@ -165,6 +165,13 @@ def prune_expired(conn: Connection, now: datetime) -> dict[str, int]:
     return {"pauses": pauses, "blocks": blocks}
 
 
+def has_holds(conn: Connection, now: datetime) -> bool:
+    """Whether any pause or block is live at `now` (naive UTC): two tiny reads."""
+    return (conn.execute(select(p.c.name).where(_live_pause(now)).limit(1)).first() is not None
+            or conn.execute(select(b.c.id).where(b.c.until_at > now).limit(1)).first()
+            is not None)
+
+
 def hold_sql(dialect: str) -> str:
     """Driver SQL on `cronjob_queue` (unqualified columns; placeholder `p_now`): true for
     a row that no live pause of its queue or type and no live block of its type (whole,

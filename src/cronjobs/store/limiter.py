@@ -34,7 +34,7 @@ from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
-from .flow import hold_params, hold_sql
+from .flow import has_holds, hold_params, hold_sql
 from .sql import bind, insert_ignore, lock_sql, name, ph
 
 ROUNDS = 4
@@ -76,6 +76,8 @@ class FlowPolicy(ClaimPolicy):
             return hold, held
         budget = self._count(conn, dialect, request, queue)
         self._local.budget = budget
+        if budget.full or (budget.queue_left is not None and budget.queue_left <= 0):
+            self._local.limited = True
         if budget.queue_left is not None and budget.queue_left <= 0:
             return "1 = 0", {}
         extra, params = _exclude(dialect, budget.full, self.type_limits)
@@ -101,7 +103,17 @@ class FlowPolicy(ClaimPolicy):
                 budget.queue_left -= 1
             taken.append(row)
         self._log_starts(conn, request, taken)
+        if len(taken) < len(rows):
+            self._local.limited = True
         return taken
+
+    def holding(self, conn: Connection, queue: str, now: datetime) -> bool:
+        """True after a claim of this thread met a limit, or while a pause or a block is
+        live: rows may come free without a doorbell (a running row ends, the window
+        moves on, the block ends), so the worker tries again within a second."""
+        limited = getattr(self._local, "limited", False)
+        self._local.limited = False
+        return limited or has_holds(conn, now)
 
     def _key(self, row: dict) -> str | None:
         """The row's bucket key: its limit key for a keyed type, else None."""

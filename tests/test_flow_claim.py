@@ -1,0 +1,176 @@
+"""Limits, blocks and pauses decided by the claim itself: CONCURRENCY per LIMIT_KEY takes at
+most N running rows per key in priority then id order, a backlog of a held key never keeps
+other rows of the queue from being claimed, RATE_LIMIT counts starts over an exact rolling
+window, a queue's settings limit the queue as a whole, paused and blocked rows stay pending
+with their attempts until the pause or block ends — and the limit key is computed at dispatch."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from cronjobs import queue, store
+from cronjobs.clock import FrozenClock
+from cronjobs.errors import HandlerError, InvalidJob, JobStateError
+from cronjobs.executor import Executor
+from cronjobs.handler import CronJobHandler
+
+T0 = datetime(2026, 6, 6, 6, 0, 0)
+
+
+class KeyedExecute(CronJobHandler):
+    TYPE = "flow.keyed.execute"
+    QUEUE = "flow"
+    CONCURRENCY = 2
+    LIMIT_KEY = "chat"
+
+    def handle(self, payload, job):
+        return True
+
+
+class RatedExecute(CronJobHandler):
+    TYPE = "flow.rated.execute"
+    QUEUE = "flow"
+    RATE_LIMIT = "3/s"
+
+    def handle(self, payload, job):
+        return True
+
+
+class FreeExecute(CronJobHandler):
+    TYPE = "flow.free.execute"
+    QUEUE = "flow"
+
+    def limit_key(self, payload):
+        return payload.get("account")
+
+    def handle(self, payload, job):
+        return True
+
+
+def flow_app(make_app, **settings):
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock, **settings)
+    for cls in (KeyedExecute, RatedExecute, FreeExecute):
+        app.handlers.register(cls.TYPE, cls)
+    return app, clock
+
+
+def claim(app, clock, limit=16, job_id=None):
+    executor = Executor(app, "test:1")
+    with app.engine.begin() as conn:
+        kwargs = {"job_id": job_id} if job_id else {"queue": "flow", "limit": limit}
+        return [r["id"] for r in executor.claim_rows(conn, clock.now(), **kwargs)]
+
+
+def finish(app, ids):
+    from cronjobs.models import cronjob_queue as q
+
+    with app.engine.begin() as conn:
+        conn.execute(q.update().where(q.c.id.in_(ids)).values(status="completed"))
+
+
+def test_concurrency_per_key_in_priority_then_id_order(make_app):
+    app, clock = flow_app(make_app)
+    ids = {k: [queue.dispatch(KeyedExecute.TYPE, {"chat": k}) for _ in range(4)]
+           for k in ("a", "b", "c")}
+    low = queue.dispatch(KeyedExecute.TYPE, {"chat": "a"}, priority=1)
+    assert queue.get(low, ["limit_key"], app=app) == {"limit_key": "a"}
+    first = claim(app, clock)
+    assert sorted(first) == sorted([low, ids["a"][0], *ids["b"][:2], *ids["c"][:2]])
+    assert claim(app, clock) == []
+    finish(app, [low])
+    assert claim(app, clock) == [ids["a"][1]]
+    assert {queue.get(i, ["attempts"], app=app)["attempts"] for i in ids["a"][2:]} == {0}
+
+
+def test_a_held_backlog_does_not_block_the_queue(make_app):
+    app, clock = flow_app(make_app)
+    backlog = queue.dispatch_many([{"type": KeyedExecute.TYPE, "payload": {"chat": "hot"},
+                                    "priority": 1} for _ in range(60)])
+    others = [queue.dispatch(KeyedExecute.TYPE, {"chat": f"k{i}"}, priority=5)
+              for i in range(5)]
+    free = queue.dispatch(FreeExecute.TYPE, {"account": "x"}, priority=9)
+    got = claim(app, clock, limit=8)
+    assert got == [*backlog[:2], *others, free]
+    with app.engine.begin() as conn:
+        store.block(conn, FreeExecute.TYPE, None, now=T0, until=T0 + timedelta(seconds=30))
+        store.pause(conn, "type", RatedExecute.TYPE, now=T0, by="test")
+    blocked = queue.dispatch(FreeExecute.TYPE, {"account": "y"}, priority=0)
+    paused = queue.dispatch(RatedExecute.TYPE, {}, priority=0)
+    finish(app, got)
+    assert claim(app, clock, limit=3) == backlog[2:4]
+    assert queue.get(blocked, ["status", "attempts"], app=app) == {
+        "status": "pending", "attempts": 0}
+    clock.advance(30)
+    finish(app, backlog[2:4])
+    assert claim(app, clock, limit=1) == [blocked]
+    with app.engine.begin() as conn:
+        assert store.resume(conn, "type", RatedExecute.TYPE) == 1
+    assert claim(app, clock, limit=1) == [paused]
+
+
+def test_rate_limit_is_an_exact_rolling_window(make_app):
+    app, clock = flow_app(make_app)
+    ids = queue.dispatch_many([{"type": RatedExecute.TYPE} for _ in range(10)])
+    assert claim(app, clock) == ids[:3]
+    clock.advance(0.5)
+    assert claim(app, clock) == []
+    clock.advance(0.499)
+    assert claim(app, clock) == []
+    clock.advance(0.001)  # the first three started exactly one second ago
+    assert claim(app, clock) == ids[3:6]
+
+
+def test_queue_settings_limit_the_queue_as_a_whole(make_app):
+    app, clock = flow_app(make_app, queues={"flow": {"concurrency": 3, "rate_limit": "4/m"}})
+    ids = queue.dispatch_many([{"type": FreeExecute.TYPE} for _ in range(10)])
+    assert claim(app, clock) == ids[:3]
+    assert claim(app, clock) == []
+    finish(app, ids[:3])
+    assert claim(app, clock) == ids[3:4]  # the fourth start of the minute
+    finish(app, ids[3:4])
+    assert claim(app, clock) == []
+    clock.advance(60)
+    assert claim(app, clock) == ids[4:7]
+
+
+def test_pauses_and_blocks_hold_a_claim_by_id(make_app):
+    app, clock = flow_app(make_app)
+    job = queue.dispatch(FreeExecute.TYPE, {"account": "acc-1"})
+    with app.engine.begin() as conn:
+        store.pause(conn, "queue", "flow", now=T0, until=T0 + timedelta(minutes=5), by="ops")
+    assert claim(app, clock, job_id=job) == []
+    with pytest.raises(JobStateError, match=f"job {job} is held by a pause, a block or a limit"):
+        Executor(app).run_id(job)
+    clock.advance(300)
+    with app.engine.begin() as conn:
+        store.block(conn, FreeExecute.TYPE, "acc-1", now=clock.now(),
+                    until=clock.now() + timedelta(seconds=5), reason="FloodWait")
+        policy = Executor(app).claim_policy
+        assert policy.holding(conn, "flow", clock.now())
+    assert claim(app, clock, job_id=job) == []
+    clock.advance(5)
+    assert claim(app, clock, job_id=job) == [job]
+    with app.engine.begin() as conn:
+        assert not policy.holding(conn, "flow", clock.now())
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_bad_limits_are_refused_when_the_handler_loads(make_app):
+    app, _ = flow_app(make_app)
+    for attrs, message in (({"CONCURRENCY": 0}, "CONCURRENCY must be an integer >= 1"),
+                           ({"RATE_LIMIT": "30/d"}, "RATE_LIMIT must look like '30/s'"),
+                           ({"LIMIT_KEY": ""}, "LIMIT_KEY must be the name of a payload field"),
+                           ({"LIMIT_KEY": "a", "limit_key": lambda self, p: "x"},
+                            "set LIMIT_KEY")):
+        bad = type("BadExecute", (KeyedExecute,), {"LIMIT_KEY": None, **attrs})
+        with pytest.raises(HandlerError, match=message):
+            app.handlers.register("flow.bad.execute", bad)
+    with pytest.raises(InvalidJob, match="limit key is 200 characters"):
+        queue.dispatch(KeyedExecute.TYPE, {"chat": "x" * 200})
+    with pytest.raises(InvalidJob, match="limit key of KeyedExecute must be a string or a num"):
+        queue.dispatch(KeyedExecute.TYPE, {"chat": ["x"]})
+    assert queue.get(queue.dispatch(KeyedExecute.TYPE, {"chat": 4711}), ["limit_key"],
+                     app=app) == {"limit_key": "4711"}
