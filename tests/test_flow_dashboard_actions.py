@@ -2,7 +2,7 @@
 reason) and the rows they hold; Pause, Resume and Unblock work through a confirmation page,
 refuse bad input with a 400 naming it (nothing written), answer 404 for what is not there,
 403 without the CSRF token and 405 to a GET; the Tasks pages show each task's limits,
-overlap policy and pause state."""
+overlap policy, skipped slots and pause state."""
 
 from __future__ import annotations
 
@@ -187,8 +187,16 @@ def test_the_tasks_pages_show_limits_overlap_and_pause_state(make_app):
     assert "queue broadcast (incident)" in one
     assert "<code>test.chatsend.execute</code></th><td>at most 2 running, 10/s starts per " \
            "chat_id" in one
-    count = client.get("/tasks/test-count").get_data(as_text=True)
-    overlap = count[count.index('class="overlap"'):]
-    assert overlap.split(">", 1)[1].startswith(("skip", "-"))  # OVERLAP once it exists
+    # a scheduled task: its overlap policy and its skipped slots, on both pages
+    client.get("/tasks")  # makes the runtime rows
+    with app.engine.begin() as conn:
+        store.record_skips(conn, [("test-count", "202612011200")], "paused", app.clock.now())
+    page = client.get("/tasks").get_data(as_text=True)
+    row = page[page.index('data-task="test-count"'):]
+    row = " ".join(row[:row.index("</tr>")].split())
+    assert "overlap: allow" in row and "last: 202612011200, paused" in row
+    one = " ".join(client.get("/tasks/test-count").get_data(as_text=True).split())
+    assert '<td class="overlap">allow</td>' in one
+    assert '<td class="skipped">1; last 202612011200 (paused)</td>' in one
     tr = client.get("/flow?lang=tr").get_data(as_text=True)
     assert "Duraklatmalar ve engeller" in tr and "kuyruk" in tr

@@ -62,4 +62,6 @@ class JobContext:
             InvalidJob: as `cronjobs.queue.dispatch`.
         """
         options.setdefault("parent_id", self.job.id)
+        if options["parent_id"] == self.job.id:  # the family's root, for the overlap check
+            options.setdefault("root_id", self.job.root_id or self.job.id)
         return dispatching.submit(self.app, job_type, payload, **options).id

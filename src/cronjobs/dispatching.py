@@ -122,7 +122,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
               parent_id: int | None = None, priority: int = 5,
               scheduled_at: datetime | None = None, title: str | None = None,
               max_attempts: int | None = None, queue: str | None = None,
-              known_type: bool = True) -> dict:
+              known_type: bool = True, root_id: int | None = None) -> dict:
     """Check dispatch arguments and return the column values of a new row.
 
     Args:
@@ -131,6 +131,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             the row decides, not this process's registry).
         known_type: False accepts a type no handler of this process is registered for
             (one that another codebase's workers run); see `check_type`.
+        root_id: the first row of the new row's family (a handler's `dispatch` passes
+            its own row's root); default `parent_id`. Ignored without `parent_id`.
 
     Raises:
         InvalidJob: naming the bad argument and its value.
@@ -154,6 +156,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
         raise InvalidJob(f"max attempts must be an integer >= 1, got {max_attempts!r}")
     if parent_id is not None and (not isinstance(parent_id, int) or not 1 <= parent_id < 2**63):
         raise InvalidJob(f"parent id must be a positive integer, got {parent_id!r}")
+    if root_id is not None and (not isinstance(root_id, int) or not 1 <= root_id < 2**63):
+        raise InvalidJob(f"root id must be a positive integer, got {root_id!r}")
     if scheduled_at is not None and not isinstance(scheduled_at, datetime):
         raise InvalidJob(f"scheduled_at must be a datetime, got {scheduled_at!r}")
     now = app.clock.now()
@@ -161,8 +165,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             "limit_key": limit_key_of(cls, payload),
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
-            "parent_id": parent_id, "title": title,
-            "scheduled_at": as_utc(scheduled_at) if scheduled_at else None,
+            "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
+            "title": title, "scheduled_at": as_utc(scheduled_at) if scheduled_at else None,
             "created_at": now, "updated_at": now}
 
 

@@ -68,6 +68,19 @@ class ManualRunPending(JobStateError):
         self.job_id = job_id
 
 
+class TaskRunning(JobStateError):
+    """The task's last scheduled run (or a row of its family) is still pending or running
+    and its OVERLAP is `skip`; a manual run needs `force=True` (`--force`).
+
+    Attributes:
+        job_id: the id of that run (the family's first row).
+    """
+
+    def __init__(self, message: str, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
 class OperationRunning(JobStateError):
     """A bulk operation of the same selection is running: a second one is refused.
 

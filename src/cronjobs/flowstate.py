@@ -1,5 +1,5 @@
 """Flow control as an operator sees it, for the dashboard, `health` and `/metrics`: the
-limits of each job type (its handler's CONCURRENCY, RATE_LIMIT, LIMIT_KEY, OVERLAP) and of
+limits of each job type (its handler's CONCURRENCY, RATE_LIMIT, LIMIT_KEY) and of
 each queue (the settings' `[queues.<name>]`), the pauses that hold a task, and the rows
 held now (`store.held`, with the concurrency limits filled in from the handlers and the
 settings)."""
@@ -27,8 +27,6 @@ class TypeLimits:
         rate_limit: RATE_LIMIT text (`"30/s"`, `/m`, `/h`) or None.
         limit_key: LIMIT_KEY (a payload field), `limit_key()` when the handler computes
             it, or None.
-        overlap: OVERLAP (`skip`, `buffer_one`, `allow`) of a type the scheduler starts,
-            else None.
     """
 
     type: str
@@ -37,7 +35,6 @@ class TypeLimits:
     concurrency: int | None
     rate_limit: str | None
     limit_key: str | None
-    overlap: str | None
 
     @property
     def limited(self) -> bool:
@@ -48,7 +45,6 @@ class TypeLimits:
 def type_limits(app: App) -> list[TypeLimits]:
     """The flow declarations of every registered type, sorted by type."""
     registry = app.handlers
-    started = set(registry.tasks().values())
     out = []
     for job_type, cls in sorted(registry.registered_handlers().items()):
         key = getattr(cls, "LIMIT_KEY", None)
@@ -57,8 +53,7 @@ def type_limits(app: App) -> list[TypeLimits]:
         out.append(TypeLimits(
             type=job_type, task=task_name(job_type), queue=cls.QUEUE or app.settings.default_queue,
             concurrency=getattr(cls, "CONCURRENCY", None) or None,
-            rate_limit=getattr(cls, "RATE_LIMIT", None) or None, limit_key=key,
-            overlap=getattr(cls, "OVERLAP", None) if job_type in started else None))
+            rate_limit=getattr(cls, "RATE_LIMIT", None) or None, limit_key=key))
     return out
 
 
@@ -101,13 +96,11 @@ class TaskFlow:
 
     Attributes:
         limits: the `TypeLimits` of the task's types (all of them, limited or not).
-        overlap: the OVERLAP of the type the scheduler starts (None: not declared).
         pauses: the live pauses that hold the task (its own, a type's, a queue's), as
             `store.flow.list_pauses` gives them.
     """
 
     limits: tuple[TypeLimits, ...]
-    overlap: str | None
     pauses: tuple[dict, ...]
 
     @property
@@ -116,17 +109,15 @@ class TaskFlow:
         return tuple(t for t in self.limits if t.limited)
 
 
-def task_flows(app: App, tasks: Mapping[str, tuple[str, str]], pauses: Iterable[Mapping]
+def task_flows(app: App, tasks: Mapping[str, tuple[str, ...]], pauses: Iterable[Mapping]
                ) -> dict[str, TaskFlow]:
-    """Flow control of `tasks` (`{task: (type the scheduler starts, ...its types)}` as
-    a tuple of its types, the started one first) under the live `pauses`."""
+    """Flow control of `tasks` (`{task: its types}`) under the live `pauses` (as
+    `store.flow.list_pauses` gives them)."""
     by_type = {t.type: t for t in type_limits(app)}
     pauses = list(pauses)
     out = {}
     for task, types in tasks.items():
         mine = tuple(by_type[t] for t in types if t in by_type)
-        started = by_type.get(types[0]) if types else None
-        out[task] = TaskFlow(limits=mine, overlap=started.overlap if started else None,
-                             pauses=tuple(pauses_holding(pauses, task, types,
-                                                         {t.queue for t in mine})))
+        out[task] = TaskFlow(limits=mine, pauses=tuple(pauses_holding(
+            pauses, task, types, {t.queue for t in mine})))
     return out

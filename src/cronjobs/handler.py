@@ -11,6 +11,7 @@ from markupsafe import Markup
 
 STAGES = ("discover", "execute")
 FREQUENCIES = ("minute", "hour", "day", "month")
+OVERLAPS = ("skip", "buffer_one", "allow")  # a scheduled handler's OVERLAP (cronjobs.overlap)
 MAX_RETRY_LATER_SECONDS = 366 * 24 * 3600
 
 
@@ -65,6 +66,7 @@ class Job:
     created_at: datetime
     updated_at: datetime
     limit_key: str | None = None  # the value of the handler's LIMIT_KEY, set at dispatch
+    root_id: int | None = None  # the family's first row (None: this row has no parent)
 
     @classmethod
     def from_row(cls, row: dict, *, decode: bool = True) -> Job:
@@ -109,6 +111,11 @@ class CronJobHandler:
             process), for handlers whose every call has a timeout; a thread cannot be
             stopped, so a job past MAX_RUNTIME makes the worker recycle, and the job ends
             with the process. `cronjobs worker --isolation process` ignores `"thread"`.
+        OVERLAP: what a slot of a scheduled task does while the previous scheduled run
+            (for a discover: its whole family, every row dispatched under it) is still
+            pending or running: `"skip"` (the default: start nothing, record the skipped
+            slot), `"buffer_one"` (one run waits and starts when the running one ends),
+            `"allow"` (start anyway). See `cronjobs.overlap`.
         DESTRUCTIVE: True for work that deletes records or sends data out: the task
             ships disabled, and while its switch is off every run of its types (scheduled,
             manual or dispatched) ends `cancelled` with reason `disabled` without calling
@@ -136,6 +143,7 @@ class CronJobHandler:
     CONCURRENCY: ClassVar[int | None] = None
     RATE_LIMIT: ClassVar[str | None] = None
     LIMIT_KEY: ClassVar[str | None] = None
+    OVERLAP: ClassVar[str] = "skip"
 
     error: str | None = None
     gateway_error: str | None = None

@@ -18,6 +18,10 @@ one row" hold:
 
 A manual run never claims or moves the scheduled slot: only `last_manual_at` and
 `last_manual_job_id` of the runtime row change, and the next slot runs as planned.
+
+Under `OVERLAP = "skip"` a manual run is refused while the task's last scheduled run (or
+any row of its family) is still pending or running: "already running (job N)", unless
+`force` (`--force`, the dashboard's confirm step); a forced run is logged at WARNING.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from . import dispatching, store
+from . import dispatching, overlap, store
 from .app import App, current
 from .db import run_in_transaction
-from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused
+from .errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused, TaskRunning
 from .status import Status
 from .tasks import task_infos
 
@@ -60,7 +64,8 @@ def new_request_token() -> str:
 
 
 def run_now(task: str, *, request_token: str | None = None, again: bool = False,
-            payload: dict | None = None, app: App | None = None) -> ManualRun:
+            payload: dict | None = None, force: bool = False,
+            app: App | None = None) -> ManualRun:
     """Start a manual run of `task` now (its scheduled type, priority 1).
 
     Args:
@@ -71,6 +76,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
         payload: keys for the row's payload (a JSON object within the payload limits of
             `cronjobs.limits`); the row's payload is this with `"manual": True` added (the
             marker always wins, so the run is still a task run). None: `{"manual": True}`.
+        force: start the run even while the task's scheduled run is still going under
+            `OVERLAP = "skip"` (logged at WARNING).
 
     Returns:
         A `ManualRun`.
@@ -80,6 +87,9 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
         TaskRefused: the task is disabled, or its handler is not available.
         ManualRunPending: `again` is False and a manual run of `task` is still pending
             (its id is in the message and in `.job_id`).
+        TaskRunning: `force` is False, the task's OVERLAP is `skip` and its last scheduled
+            run or a row of its family is pending or running ("already running (job N)";
+            N, the run's id, is also in `.job_id`).
         InvalidJob: a malformed request token; a payload that is not a dict, nested too
             deep or too large (nothing is dispatched).
     """
@@ -88,6 +98,28 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     if not isinstance(token, str) or not _TOKEN.match(token):
         raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', "
                          f"got {token!r:.80}")
+    info = _startable(app, task, payload)
+    values = dispatching.build_row(app, info.type, {**(payload or {}), "manual": True},
+                                   priority=MANUAL_PRIORITY, title=f"{task} (manual)",
+                                   idempotency_key=f"cronjobs:{task}:manual:{token}")
+    skip = overlap.policy_of(info.handler) == "skip"
+    job_id, created = run_in_transaction(
+        app.engine, lambda conn: _start(conn, app, task, values, again, skip and not force))
+    if created and skip and force:
+        log.warning("task %s: manual run forced (job %s) while its scheduled run is still "
+                    "going", task, job_id, extra={"trace_id": job_id})
+    if created:
+        log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
+        dispatching.send(app, job_id, values["queue"])
+    return ManualRun(job_id, created)
+
+
+def _startable(app: App, task: str, payload: dict | None):
+    """The `TaskInfo` of `task` when a manual run of it with `payload` may start.
+
+    Raises:
+        HandlerNotFound, TaskRefused, InvalidJob: as `run_now` says.
+    """
     if task not in app.handlers.tasks():  # before task_infos(), which writes runtime rows
         raise HandlerNotFound(f"unknown task {task!r}; see `cronjobs tasks`")
     info = next(i for i in task_infos(app) if i.task == task)
@@ -100,21 +132,15 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     if payload is not None and not isinstance(payload, dict):
         raise InvalidJob(f"payload must be a JSON object (dict), got "
                          f"{payload.__class__.__name__}: {payload!r:.80}")
-    values = dispatching.build_row(app, info.type, {**(payload or {}), "manual": True},
-                                   priority=MANUAL_PRIORITY, title=f"{task} (manual)",
-                                   idempotency_key=f"cronjobs:{task}:manual:{token}")
-    job_id, created = run_in_transaction(
-        app.engine, lambda conn: _start(conn, app, task, values, again))
-    if created:
-        log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
-        dispatching.send(app, job_id, values["queue"])
-    return ManualRun(job_id, created)
+    return info
 
 
-def _start(conn, app: App, task: str, values: dict, again: bool) -> tuple[int, bool]:
+def _start(conn, app: App, task: str, values: dict, again: bool,
+           refuse_running: bool) -> tuple[int, bool]:
     """In one transaction, under the lock of the task's runtime row: the row of this
     request (new, or the one its key already made), refused while another manual run is
-    pending unless `again`."""
+    pending unless `again`, and while the last scheduled run's family is still going
+    when `refuse_running`."""
     runtime = store.lock_runtime(conn, task)
     existing = store.select_by_key(conn, values["idempotency_key"])
     if existing is not None:
@@ -125,6 +151,10 @@ def _start(conn, app: App, task: str, values: dict, again: bool) -> tuple[int, b
         if row is not None and row["status"] == Status.PENDING:
             raise ManualRunPending(f"a manual run of task {task!r} is already pending: job "
                                    f"{last} (use --again to start another)", last)
+    root = runtime["last_job_id"] if runtime else None
+    if refuse_running and root is not None and store.live_in_families(conn, [root]):
+        raise TaskRunning(f"task {task!r} is already running (job {root}); its OVERLAP is "
+                          f"'skip' (use --force to start another)", root)
     row, created = dispatching.insert_row(conn, values)
     if created:
         store.record_run(conn, task, slot=None, job_id=row["id"], now=app.clock.now(),

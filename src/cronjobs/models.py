@@ -74,6 +74,10 @@ cronjob_queue = Table(
     # Migration 0009: the value of the handler's LIMIT_KEY (or `limit_key(payload)`),
     # computed at dispatch; NULL: limited by type only.
     Column("limit_key", String(limits.LIMIT_KEY_MAX_CHARS), nullable=True),
+    # Migration 0010: the first row of the row's family (a discover's id on each of its
+    # descendants; NULL on a row without parent), set at dispatch: the overlap check of a
+    # scheduled task asks "is any row of this family pending or running" in one seek.
+    Column("root_id", Id, nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_locked", "status", "locked_until"),
@@ -85,6 +89,7 @@ cronjob_queue = Table(
     Index("ix_cronjob_queue_type_status", "type", "status", "id"),
     # Flow control (0009): rows running per type and limit key (the claim's count).
     Index("ix_cronjob_queue_limit", "status", "type", "limit_key"),
+    Index("ix_cronjob_queue_root_status", "root_id", "status"),  # 0010: overlap check
     sqlite_autoincrement=True,  # never reuse the id of a deleted row
     **MYSQL_TABLE_ARGS,
 )
@@ -107,6 +112,14 @@ cronjob_runtime = Table(
     Column("last_success_at", UtcDateTime, nullable=True),
     Column("last_manual_at", UtcDateTime, nullable=True),
     Column("last_manual_job_id", BigInteger, nullable=True),
+    # Migration 0010: slots the overlap policy started nothing for (never silent): how
+    # many, the last one, when, why (`overlap.SKIP_REASONS`); and the one slot a
+    # `buffer_one` task keeps waiting behind its running run.
+    Column("skipped_count", Integer, nullable=False, server_default="0"),
+    Column("last_skipped_slot", String(32), nullable=True),
+    Column("last_skipped_at", UtcDateTime, nullable=True),
+    Column("last_skip_reason", String(16), nullable=True),
+    Column("buffered_slot", String(32), nullable=True),
     **MYSQL_TABLE_ARGS,
 )
 

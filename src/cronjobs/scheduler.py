@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import dispatching, store
+from . import dispatching, overlap, store
 from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
@@ -45,7 +45,11 @@ class TickReport:
             is the task's last one, as in the second pass of a repeated DST hour for a
             fixed-time cron line; `lost-race`: another scheduler claimed the slot;
             `not-yet`: a new cron task waits for its next fire time; `older-slot`: the
-            slot began before the task's last one — the clock went back, or a late tick).
+            slot began before the task's last one — the clock went back, or a late tick);
+            and the overlap policy's (`cronjobs.overlap`): `running` (the previous run's
+            family is still going: slot skipped and recorded), `buffered` (the slot waits
+            as the task's buffered run, or is skipped because one waits already),
+            `skipped` (the current slot was recorded as skipped by an earlier tick).
     """
 
     now: datetime
@@ -65,7 +69,10 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
-    due = _due(app, now, report)
+    due, held = overlap.hold_back(app, _due(app, now, report))
+    overlap.record(app, held, now)
+    for h in held:
+        report.skipped[h.info.task] = h.decision.reason
     started = _start_all(app, due, now)
     for info, slot in due:
         job_id = started.get(info.task)
@@ -79,6 +86,9 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
                 more = "+" if missed >= 1000 and is_cron(info.frequency) else ""
                 log.info("task %s: %d%s missed slot(s) after %s coalesced into %s", info.task,
                          missed, more, last, slot.key)
+        if info.runtime.get("buffered_slot"):
+            log.info("task %s: buffered slot %s started as job %s (slot %s)", info.task,
+                     info.runtime["buffered_slot"], job_id, slot.key)
         report.started.append((info.task, slot.key, job_id))
     if _clock_back_warned and not any(r == "older-slot" for r in report.skipped.values()):
         _clock_back_warned.clear()  # the clock is ahead again: a new jump back is said again

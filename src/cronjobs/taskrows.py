@@ -8,6 +8,7 @@ from datetime import datetime
 
 from . import store
 from .app import App
+from .overlap import policy_of
 from .slots import current_slot, describe
 from .tasks import task_infos
 
@@ -29,6 +30,11 @@ class TaskRow:
         last_run_at, last_job_id, last_status: the last *scheduled* run.
         next_run_at: when the next slot begins.
         last_manual_at, last_manual_job_id, last_manual_status: the last manual run.
+        overlap: the handler's OVERLAP (`skip`, `buffer_one`, `allow`).
+        skipped_count: slots that started nothing (overlap, pause), all time.
+        last_skipped_slot, last_skipped_at, last_skip_reason: the last of them, when it
+            was skipped and why (`running`, `buffered`, `paused`).
+        buffered_slot: the slot a `buffer_one` task keeps waiting behind its running run.
     """
 
     task: str
@@ -48,6 +54,12 @@ class TaskRow:
     last_manual_at: datetime | None
     last_manual_job_id: int | None
     last_manual_status: str | None
+    overlap: str = "skip"
+    skipped_count: int = 0
+    last_skipped_slot: str | None = None
+    last_skipped_at: datetime | None = None
+    last_skip_reason: str | None = None
+    buffered_slot: str | None = None
 
     def as_dict(self) -> dict:
         """The row as a dict (JSON-friendly apart from datetimes)."""
@@ -95,7 +107,11 @@ def task_rows(app: App) -> list[TaskRow]:
             last_status=rt.get("last_status"), next_run_at=next_run if info.enabled else None,
             last_manual_at=rt.get("last_manual_at"),
             last_manual_job_id=rt.get("last_manual_job_id"),
-            last_manual_status=manual.get(rt.get("last_manual_job_id"))))
+            last_manual_status=manual.get(rt.get("last_manual_job_id")),
+            overlap=policy_of(info.handler), skipped_count=rt.get("skipped_count") or 0,
+            last_skipped_slot=rt.get("last_skipped_slot"),
+            last_skipped_at=rt.get("last_skipped_at"),
+            last_skip_reason=rt.get("last_skip_reason"), buffered_slot=rt.get("buffered_slot")))
     return rows
 
 
@@ -117,4 +133,6 @@ def cli_row(row: TaskRow) -> dict:
             "last_status": text(row.last_status), "next_run_at": text(row.next_run_at),
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),
-            "manual_status": text(row.last_manual_status)}
+            "manual_status": text(row.last_manual_status), "overlap": row.overlap,
+            "skipped": str(row.skipped_count), "last_skipped": text(row.last_skipped_slot),
+            "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot)}

@@ -20,7 +20,8 @@ from .errors import HandlerNotFound
 log = logging.getLogger("cronjobs.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] names already reported by this process
 
-_TICK_COLUMNS = ("frequency", "enabled", "last_slot", "last_run_at")
+_TICK_COLUMNS = ("frequency", "enabled", "last_slot", "last_run_at", "last_job_id",
+                 "last_skipped_slot", "buffered_slot")
 
 
 @dataclass(frozen=True)

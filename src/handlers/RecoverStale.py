@@ -16,6 +16,9 @@ class RecoverStale(CronJobHandler):
     MAX_ATTEMPTS = 1
     MAX_RUNTIME = 60
     QUEUE = "maintenance"
+    # Not "skip": this task is what takes back rows of killed workers, its own included;
+    # a run of it left `running` by a killed worker must not stop the next one.
+    OVERLAP = "allow"
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Recover stale rows; `payload["minutes"]` overrides the configured minutes."""

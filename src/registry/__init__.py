@@ -43,7 +43,7 @@ from cronjobs import limits
 from cronjobs.config import Settings
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flowrules import handler_limits
-from cronjobs.handler import STAGES, CronJobHandler, task_name
+from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
 from cronjobs.slots import check_frequency
 
 log = logging.getLogger("cronjobs.registry")
@@ -323,6 +323,10 @@ def check_class(type: str, handler_class: type) -> None:
     if getattr(handler_class, "ISOLATION", "process") not in ("process", "thread"):
         raise HandlerError(f"{name}: ISOLATION must be 'process' or 'thread', "
                            f"got {handler_class.ISOLATION!r}")
+    overlap = getattr(handler_class, "OVERLAP", "skip")
+    if not isinstance(overlap, str) or overlap not in OVERLAPS:
+        raise HandlerError(f"{name}: OVERLAP must be one of "
+                           f"{', '.join(repr(o) for o in OVERLAPS)}, got {overlap!r}")
     if handler_class.handle is CronJobHandler.handle:
         raise HandlerError(f"{name} does not implement handle(payload, job)")
     if handler_class.FREQUENCY is not None:

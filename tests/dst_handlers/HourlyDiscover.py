@@ -7,6 +7,7 @@ from cronjobs import CronJobHandler
 class HourlyDiscover(CronJobHandler):
     TYPE = "dst.hourly.discover"
     FREQUENCY = "0 * * * *"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

@@ -6,6 +6,7 @@ from cronjobs import CronJobHandler
 class MacroHourlyDiscover(CronJobHandler):
     TYPE = "dst.macrohourly.discover"
     FREQUENCY = "@hourly"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

@@ -7,6 +7,7 @@ from cronjobs import CronJobHandler
 class OneThirtyDiscover(CronJobHandler):
     TYPE = "dst.onethirty.discover"
     FREQUENCY = "30 1 * * *"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

@@ -6,6 +6,7 @@ from cronjobs import CronJobHandler
 class QuarterDiscover(CronJobHandler):
     TYPE = "dst.quarter.discover"
     FREQUENCY = "*/15 * * * *"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

@@ -6,6 +6,7 @@ from cronjobs import CronJobHandler
 class TwoDiscover(CronJobHandler):
     TYPE = "dst.two.discover"
     FREQUENCY = "0 2 * * *"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

@@ -7,6 +7,7 @@ from cronjobs import CronJobHandler
 class TwoThirtyDiscover(CronJobHandler):
     TYPE = "dst.twothirty.discover"
     FREQUENCY = "30 2 * * *"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

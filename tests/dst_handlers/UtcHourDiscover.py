@@ -7,6 +7,7 @@ from cronjobs import CronJobHandler
 class UtcHourDiscover(CronJobHandler):
     TYPE = "dst.utchour.discover"
     FREQUENCY = "hour"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

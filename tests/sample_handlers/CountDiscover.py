@@ -12,6 +12,7 @@ from cronjobs import CronJobHandler
 class CountDiscover(CronJobHandler):
     TYPE = "test.count.discover"
     FREQUENCY = "minute"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         with self.context.app.engine.begin() as conn:

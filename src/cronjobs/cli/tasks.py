@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .base import Group, _app, _parse_time, _table, main
+from .base import Group, _app, _dump, _parse_time, _table, main
 
 
 @main.command()
@@ -31,17 +31,24 @@ def scheduler() -> None:
 
 
 @main.group(cls=Group, invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
-def tasks(ctx: click.Context) -> None:
+def tasks(ctx: click.Context, as_json: bool) -> None:
     """List tasks (default), or enable / disable / run one.
 
     LAST_RUN_AT, LAST_JOB, LAST_STATUS are the last scheduled run; LAST_MANUAL_AT,
     MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
-    by the settings."""
+    by the settings. OVERLAP is the handler's policy while its last run is still going;
+    SKIPPED counts slots that started nothing, LAST_SKIPPED and SKIP_REASON (running,
+    buffered, paused) name the last; BUFFERED is the slot a buffer_one task keeps waiting."""
     if ctx.invoked_subcommand is None:
         from ..taskrows import cli_row, task_rows  # lazy: CLI start-up time
 
-        rows = [cli_row(r) for r in task_rows(_app())]
+        found = task_rows(_app())
+        if as_json:
+            click.echo(_dump([r.as_dict() for r in found]))
+            return
+        rows = [cli_row(r) for r in found]
         _table(rows, list(rows[0]) if rows else ["task"])
 
 
@@ -69,11 +76,15 @@ def tasks_disable(task: str) -> None:
 @click.argument("task")
 @click.option("--again", is_flag=True,
               help="Start another run even while a manual run of TASK is still pending.")
-def tasks_run(task: str, again: bool) -> None:
+@click.option("--force", is_flag=True,
+              help="Start it even while TASK's scheduled run is still going (OVERLAP skip).")
+def tasks_run(task: str, again: bool, force: bool) -> None:
     """Dispatch TASK now at priority 1 (a manual run; the schedule does not move).
 
     Prints the row id. Refused (exit 2, naming its id) while a manual run of TASK is
-    still pending, unless --again; refused for a disabled or unavailable task."""
+    still pending, unless --again; while its scheduled run (or a row of that run's
+    family) is pending or running and its OVERLAP is skip, unless --force (logged);
+    refused for a disabled or unavailable task."""
     from ..manual import run_now  # lazy: CLI start-up time
 
-    click.echo(run_now(task, again=again, app=_app()).id)
+    click.echo(run_now(task, again=again, force=force, app=_app()).id)

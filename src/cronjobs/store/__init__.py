@@ -43,10 +43,11 @@ from .flow import (
     unblock,
 )
 from .insert import insert_job, insert_jobs
-from .jobs import JOB_COLUMNS, count_children, get_job, select_by_key
+from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
 from .limiter import FlowPolicy
 from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
 from .runtime import (
+    buffer_slot,
     claim_slot,
     claim_slots,
     ensure_runtimes,
@@ -55,6 +56,7 @@ from .runtime import (
     lock_runtime,
     record_run,
     record_runs,
+    record_skips,
     set_enabled,
     update_task_status,
 )
@@ -68,6 +70,7 @@ __all__ = [
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
+    "live_in_families", "record_skips", "buffer_slot",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
     "queues", "secrets", "selection", "views", "FlowPolicy", "held",

@@ -6,7 +6,7 @@ import functools
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, or_, select
 
 from ..models import cronjob_runtime as rt
 from ..models import cronjob_slot
@@ -80,8 +80,9 @@ def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, no
     """Note a started run of `task`.
 
     A scheduled run (`slot` set) moves `last_slot`, `last_run_at`, `next_run_at`,
-    `last_job_id` and `last_status`; a manual run (`slot` None) only `last_manual_at` and
-    `last_manual_job_id`, so it never shows as, or moves, the schedule.
+    `last_job_id` and `last_status` (and ends a buffered slot's wait); a manual run
+    (`slot` None) only `last_manual_at` and `last_manual_job_id`, so it never shows as,
+    or moves, the schedule.
     """
     if slot is None:
         conn.execute(rt.update().where(rt.c.task == task).values(
@@ -92,7 +93,33 @@ def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, no
                  .values(job_id=job_id))
     conn.execute(rt.update().where(rt.c.task == task).values(
         last_job_id=job_id, last_status=Status.PENDING, updated_at=now, last_slot=slot,
-        last_run_at=now, next_run_at=next_run_at))
+        last_run_at=now, next_run_at=next_run_at, buffered_slot=None))
+
+
+def record_skips(conn: Connection, skips: list[tuple[str, str]], reason: str,
+                 now: datetime) -> None:
+    """Record slots that started nothing, `(task, slot key)` each, for `reason` (a word of
+    `overlap.SKIP_REASONS`): `skipped_count` + 1, `last_skipped_slot`, `last_skipped_at`,
+    `last_skip_reason`. A slot already recorded as the task's last skipped one is not
+    counted again (a later tick within the same slot, or another scheduler), so each
+    slot counts once. One statement, executed per skip."""
+    if not skips:
+        return
+    stmt = rt.update().where(
+        rt.c.task == bindparam("b_task"),
+        or_(rt.c.last_skipped_slot.is_(None), rt.c.last_skipped_slot != bindparam("b_slot"))
+    ).values(skipped_count=rt.c.skipped_count + 1, last_skipped_slot=bindparam("b_slot"),
+             last_skipped_at=now, last_skip_reason=reason, updated_at=now)
+    conn.execute(stmt, [{"b_task": t, "b_slot": s} for t, s in skips])
+
+
+def buffer_slot(conn: Connection, task: str, slot: str, now: datetime) -> bool:
+    """Keep `slot` as the one run of `task` (`OVERLAP = "buffer_one"`) waiting behind its
+    running run, unless one waits already. True when this call set it; the next start of
+    the task clears it."""
+    result = conn.execute(rt.update().where(rt.c.task == task, rt.c.buffered_slot.is_(None))
+                          .values(buffered_slot=slot, updated_at=now))
+    return result.rowcount == 1
 
 
 def lock_runtime(conn: Connection, task: str) -> dict | None:
@@ -147,5 +174,6 @@ def _record_runs_sql(conn: Connection, runs: list[tuple[str, str, int, datetime 
     conn.exec_driver_sql(
         f"UPDATE cronjob_runtime SET last_job_id = CASE task {jobs} END, "
         f"last_slot = CASE task {slots} END, next_run_at = CASE task {nexts} END, "
-        f"last_status = 'pending', updated_at = {p('now')}, last_run_at = {p('now')} "
+        f"last_status = 'pending', updated_at = {p('now')}, last_run_at = {p('now')}, "
+        f"buffered_slot = NULL "
         f"WHERE task IN ({in_tasks})", params)

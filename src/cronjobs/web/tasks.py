@@ -14,7 +14,7 @@ from flask_babel import format_percent
 from flask_babel import gettext as _
 
 from .. import limits, store
-from ..errors import InvalidJob, TaskRefused
+from ..errors import InvalidJob, TaskRefused, TaskRunning
 from ..flowstate import TaskFlow, task_flows
 from ..handler import stage_of
 from ..manual import new_request_token, run_now
@@ -171,8 +171,10 @@ def run(task: str):
     """Run now: one row per request token (a double click is one row), then the row's page.
 
     Form: `request_token`; `payload` (optional JSON object, from the task's page); `back`
-    = `task` to answer a refusal with the task's page. A bad payload is a 400 naming the
-    reason, and nothing is dispatched.
+    = `task` to answer a refusal with the task's page; `force` = `1` to start it while
+    its scheduled run is still going (OVERLAP skip). A bad payload is a 400 naming the
+    reason, and nothing is dispatched. A task still running is answered with a confirm
+    page (409) whose button sends the same request with `force`.
     """
     app = cronjobs_app()
     if task not in handler_registry(app).tasks():
@@ -181,7 +183,11 @@ def run(task: str):
     text = request.form.get("payload") or ""
     try:
         started = run_now(task, request_token=request.form.get("request_token") or None,
-                          again=True, payload=parse_payload(text), app=app)
+                          again=True, payload=parse_payload(text),
+                          force=request.form.get("force") == "1", app=app)
+    except TaskRunning as exc:
+        return render_template("task_running.html", task=task, job_id=exc.job_id,
+                               form=request.form), 409
     except InvalidJob as exc:
         return _task_page(task, _("Run now refused: %(reason)s", reason=str(exc)), text, 400)
     except TaskRefused as exc:
