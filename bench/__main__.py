@@ -22,8 +22,8 @@ from pathlib import Path
 
 from . import report
 
-SCENARIOS = ("dispatch", "tick", "latency", "throughput", "steady", "memory", "cleanup",
-             "cli", "peers")
+SCENARIOS = ("dispatch", "tick", "latency", "throughput", "flow", "steady", "memory",
+             "cleanup", "cli", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 # Each scenario's quick run, with the backends narrowed where it takes them.
 CASES = {
     "throughput": ["--backends", "mariadb"],
+    "flow": [],
     "steady": [],
     "latency": [],
     "dispatch": ["--backends", "mariadb,sqlite"],

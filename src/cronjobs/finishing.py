@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
@@ -56,6 +56,17 @@ def task_run(job: Job) -> bool:
     """True for the run of a task (a scheduled slot or a manual run): its end is noted on
     the task's runtime row too."""
     return "slot" in job.payload or bool(job.payload.get("manual"))
+
+
+def write_block(conn: Connection, plan: Finish) -> dict:
+    """Block the row's limit key (or its type: `block="type"`, or a row without a key)
+    until the plan's row is due again, in the caller's transaction (`store.block`:
+    extended, never shortened). Returns the block as stored."""
+    job = plan.job
+    key = job.limit_key if plan.outcome.block == "key" else None
+    until = plan.now + timedelta(seconds=plan.delay_seconds)
+    return store.block(conn, job.type, key, now=plan.now, until=until,
+                       reason=plan.outcome.block_reason or f"RetryLater from job {job.id}")
 
 
 class OutcomeWriter:
@@ -107,8 +118,12 @@ class OutcomeWriter:
         written = store.finish_many(conn, [(p.job.id, p.job.attempts, p.values)
                                            for p in simple]) if len(simple) > 1 else None
         batched = {id(p) for p in simple} if written is not None else set()
-        return [(plan.status if plan.job.id in written else Ended.LOST)
-                if id(plan) in batched else self._write_one(conn, plan) for plan in plans]
+        finals = [(plan.status if plan.job.id in written else Ended.LOST)
+                  if id(plan) in batched else self._write_one(conn, plan) for plan in plans]
+        for plan, final in zip(plans, finals, strict=True):
+            if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
+                write_block(conn, plan)
+        return finals
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
         job, final = plan.job, plan.status

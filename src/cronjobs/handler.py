@@ -13,6 +13,7 @@ STAGES = ("discover", "execute")
 FREQUENCIES = ("minute", "hour", "day", "month")
 OVERLAPS = ("skip", "buffer_one", "allow")  # a scheduled handler's OVERLAP (cronjobs.overlap)
 MAX_RETRY_LATER_SECONDS = 366 * 24 * 3600
+BLOCKS = (None, "key", "type")  # what a RetryLater may block besides its row
 
 
 class RetryLater(Exception):
@@ -20,17 +21,31 @@ class RetryLater(Exception):
 
     Args:
         delay: seconds (int/float) or a `timedelta` to wait before the next try
-            (rate limits, flood waits). Must not be negative.
-        reason: optional text written to the row's process log.
+            (rate limits, flood waits; pass an API's `Retry-After` through). Must not be
+            negative.
+        reason: optional text written to the row's process log (and to the block).
+        block: `"key"`: hold every row of this type with this row's limit key until
+            now + delay (a flood wait of one chat or account); `"type"`: every row of the
+            type. A row without a limit key blocks its whole type. Written with the
+            outcome, in its transaction; an existing block is extended, never shortened.
+            None (the default): only this row waits.
+
+    Raises:
+        ValueError: a negative or over-a-year delay, or a `block` other than None,
+            "key", "type" (naming the value).
     """
 
-    def __init__(self, delay: float | timedelta = 60, reason: str | None = None) -> None:
+    def __init__(self, delay: float | timedelta = 60, reason: str | None = None, *,
+                 block: str | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
         if not 0 <= seconds <= MAX_RETRY_LATER_SECONDS:
             raise ValueError(f"RetryLater delay must be 0 to {MAX_RETRY_LATER_SECONDS} seconds "
                              f"(one year), got {delay!r}")
+        if block not in BLOCKS:
+            raise ValueError(f"RetryLater block must be 'key', 'type' or None, got {block!r:.60}")
         self.delay_seconds = seconds
         self.reason = reason
+        self.block = block
         super().__init__(f"retry later in {seconds:g} s" + (f": {reason}" if reason else ""))
 
 

@@ -46,6 +46,9 @@ class Outcome:
         log: one line for the process log.
         reason: why, when the worker decided the outcome (a `Reason`, written to
             `outcome_reason`); None for the handler's own outcome.
+        block: for `retry_later`, `"key"` or `"type"`: block the row's limit key (or
+            its type) for `delay_seconds` too; None: only the row waits.
+        block_reason: the text stored with the block (the handler's reason).
     """
 
     kind: str
@@ -54,6 +57,8 @@ class Outcome:
     delay_seconds: float = 0
     log: str = ""
     reason: Reason | None = None
+    block: str | None = None
+    block_reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.error is not None:
@@ -136,7 +141,10 @@ def from_exception(exc: BaseException) -> Outcome:
     """Interpret an exception raised by `handle()`."""
     if isinstance(exc, RetryLater):
         text = f"retry later in {exc.delay_seconds:g} s" + (f": {exc.reason}" if exc.reason else "")
-        return Outcome("retry_later", delay_seconds=exc.delay_seconds, log=text)
+        if exc.block:
+            text += f" (blocks the {exc.block})"
+        return Outcome("retry_later", delay_seconds=exc.delay_seconds, log=text,
+                       block=exc.block, block_reason=exc.reason)
     error = f"{type(exc).__name__}: {exc}"
     return Outcome("failed", error=error, log=f"raised {error}")
 

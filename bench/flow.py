@@ -1,0 +1,114 @@
+"""Flow control: what limits cost in the claim, all measured in this run on MariaDB.
+
+- Drain of no-op rows by `cronjobs worker` 2x8 (Redis): no limit (the claim has only the
+  pause and block conditions) against a handler with `LIMIT_KEY` spread over 1,000 keys
+  and `CONCURRENCY = 2` (target: >= 0.7 x the unlimited drain).
+- The claim alone (8 rows per claim, one transaction each, one connection): the base
+  policy (no condition: the claim before flow control) against the flow policy with no
+  limit configured (target: >= 0.95 x, i.e. within 5 %).
+
+Rates of drains come from the rows' `finished_at` (first and last 2 % dropped), as in
+the throughput scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from . import report, stores
+from .stores import NOOP
+from .throughput import _note, cronjobs_drain
+
+KEYED = "bench.keyednoop.execute"
+
+
+def claims_per_second(policy_name: str, n: int, seconds: float) -> float:
+    """Claims of 8 rows per second on MariaDB with the base or the flow policy."""
+    from cronjobs import queue, store
+    from cronjobs.app import use
+    from cronjobs.db import run_in_transaction
+    from cronjobs.executor import Executor
+
+    with stores.database("mariadb") as url, stores.redis_namespace() as ns:
+        app = stores.make_app(url, ns)
+        stores.dispatch_rows(app, n, NOOP)
+        policy = store.ClaimPolicy() if policy_name == "base" else None
+        executor = Executor(app, "bench:1", claim_policy=policy)
+        claims, start = 0, time.monotonic()
+        while time.monotonic() - start < seconds:
+            got = run_in_transaction(app.engine, lambda c: executor.claim_rows(
+                c, app.clock.now(), queue="default", limit=8))
+            if not got:
+                break
+            claims += 1
+        rate = claims / (time.monotonic() - start)
+        assert queue.get(1, ["status"], app=app)["status"] == "running"
+        app.close()
+        use(None)
+    return rate
+
+
+def keyed_drain(n: int, keys: int, cap: float) -> tuple[float, object]:
+    """Drain `n` rows of the keyed handler over `keys` keys with a 2x8 worker."""
+    from cronjobs import queue
+    from cronjobs.app import use
+    from cronjobs.models import cronjob_queue as q
+
+    from . import procs
+
+    with stores.database("mariadb") as url, stores.redis_namespace() as ns:
+        app = stores.make_app(url, ns)
+        for start in range(0, n, 1000):
+            queue.dispatch_many([{"type": KEYED, "payload": {"key": f"k{i % keys}"}}
+                                 for i in range(start, min(n, start + 1000))], app=app)
+        with procs.cronjobs_worker(stores.worker_env(url, ns), 8, 2, None) as running:
+            drain = procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), n,
+                                   running, max_seconds=cap, poll_seconds=0.25)
+        import sqlalchemy as sa
+
+        with app.engine.connect() as conn:
+            times = conn.execute(sa.select(q.c.finished_at)
+                                 .where(q.c.status == "completed")).scalars().all()
+        app.close()
+        use(None)
+    return procs.rate_from_times(times), drain
+
+
+def run(args: argparse.Namespace, results: report.Results) -> None:
+    """Measure the unlimited and the keyed drain, then the claim alone with each policy."""
+    n = 200 if args.quick else args.rows
+    cap = 3 if args.quick else args.max_seconds
+    seconds = 1 if args.quick else args.claim_seconds
+    results.params = {"rows": n, "keys": args.keys, "concurrency": 2, "max_seconds": cap,
+                      "claim_seconds": seconds, "backend": "mariadb", "worker": "2x8"}
+    free, free_drain = cronjobs_drain("mariadb", n, 2, 8, NOOP, cap)
+    keyed, drain = keyed_drain(n, args.keys, cap)
+    results.add(f"drain no-op 2x8 mariadb, LIMIT_KEY over {args.keys:,} keys, CONCURRENCY 2",
+                keyed, "jobs/s", baseline=free, baseline_name="the same drain without limits",
+                note=f"{_note(drain, n)}; unlimited: {_note(free_drain, n)}",
+                target=(">=", 0.7, "ratio"))
+    base = claims_per_second("base", n, seconds)
+    flow = claims_per_second("flow", n, seconds)
+    results.add("claim of 8 rows, flow policy without limits", flow, "claims/s", baseline=base,
+                baseline_name="the claim without a policy", target=(">=", 0.95, "ratio"),
+                note="one connection, one transaction per claim")
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    """Options of this scenario."""
+    parser.add_argument("--rows", type=int, default=20_000, help="jobs per drain (%(default)s)")
+    parser.add_argument("--keys", type=int, default=1_000, help="limit keys (%(default)s)")
+    parser.add_argument("--max-seconds", type=float, default=12,
+                        help="longest measuring window per drain, s (%(default)s)")
+    parser.add_argument("--claim-seconds", type=float, default=4,
+                        help="how long each policy's claims run, s (%(default)s)")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the scenario from the command line."""
+    return report.scenario_main("flow", __doc__, run, add_args, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Flow-control commands: pause, resume, unblock, limits."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from .base import _app, _dump, _table, main
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_PAUSE_SECONDS = 366 * 86400
+
+
+def parse_duration(value: str) -> float:
+    """`30`, `45s`, `30m`, `2h`, `1d` as seconds (> 0, at most a year).
+
+    Raises:
+        click.BadParameter: naming the value.
+    """
+    match = _DURATION.match(value)
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)] if match else 0
+    if not 0 < seconds <= MAX_PAUSE_SECONDS:
+        raise click.BadParameter(f"must be a duration such as 90s, 30m, 2h or 1d (more than 0, "
+                                 f"at most a year), got {value!r}", param_hint="--for")
+    return seconds
+
+
+def _target(queue: str | None, job_type: str | None, task: str | None) -> tuple[str, str]:
+    given = [(s, n) for s, n in (("queue", queue), ("type", job_type), ("task", task))
+             if n is not None]
+    if len(given) != 1:
+        raise click.UsageError("name exactly one of --queue, --type, --task")
+    return given[0]
+
+
+def _by() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"[:64]
+
+
+TARGET_OPTIONS = [
+    click.option("--queue", help="A queue: none of its rows start."),
+    click.option("--type", "job_type", help="A job type: none of its rows start."),
+    click.option("--task", help="A scheduled task: its slots start nothing."),
+]
+
+
+def _targets(fn):
+    for option in reversed(TARGET_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@main.command()
+@_targets
+@click.option("--for", "duration", metavar="DURATION",
+              help="End the pause by itself after this long (90s, 30m, 2h, 1d); default: "
+                   "until `cronjobs resume`.")
+@click.option("--reason", help="Why (shown by `cronjobs limits` and the dashboard).")
+def pause(queue: str | None, job_type: str | None, task: str | None, duration: str | None,
+          reason: str | None) -> None:
+    """Pause a queue, a job type or a task on every worker and host: no row of it starts
+    (running ones finish); the rows keep their order and attempts."""
+    from datetime import timedelta
+
+    from .. import store
+    from ..db import run_in_transaction
+
+    scope, name = _target(queue, job_type, task)
+    seconds = parse_duration(duration) if duration is not None else None
+    app = _app()
+    now = app.clock.now()
+    until = now + timedelta(seconds=seconds) if seconds is not None else None
+    made = run_in_transaction(app.engine, lambda c: store.pause(
+        c, scope, name, now=now, until=until, reason=reason, by=_by()))
+    ends = f"until {made['until']:%Y-%m-%d %H:%M:%S} UTC" if until else "until resumed"
+    click.echo(f"paused {scope} {name} {ends}")
+
+
+@main.command()
+@_targets
+def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
+    """Lift the pause of a queue, a job type or a task; its rows start in their order."""
+    from .. import store
+    from ..db import run_in_transaction
+
+    scope, name = _target(queue, job_type, task)
+    app = _app()
+    count = run_in_transaction(app.engine, lambda c: store.resume(c, scope, name))
+    click.echo(f"resumed {scope} {name}" if count else f"{scope} {name} was not paused")
+
+
+@main.command()
+@click.argument("block_id", type=click.IntRange(min=1), required=False)
+@click.option("--type", "job_type", help="The blocked job type.")
+@click.option("--key", help="The blocked limit key of --type (default: the block of the "
+                            "whole type).")
+def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None:
+    """Lift a block (a flood wait) before it ends: by its id (`cronjobs limits`) or by
+    --type and --key."""
+    from .. import store
+    from ..db import run_in_transaction
+
+    if (block_id is None) == (job_type is None) or (key is not None and job_type is None):
+        raise click.UsageError("give a block id, or --type (with --key for one key)")
+    app = _app()
+    count = run_in_transaction(app.engine, lambda c: store.unblock(
+        c, block_id, job_type=job_type, limit_key=key))
+    what = f"block {block_id}" if block_id else f"block of {job_type}" + (
+        f" key {key}" if key else "")
+    click.echo(f"lifted {what}" if count else f"no {what}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print pauses, blocks and limits as JSON.")
+def limits(as_json: bool) -> None:
+    """List the live pauses and blocks (who, when, why, until) and the configured limits
+    (handlers' CONCURRENCY / RATE_LIMIT / LIMIT_KEY, the [queues.<queue>] settings)."""
+    from .. import store
+
+    app = _app()
+    now = app.clock.now()
+    with app.engine.connect() as conn:
+        pauses, blocks = store.list_pauses(conn, now), store.list_blocks(conn, now)
+    configured = configured_limits(app)
+    if as_json:
+        click.echo(_dump({"pauses": pauses, "blocks": blocks, "limits": configured}))
+        return
+    _section("pauses", [dict(p, until=_time(p["until"]) or "resumed", created_at=_time(
+        p["created_at"]), reason=p["reason"] or "") for p in pauses],
+        ["scope", "name", "until", "created_by", "created_at", "reason"])
+    _section("blocks", [dict(b, limit_key=b["limit_key"] or "(whole type)", until=_time(
+        b["until"]), reason=b["reason"] or "") for b in blocks],
+        ["id", "type", "limit_key", "until", "reason"])
+    _section("limits", [{k: "" if v is None else v for k, v in row.items()} for row in configured],
+             ["scope", "name", "concurrency", "rate_limit", "limit_key"])
+
+
+def configured_limits(app) -> list[dict]:
+    """The limits in force: `{"scope": "type" | "queue", "name", "concurrency",
+    "rate_limit" ("30/s" or None), "limit_key" (the field, "limit_key()" or None)}`."""
+    from ..flowrules import handler_limits
+
+    rows = []
+    for job_type, cls in sorted(app.handlers.registered_handlers().items()):
+        found = handler_limits(cls)
+        if found:
+            key = cls.LIMIT_KEY or ("limit_key()" if found.keyed else None)
+            rows.append({"scope": "type", "name": job_type, "concurrency": found.concurrency,
+                         "rate_limit": str(found.rate) if found.rate else None,
+                         "limit_key": key})
+    for name, settings in sorted(app.settings.queues.items()):
+        rows.append({"scope": "queue", "name": name, "concurrency": settings.concurrency,
+                     "rate_limit": settings.rate_limit, "limit_key": None})
+    return rows
+
+
+def _section(title: str, rows: list[dict], columns: list[str]) -> None:
+    click.echo(f"{title.upper()}: {len(rows) or 'none'}")
+    if rows:
+        _table(rows, columns)
+
+
+def _time(value) -> str | None:
+    return None if value is None else f"{value:%Y-%m-%d %H:%M:%S} UTC"

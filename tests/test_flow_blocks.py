@@ -1,0 +1,85 @@
+"""A flood wait blocks a key, not one row: `RetryLater(delay, block="key")` puts its row back
+without an attempt and holds every row of that type and key until then (other keys run),
+written with the outcome, and lifted exactly when it ends; a row without a key blocks its
+whole type; the block expires by itself; a bad `block` is refused."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from cronjobs import queue, store
+from cronjobs.clock import FrozenClock
+from cronjobs.handler import CronJobHandler, RetryLater
+from cronjobs.testing import drain
+
+T0 = datetime(2026, 7, 7, 7, 0, 0)
+
+
+class FloodExecute(CronJobHandler):
+    """Raises a flood wait of `wait` seconds for rows whose payload says so, once per row
+    (handlers run in the test's thread under `drain`)."""
+
+    TYPE = "flow.flood.execute"
+    LIMIT_KEY = "chat"
+    waited: set[int] = set()
+
+    def handle(self, payload, job):
+        if payload.get("wait") and job.id not in self.waited:
+            self.waited.add(job.id)
+            raise RetryLater(payload["wait"], "FloodWait", block=payload.get("block", "key"))
+        return True
+
+
+def blocks(app, now):
+    with app.engine.begin() as conn:
+        return [(b["type"], b["limit_key"], b["until"], b["reason"])
+                for b in store.list_blocks(conn, now)]
+
+
+def states(app, ids):
+    return [tuple(queue.get(i, ["status", "attempts"], app=app).values()) for i in ids]
+
+
+def test_retry_later_blocks_the_key_and_other_keys_run(make_app):
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    app.handlers.register(FloodExecute.TYPE, FloodExecute)
+    FloodExecute.waited.clear()
+    flood = queue.dispatch(FloodExecute.TYPE, {"chat": "A", "wait": 30}, priority=1)
+    held = [queue.dispatch(FloodExecute.TYPE, {"chat": "A"}) for _ in range(3)]
+    other = [queue.dispatch(FloodExecute.TYPE, {"chat": "B"}) for _ in range(3)]
+    report = drain(app)
+    assert [r.id for r in report.reports] == [flood, *other]
+    assert blocks(app, T0) == [(FloodExecute.TYPE, "A", T0 + timedelta(seconds=30), "FloodWait")]
+    assert states(app, [flood, *held]) == [("pending", 0)] * 4
+    clock.advance(29.999)
+    assert len(drain(app)) == 0
+    clock.advance(0.001)  # the block and the first row's wait end together
+    assert {r.id for r in drain(app).reports} == {flood, *held}
+    assert states(app, [flood, *held]) == [("completed", 1)] * 4
+
+
+def test_a_row_without_a_key_blocks_its_type_and_type_blocks_expire(make_app):
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    app.handlers.register(FloodExecute.TYPE, FloodExecute)
+    FloodExecute.waited.clear()
+    keyless = queue.dispatch(FloodExecute.TYPE, {"wait": 60}, priority=1)
+    keyed = queue.dispatch(FloodExecute.TYPE, {"chat": "C"})
+    assert [r.id for r in drain(app).reports] == [keyless]
+    assert blocks(app, T0) == [(FloodExecute.TYPE, None, T0 + timedelta(seconds=60),
+                                "FloodWait")]
+    assert states(app, [keyed]) == [("pending", 0)]
+    clock.advance(60)
+    assert {r.id for r in drain(app).reports} == {keyless, keyed}
+    assert blocks(app, clock.now()) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_bad_block_is_refused_by_name(make_app):
+    with pytest.raises(ValueError, match="RetryLater block must be 'key', 'type' or None, "
+                                         "got 'chat'"):
+        RetryLater(30, block="chat")
+    assert RetryLater(30, block="type").block == "type"
