@@ -95,6 +95,7 @@ def test_other_at_words_are_refused_with_the_list(bad):
 class MacroDailyDiscover(CronJobHandler):
     TYPE = "macro.daily.discover"
     FREQUENCY = "@daily"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True
@@ -103,6 +104,7 @@ class MacroDailyDiscover(CronJobHandler):
 class PlainDailyDiscover(CronJobHandler):
     TYPE = "plain.daily.discover"
     FREQUENCY = "0 0 * * *"
+    OVERLAP = "allow"  # slot tests: every slot starts, whatever the last run does
 
     def handle(self, payload, job):
         return True

@@ -8,9 +8,10 @@ task keeps waiting behind the running one.
 
 `cronjob_queue.root_id` is the first row of a row's family (a discover's id on every
 descendant; NULL on a row without parent), set at dispatch, with an index on
-`(root_id, status)` so "is any row of this family pending or running" is one index seek
-however large the family. Rows still pending or running when this revision runs get
-their parent as root (exact for discover -> execute, the usual two levels).
+`(root_id, status, id)` so "is any row of this family pending or running" reads only the
+index entries of the family's live rows, however large the table. Rows still pending or
+running when this revision runs get their parent as root (exact for discover -> execute,
+the usual two levels).
 
 Revision ID: 0010
 Revises: 0008
@@ -45,7 +46,7 @@ def upgrade() -> None:
     # UPDATE on a big table).
     op.execute("UPDATE cronjob_queue SET root_id = parent_id WHERE parent_id IS NOT NULL "
                "AND status IN ('pending', 'running')")
-    op.create_index("ix_cronjob_queue_root_status", "cronjob_queue", ["root_id", "status"])
+    op.create_index("ix_cronjob_queue_root_status", "cronjob_queue", ["root_id", "status", "id"])
 
 
 def downgrade() -> None:

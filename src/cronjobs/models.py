@@ -76,7 +76,7 @@ cronjob_queue = Table(
     Column("limit_key", String(limits.LIMIT_KEY_MAX_CHARS), nullable=True),
     # Migration 0010: the first row of the row's family (a discover's id on each of its
     # descendants; NULL on a row without parent), set at dispatch: the overlap check of a
-    # scheduled task asks "is any row of this family pending or running" in one seek.
+    # scheduled task asks "is any row of this family pending or running" from the index.
     Column("root_id", Id, nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
@@ -89,7 +89,7 @@ cronjob_queue = Table(
     Index("ix_cronjob_queue_type_status", "type", "status", "id"),
     # Flow control (0009): rows running per type and limit key (the claim's count).
     Index("ix_cronjob_queue_limit", "status", "type", "limit_key"),
-    Index("ix_cronjob_queue_root_status", "root_id", "status"),  # 0010: overlap check
+    Index("ix_cronjob_queue_root_status", "root_id", "status", "id"),  # 0010: overlap check
     sqlite_autoincrement=True,  # never reuse the id of a deleted row
     **MYSQL_TABLE_ARGS,
 )

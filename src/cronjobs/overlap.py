@@ -12,9 +12,9 @@ scheduled run is still going.
 - `allow`: every slot starts (the behaviour before this policy existed).
 
 "Still going" covers the run's whole family: the run itself and every row dispatched
-under it (children, grandchildren: `root_id`) that is `pending` or `running`, one index
-seek per task (`store.live_in_families`). Only the row statuses decide, so nothing can
-drift: a worker killed mid-run holds the task until recover-stale takes its row back;
+under it (children, grandchildren: `root_id`) that is `pending` or `running`, read from
+an index for all tasks at once (`store.live_in_families`). Only the row statuses decide,
+so nothing can drift: a worker killed mid-run holds the task until recover-stale takes its row back;
 the row is then `pending` again (the run will be redone: still going) or `failed` (no
 attempts left: the next slot starts). The built-in recover-stale task is `allow` for
 that reason: its own row left `running` by a killed worker must not stop the one task

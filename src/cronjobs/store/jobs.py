@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import Connection, func, select, union_all
+from sqlalchemy import Connection, func, select
 
 from ..errors import InvalidJob
 from ..models import cronjob_queue as q
@@ -14,7 +14,7 @@ from .sql import locking_read
 
 JOB_COLUMNS = tuple(c.name for c in q.columns)
 LIVE = (Status.PENDING, Status.RUNNING)
-_FAMILIES_PER_STATEMENT = 100
+_FAMILIES_PER_STATEMENT = 500
 
 
 def get_job(conn: Connection, job_id: int, columns: Iterable[str] | None = None) -> dict | None:
@@ -44,11 +44,12 @@ def count_children(conn: Connection, job_id: int) -> int:
 
 def live_in_families(conn: Connection, root_ids: Sequence[int]) -> dict[int, int]:
     """One `pending` or `running` row of each family in `root_ids` (the root itself first,
-    else a descendant: a row whose `root_id` is the root).
+    else its lowest live descendant: a row whose `root_id` is the root).
 
-    Cheap at any table size: the roots by primary key in one statement, then one seek of
-    `ix_cronjob_queue_root_status` per remaining root, `LIMIT 1` each (a family of 20,000
-    rows costs what a family of one does), `UNION ALL` of 100 roots per statement.
+    Two statements per 500 roots whatever the table's size: the roots by primary key,
+    then `ix_cronjob_queue_root_status` (root_id, status, id) for the others, which reads
+    only the index entries of their live descendants (nothing for a family that has
+    ended, 20,000 entries for a fan-out with 20,000 rows still to run).
 
     Args:
         root_ids: ids of family roots (a task's last scheduled run).
@@ -64,12 +65,11 @@ def live_in_families(conn: Connection, root_ids: Sequence[int]) -> dict[int, int
                                                            q.c.status.in_(LIVE))):
             live[job_id] = job_id
         rest = [r for r in chunk if r not in live]
-        if not rest:
-            continue
-        seeks = [select(q.c.root_id, q.c.id).where(q.c.root_id == r, q.c.status.in_(LIVE))
-                 .limit(1).subquery().select() for r in rest]
-        stmt = seeks[0] if len(seeks) == 1 else union_all(*seeks)
-        live.update({root: job_id for root, job_id in conn.execute(stmt)})
+        if rest:
+            live.update((root, job_id) for root, job_id in conn.execute(
+                select(q.c.root_id, func.min(q.c.id))
+                .where(q.c.root_id.in_(rest), q.c.status.in_(LIVE))
+                .group_by(q.c.root_id)))
     return live
 
 
