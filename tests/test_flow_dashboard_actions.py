@@ -41,8 +41,8 @@ def blocks(app) -> list[dict]:
         return store.flow.list_blocks(conn, app.clock.now())
 
 
-def flow_app(make_app):
-    app = make_app(dashboard_token=TOKEN)
+def flow_app(make_app, **settings):
+    app = make_app(dashboard_token=TOKEN, **settings)
     app.handlers.register(ChatSendExecute.TYPE, ChatSendExecute)
     return app
 
@@ -87,7 +87,7 @@ def test_the_page_lists_pauses_blocks_and_held_rows_and_its_buttons_lift_them(ma
 
 @SQLITE
 def test_pause_from_the_form_with_a_duration_and_a_reason(make_app):
-    app = flow_app(make_app)
+    app = flow_app(make_app, queues={"broadcast": {"rate_limit": "30/s"}})
     client = web_client(app)
     csrf = login(client)
     form = {"csrf_token": csrf, "action": "pause", "scope": "queue", "name": "broadcast",
@@ -103,6 +103,10 @@ def test_pause_from_the_form_with_a_duration_and_a_reason(make_app):
     assert made["created_by"].startswith("dashboard@")
     page = client.get("/flow").get_data(as_text=True)
     assert 'data-scope="queue" data-name="broadcast"' in page
+    limits = " ".join(page[page.index('id="limits"'):].split())
+    assert "<td>queue <code>broadcast</code></td><td></td><td>30/s</td>" in limits
+    assert "<td><code>test.chatsend.execute</code></td><td>2</td><td>10/s</td><td>chat_id</td>" \
+        in limits
 
 
 @SQLITE
@@ -112,9 +116,9 @@ def test_pause_from_the_form_with_a_duration_and_a_reason(make_app):
     ({"action": "pause", "scope": "queue", "name": "nosuch"}, "unknown queue &#39;nosuch&#39;"),
     ({"action": "pause", "scope": "type", "name": "x.y.execute"}, "unknown type"),
     ({"action": "pause", "scope": "queue", "name": "default", "for": "soon"},
-     "duration must be a number and s, m, h or d"),
-    ({"action": "pause", "scope": "queue", "name": "default", "for": "0m"}, "above 0"),
-    ({"action": "pause", "scope": "queue", "name": "default", "for": "31d"}, "at most 30 days"),
+     "duration must be such as 90s, 30m, 2h or 1d"),
+    ({"action": "pause", "scope": "queue", "name": "default", "for": "0m"}, "more than 0"),
+    ({"action": "pause", "scope": "queue", "name": "default", "for": "367d"}, "at most a year"),
     ({"action": "pause", "scope": "queue", "name": "default", "reason": "x" * 600},
      "reason is 600 bytes"),
     ({"action": "explode"}, "action must be pause, resume or unblock"),

@@ -21,28 +21,27 @@ from .view import cronjobs_app, handler_registry
 bp = Blueprint("flow", __name__)
 ACTIONS = ("pause", "resume", "unblock")
 SCOPES = ("queue", "type", "task")
-DURATION_MAX = timedelta(days=30)
-_DURATION = re.compile(r"^\s*(\d{1,6})\s*([smhd]?)\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 60}
+# The same durations as `cronjobs pause --for` (cli/flow.py): a bare number is seconds.
+DURATION_MAX = timedelta(days=366)
+_DURATION = re.compile(r"\s*(\d{1,9}(?:\.\d{1,6})?)\s*([smhd]?)\s*\Z")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str | None) -> timedelta | None:
-    """The Pause form's duration: `90s`, `30m`, `2h`, `1d` (a bare number is minutes);
-    empty: None (until resumed).
+    """The Pause form's duration: `90s`, `30m`, `2h`, `1d` (a bare number is seconds, as
+    in `cronjobs pause --for`); empty: None (until resumed).
 
     Raises:
-        InvalidJob: not one of those forms, zero, or over 30 days; the message shows it.
+        InvalidJob: not one of those forms, 0, or over a year; the message shows it.
     """
     if text is None or not text.strip():
         return None
     found = _DURATION.match(text)
-    if not found:
-        raise InvalidJob(f"duration must be a number and s, m, h or d (30m, 2h), got "
-                         f"{text[:40]!r}")
-    span = timedelta(seconds=int(found[1]) * _UNIT_SECONDS[found[2]])
-    if not span or span > DURATION_MAX:
-        raise InvalidJob(f"duration must be above 0 and at most 30 days, got {text.strip()!r}")
-    return span
+    seconds = float(found[1]) * _UNIT_SECONDS[found[2]] if found else 0.0
+    if not 0 < seconds <= DURATION_MAX.total_seconds():
+        raise InvalidJob(f"duration must be such as 90s, 30m, 2h or 1d (more than 0, at most "
+                         f"a year), got {text[:40]!r}")
+    return timedelta(seconds=seconds)
 
 
 def _targets(app) -> dict[str, list[str]]:
