@@ -1,6 +1,7 @@
 """deploy/: the supervisor and systemd files name the same commands and flags (a queue's
 systemd drop-in the same slots too), restart on exit, treat exit 0 as expected, and wait
-longer than the worker's shutdown timeout."""
+longer than the worker's shutdown timeout; the example settings load, and each queue they
+limit has a worker program of its own."""
 
 from __future__ import annotations
 
@@ -89,3 +90,15 @@ def test_deployed_commands_parse():
         assert out.returncode == 0, out.stderr
         for option in (a for a in args if a.startswith("--")):
             assert option in out.stdout, (option, args[0])
+
+
+def test_the_example_settings_load_and_limited_queues_have_their_worker():
+    from cronjobs.config import Settings
+
+    settings = Settings.load({"CRONJOBS_CONFIG": str(DEPLOY / "cronjobs.toml")})
+    assert settings.queue_settings("broadcast").rate_limit == "30/s"
+    programs = supervisor_programs()
+    for queue in settings.queues:
+        args = cronjobs_args(programs[f"cronjobs-worker-{queue}"]["command"])
+        assert flag(args, "--queues") == queue
+        assert dropin_exec_start(queue) is not None, queue
