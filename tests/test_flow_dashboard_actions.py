@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from cronjobs import CronJobHandler, store
+from cronjobs import CronJobHandler, flowstate, store
 from dashboard_helpers import BEARER, TOKEN, add_row, csrf_of, login, web_client
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -204,3 +204,19 @@ def test_the_tasks_pages_show_limits_overlap_and_pause_state(make_app):
     assert '<td class="skipped">1; last 202612011200 (paused)</td>' in one
     tr = client.get("/flow?lang=tr").get_data(as_text=True)
     assert "Duraklatmalar ve engeller" in tr and "kuyruk" in tr
+
+
+@SQLITE
+def test_rows_held_by_a_full_queue_or_type_limit_are_counted_per_reason(make_app):
+    app = flow_app(make_app, queues={"parked": {"concurrency": 1}})
+    add_row(app, queue="parked", status="running")
+    for _ in range(2):
+        add_row(app, queue="parked")
+    for key, status in (("A", "running"), ("A", "running"), ("A", "pending"), ("B", "pending"),
+                        (None, "pending")):
+        add_row(app, type=ChatSendExecute.TYPE, queue="broadcast", limit_key=key, status=status)
+    with app.engine.connect() as conn:
+        held = flowstate.held_now(app, conn, app.clock.now(), [], [])
+    assert [(h["queue"], h["type"], h["reason"], h["rows"]) for h in held] == [
+        ("broadcast", ChatSendExecute.TYPE, "limited", 1),  # key A has its 2 running
+        ("parked", KIND, "limited", 2)]
