@@ -20,7 +20,7 @@ import click
 from pydantic import BaseModel
 
 from cronjobs.cli import main as cli_main
-from cronjobs.config import ENV_PREFIX, Settings, TaskSettings, UptimeCheck
+from cronjobs.config import ENV_PREFIX, QueueSettings, Settings, TaskSettings, UptimeCheck
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"configuration": ROOT / "docs" / "reference" / "configuration.md",
@@ -101,6 +101,12 @@ def configuration_page() -> str:
             "Operator settings of one task (the task name is the type without its stage, dots "
             "turned into hyphens: `tls-certexpiry`). Only in the TOML file.", ""]
     out += model_table(TaskSettings)
+    out += ["", "## `[queues.<queue>]`", "",
+            "Limits of one queue as a whole, all workers and hosts together, besides the "
+            "limits of each handler (`CONCURRENCY`, `RATE_LIMIT`). In the environment: "
+            "`CRONJOBS_QUEUES`, a JSON object of these tables "
+            "(`{\"broadcast\": {\"concurrency\": 1}}`).", ""]
+    out += model_table(QueueSettings)
     out += ["", "## `[[uptime_checks]]`", "",
             "One URL of the `http-uptime` task with its own expectations.", ""]
     out += model_table(UptimeCheck)
@@ -110,7 +116,8 @@ def configuration_page() -> str:
             'handler_paths = ["/srv/app/handlers"]',
             'tls_hosts = ["example.com", "mail.example.com:465"]',
             "", "[tasks.http-uptime]", 'frequency = "*/5 * * * *"', "",
-            "[tasks.db-backup]", "enabled = true", "", "[[uptime_checks]]",
+            "[tasks.db-backup]", "enabled = true", "", "[queues.broadcast]",
+            "concurrency = 1", 'rate_limit = "30/s"', "", "[[uptime_checks]]",
             'url = "https://example.com/"', "expect_status = 200", 'expect_text = "Welcome"',
             "```", ""]
     return "\n".join(out)

@@ -2,7 +2,8 @@
 most N running rows per key in priority then id order, a backlog of a held key never keeps
 other rows of the queue from being claimed, RATE_LIMIT counts starts over an exact rolling
 window, a queue's settings limit the queue as a whole, paused and blocked rows stay pending
-with their attempts until the pause or block ends — and the limit key is computed at dispatch."""
+with their attempts until the pause or block ends — and the limit key is computed at dispatch,
+the queue limits read from the TOML file or the environment."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
-from cronjobs.errors import HandlerError, InvalidJob, JobStateError
+from cronjobs.config import QueueSettings, Settings
+from cronjobs.errors import ConfigError, HandlerError, InvalidJob, JobStateError
 from cronjobs.executor import Executor
 from cronjobs.handler import CronJobHandler
 
@@ -174,3 +176,20 @@ def test_bad_limits_are_refused_when_the_handler_loads(make_app):
         queue.dispatch(KeyedExecute.TYPE, {"chat": ["x"]})
     assert queue.get(queue.dispatch(KeyedExecute.TYPE, {"chat": 4711}), ["limit_key"],
                      app=app) == {"limit_key": "4711"}
+
+
+def test_queue_limits_from_the_toml_file_and_the_environment(tmp_path):
+    toml = tmp_path / "cronjobs.toml"
+    toml.write_text('[queues.broadcast]\nconcurrency = 1\nrate_limit = "30/s"\n')
+    loaded = Settings.load({"CRONJOBS_CONFIG": str(toml)})
+    assert loaded.queue_settings("broadcast") == QueueSettings(concurrency=1, rate_limit="30/s")
+    assert loaded.queue_settings("other") == QueueSettings()
+    env = Settings.load({"CRONJOBS_QUEUES": '{"mail": {"rate_limit": "5/m"}}'})
+    assert env.queues == {"mail": QueueSettings(rate_limit="5/m")}
+    for value, message in (('{"mail": {"rate_limit": "5/d"}}', "rate_limit must look like"),
+                           ('{"mail": {"concurrency": 0}}', "concurrency must be an integer"),
+                           ('{"a b": {}}', "queue name 'a b' may only contain"),
+                           ('{"mail": {"limit": 1}}', "Extra inputs are not permitted"),
+                           ("nope", "must be a JSON object of queue tables")):
+        with pytest.raises(ConfigError, match=message):
+            Settings.load({"CRONJOBS_QUEUES": value})

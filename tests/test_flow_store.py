@@ -38,7 +38,7 @@ def test_pause_resume_and_expiry(make_app):
         assert store.resume(conn, "task", "nightly") == 1
         assert store.resume(conn, "task", "nightly") == 0
         assert not store.is_task_paused(conn, "nightly", T0)
-        assert store.prune_expired(conn, later) == {"pauses": 1, "blocks": 0}
+        assert store.prune_expired(conn, later) == {"pauses": 1, "blocks": 0, "starts": 0}
 
 
 def test_block_extends_never_shortens_and_unblocks(make_app):

@@ -4,13 +4,15 @@ job type, or one limit key of it, until a time), and what waits behind them.
 The claim reads these tables in its candidate SELECT (`hold_sql`: one NOT EXISTS each),
 so a pause or a block made by any process holds for every worker from its next claim,
 with nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes
-them. All times naive UTC (the injected clock's `now`).
+them (so does every new pause or block), keeping the tables empty when nothing is held:
+the claim then pays only two index probes. All times naive UTC (the injected clock's
+`now`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
@@ -18,6 +20,7 @@ from sqlalchemy import Connection, and_, delete, func, or_, select, update
 from .. import limits
 from ..errors import InvalidJob
 from ..models import cronjob_block as b
+from ..models import cronjob_flow_start as fs
 from ..models import cronjob_pause as p
 from ..models import cronjob_queue as q
 from .sql import bind, due, insert_ignore, ph
@@ -46,6 +49,7 @@ def pause(conn: Connection, scope: str, name: str, *, now: datetime,
     """
     _check_target(scope, name)
     by = limits.check_name(by, "pause author", limits.FLOW_BY_MAX_CHARS)
+    prune_expired(conn, now)
     if until is not None and until <= now:
         raise InvalidJob(f"a pause must end after now ({now:%Y-%m-%d %H:%M:%S} UTC), "
                          f"got until {until:%Y-%m-%d %H:%M:%S}")
@@ -113,6 +117,8 @@ def block(conn: Connection, job_type: str, limit_key: str | None = None, *, now:
     key = WHOLE_TYPE if limit_key is None else limits.check_name(
         limit_key, "limit key", limits.LIMIT_KEY_MAX_CHARS)
     values = {"until_at": until, "reason": _reason(reason), "created_at": now}
+    conn.execute(delete(b).where(b.c.until_at <= now, or_(b.c.type != job_type,
+                                                           b.c.limit_key != key)))
     added = conn.execute(insert_ignore(conn, b, ["type", "limit_key"]).values(
         type=job_type, limit_key=key, **values).execution_options(preserve_rowcount=True)
     ).rowcount
@@ -155,14 +161,18 @@ def list_blocks(conn: Connection, now: datetime) -> list[dict]:
 
 
 def prune_expired(conn: Connection, now: datetime) -> dict[str, int]:
-    """Delete the pauses and blocks that ended at or before `now` (naive UTC).
+    """Delete the pauses and blocks that ended at or before `now` (naive UTC), and the
+    start-log entries older than the longest rate window (an hour): those of a limit
+    that is no longer configured, which no claim prunes.
 
     Returns:
-        `{"pauses": n, "blocks": n}`: how many were deleted.
+        `{"pauses": n, "blocks": n, "starts": n}`: how many were deleted.
     """
     pauses = conn.execute(delete(p).where(p.c.until_at <= now)).rowcount
     blocks = conn.execute(delete(b).where(b.c.until_at <= now)).rowcount
-    return {"pauses": pauses, "blocks": blocks}
+    starts = conn.execute(delete(fs).where(
+        fs.c.started_at <= now - timedelta(hours=1))).rowcount
+    return {"pauses": pauses, "blocks": blocks, "starts": starts}
 
 
 def has_holds(conn: Connection, now: datetime) -> bool:
@@ -175,14 +185,18 @@ def has_holds(conn: Connection, now: datetime) -> bool:
 def hold_sql(dialect: str) -> str:
     """Driver SQL on `cronjob_queue` (unqualified columns; placeholder `p_now`): true for
     a row that no live pause of its queue or type and no live block of its type (whole,
-    or its limit key) holds. One NOT EXISTS on each tiny table."""
+    or its limit key) holds. One NOT EXISTS per row on each tiny table — behind two
+    uncorrelated checks that both tables are empty, which the database evaluates once
+    per statement: with no pause and no block stored the claim pays two index probes."""
     now = ph(dialect, "p_now")
     t = q.name
-    return (f"NOT EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
+    held = (f"NOT EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
             f"fp.name = {t}.queue) OR (fp.scope = 'type' AND fp.name = {t}.type)) AND "
             f"(fp.until_at IS NULL OR fp.until_at > {now})) AND NOT EXISTS (SELECT 1 FROM "
             f"{b.name} fb WHERE fb.type = {t}.type AND fb.limit_key IN ('', {t}.limit_key) "
             f"AND fb.until_at > {now})")
+    return (f"((NOT EXISTS (SELECT 1 FROM {p.name}) AND NOT EXISTS (SELECT 1 FROM {b.name})) "
+            f"OR ({held}))")
 
 
 def hold_params(dialect: str, now: datetime) -> dict[str, Any]:
@@ -198,7 +212,9 @@ def held_counts(conn: Connection, now: datetime, *,
     Args:
         now: naive UTC; rows scheduled later are not counted (they are not due).
         concurrency: `{job type: N}`, the CONCURRENCY of limited types (per limit key):
-            a due row counts as `limited` when N rows of its type and key are running.
+            a due row counts as `limited` when N rows of its type and key are running
+            (rows waiting for a rate limit's window are not counted: they wait a second,
+            a minute or an hour at most).
 
     Returns:
         Dicts `{"queue", "type", "reason", "rows"}`, `reason` one of `paused`, `blocked`,

@@ -1,0 +1,66 @@
+"""The flow-control commands: `pause` and `resume` of a queue, type or task, `limits` (text
+and JSON: who, when, why, until, and the configured limits), `unblock`; bad input is one
+line on stderr with exit status 2 and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from conftest import cli_env, run_cli
+from cronjobs import store
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
+def one_line_error(out) -> str:
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    return lines[0]
+
+
+def test_pause_limits_resume_and_unblock(make_app, db_url, namespace):
+    app = make_app()
+    env = cli_env(db_url, namespace)
+    out = run_cli(["pause", "--task", "nightly-report", "--for", "90s", "--reason", "quiet"], env)
+    assert out.returncode == 0 and out.stdout.startswith("paused task nightly-report until ")
+    now = app.clock.now()
+    with app.engine.begin() as conn:
+        assert store.is_task_paused(conn, "nightly-report", now)
+        block = store.block(conn, "test.shape.execute", "4711", now=now,
+                            until=now + timedelta(minutes=5), reason="FloodWait 300")
+    text = run_cli(["limits"], env)
+    assert text.returncode == 0, text.stderr
+    assert "PAUSES: 1" in text.stdout and "quiet" in text.stdout
+    assert "BLOCKS: 1" in text.stdout and "FloodWait 300" in text.stdout
+    data = json.loads(run_cli(["limits", "--json"], env).stdout)
+    assert [(p["scope"], p["name"], p["reason"]) for p in data["pauses"]] == [
+        ("task", "nightly-report", "quiet")]
+    assert "@" in data["pauses"][0]["created_by"] and data["pauses"][0]["until"].endswith("Z")
+    assert [(b["id"], b["limit_key"]) for b in data["blocks"]] == [(block["id"], "4711")]
+    assert run_cli(["unblock", str(block["id"])], env).stdout.strip() == \
+        f"lifted block {block['id']}"
+    assert run_cli(["resume", "--task", "nightly-report"], env).stdout.strip() == \
+        "resumed task nightly-report"
+    assert run_cli(["resume", "--task", "nightly-report"], env).stdout.strip() == \
+        "task nightly-report was not paused"
+
+
+def test_bad_input_is_one_line_and_exit_2(make_app, db_url, namespace):
+    app = make_app()
+    env = cli_env(db_url, namespace)
+    for args, needle in (
+            (["pause"], "name exactly one of --queue, --type, --task"),
+            (["pause", "--queue", "a", "--type", "b.execute"], "name exactly one of"),
+            (["pause", "--queue", "mail", "--for", "soon"], "must be a duration such as 90s"),
+            (["pause", "--queue", "mail", "--for", "0s"], "must be a duration such as 90s"),
+            (["pause", "--queue", "a b"], "queue name 'a b' may only contain"),
+            (["resume", "--queue", "x" * 70], "queue name is 70 characters"),
+            (["unblock"], "give a block id, or --type"),
+            (["unblock", "--key", "4711"], "give a block id, or --type")):
+        assert needle in one_line_error(run_cli(args, env)), args
+    with app.engine.begin() as conn:
+        assert store.list_pauses(conn, app.clock.now()) == []
