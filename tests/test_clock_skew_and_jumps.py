@@ -97,7 +97,8 @@ class _Every5:
 def _register_every5(app: App, count: int = 3) -> None:
     for i in range(count):
         cls = type(f"Every5No{i}Discover", (_Every5, CronJobHandler),
-                   {"TYPE": f"test.every5no{i}.discover", "FREQUENCY": "*/5 * * * *"})
+                   {"TYPE": f"test.every5no{i}.discover", "FREQUENCY": "*/5 * * * *",
+                    "OVERLAP": "allow"})  # slot tests: every slot starts
         app.handlers.register(cls.TYPE, cls)
 
 

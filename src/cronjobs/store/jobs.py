@@ -61,15 +61,21 @@ def live_in_families(conn: Connection, root_ids: Sequence[int]) -> dict[int, int
     live: dict[int, int] = {}
     for start in range(0, len(roots), _FAMILIES_PER_STATEMENT):
         chunk = roots[start:start + _FAMILIES_PER_STATEMENT]
-        for (job_id,) in conn.execute(select(q.c.id).where(q.c.id.in_(chunk),
-                                                           q.c.status.in_(LIVE))):
-            live[job_id] = job_id
+        # the status is filtered here: with it in the WHERE, MariaDB may read every live
+        # row of the table through (status, locked_until) instead of the primary key
+        for job_id, status in conn.execute(select(q.c.id, q.c.status).where(q.c.id.in_(chunk))):
+            if status in LIVE:
+                live[job_id] = job_id
         rest = [r for r in chunk if r not in live]
         if rest:
-            live.update((root, job_id) for root, job_id in conn.execute(
-                select(q.c.root_id, func.min(q.c.id))
-                .where(q.c.root_id.in_(rest), q.c.status.in_(LIVE))
-                .group_by(q.c.root_id)))
+            stmt = (select(q.c.root_id, func.min(q.c.id))
+                    .where(q.c.root_id.in_(rest), q.c.status.in_(LIVE)).group_by(q.c.root_id))
+            # MariaDB would rather read every live row of the table (status, id) when the
+            # families are small (seen with 30,000 rows): only theirs, through the index
+            for dialect in ("mysql", "mariadb"):
+                stmt = stmt.with_hint(q, "FORCE INDEX (ix_cronjob_queue_root_status)",
+                                      dialect_name=dialect)
+            live.update((root, job_id) for root, job_id in conn.execute(stmt))
     return live
 
 
