@@ -67,7 +67,7 @@ def test_health_answers_only_its_status_without_the_token(app):
     full = client.get("/health", headers=BEARER).get_json()
     assert full["status"] == anonymous.get_json()["status"]
     assert {c["name"] for c in full["checks"]} == {"database", "broker", "queues", "workers",
-                                                   "scheduler", "overdue", "resources"}
+                                                   "scheduler", "overdue", "flow", "resources"}
 
 
 @SQLITE

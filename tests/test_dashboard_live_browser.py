@@ -247,7 +247,7 @@ def test_ticked_rows_survive_polling_and_are_cancelled_then_deleted_in_bulk(serv
 
 
 PHONE_PAGES = ["/", "/tasks", "/tasks/test-count", "/tasks/http-uptime", "/queue",
-               "/queue?status=failed&housekeeping=1", "/workers", "/failed", "/nowhere"]
+               "/queue?status=failed&housekeeping=1", "/workers", "/failed", "/flow", "/nowhere"]
 
 
 def fits(page, what: str) -> None:

@@ -164,8 +164,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
-            "title": title,
-            "scheduled_at": as_utc(scheduled_at) if scheduled_at else None,
+            "title": title, "scheduled_at": as_utc(scheduled_at) if scheduled_at else None,
             "created_at": now, "updated_at": now}
 
 

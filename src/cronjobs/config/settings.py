@@ -218,6 +218,14 @@ class Settings(BaseModel):
         default=300, gt=0,
         description="Due rows older than this in a queue that has live workers: the "
                     "workers have stopped taking rows (seconds).")
+    health_pause_warn_seconds: float = Field(
+        default=3600, gt=0,
+        description="Warn about a pause (of a queue, type or task) older than this; one "
+                    "left on by mistake stops work silently (seconds).")
+    health_held_warn_seconds: float = Field(
+        default=900, gt=0,
+        description="Warn when a due row has waited longer than this behind a block or a "
+                    "full concurrency limit (seconds).")
     health_failed_warn_per_hour: int = Field(
         default=10, ge=1, description="Warn when this many rows failed in the last hour (rows).")
     health_disk_warn_percent: float = Field(default=90, gt=0, le=100,

@@ -10,6 +10,7 @@ from sqlalchemy.engine import make_url
 
 from .. import heartbeat, store
 from ..app import App
+from ..flowstate import held_now
 from ..slots import current_slot
 from ..tasks import task_infos
 from .check import Check
@@ -123,6 +124,9 @@ def workers(app: App, check: Check) -> None:
                   "per_queue": {n: len(per_queue.get(n, [])) for n in names}}
     check.message = f"{len(live)} live worker(s)"
     stuck_after = app.settings.health_stuck_seconds
+    held = _held_since(app, now) if any(
+        d["oldest_due_at"] and _age(now, d["oldest_due_at"]) > stuck_after
+        for d in due.values()) else {}
     for name in names:
         waiting = due.get(name)
         age = _age(now, waiting["oldest_due_at"]) if waiting else None
@@ -132,7 +136,8 @@ def workers(app: App, check: Check) -> None:
                               f"queue {name!r} has {waiting['due']} due row(s) and no live worker")
             elif name in app.queues():
                 check.problem(f"workers:{name}", "warn", f"queue {name!r} has no live worker")
-        elif age is not None and age > stuck_after:
+        elif age is not None and age > stuck_after and not (
+                name in held and held[name] <= waiting["oldest_due_at"]):
             check.problem(f"stuck:{name}", "fail",
                           f"queue {name!r}: due rows waiting {age:.0f} s while "
                           f"{len(per_queue[name])} worker(s) are live (not taking rows?)")
@@ -191,6 +196,36 @@ def overdue(app: App, check: Check) -> None:
     check.message = f"{len(check.problems)} overdue task(s) of {len(late)}"
 
 
+def flow(app: App, check: Check) -> None:
+    """Pauses left on longer than `health_pause_warn_seconds`; due rows that waited longer
+    than `health_held_warn_seconds` behind a block or a full concurrency limit. Data: the
+    live pauses and blocks, and the held rows per reason (counts capped per statement)."""
+    now, s = app.clock.now(), app.settings
+    with app.engine.connect() as conn:
+        pauses = store.flow.list_pauses(conn, now)
+        blocks = store.flow.list_blocks(conn, now)
+        held = held_now(app, conn, now, pauses, blocks)
+    totals = {reason: sum(h["rows"] for h in held if h["reason"] == reason)
+              for reason in store.held.REASONS}
+    check.data = {"pauses": len(pauses), "blocks": len(blocks), "held_rows": totals}
+    check.message = (f"{len(pauses)} pause(s), {len(blocks)} block(s); held rows: "
+                     + ", ".join(f"{n} {reason}" for reason, n in totals.items()))
+    for p in pauses:
+        age = _age(now, p["created_at"])
+        if age > s.health_pause_warn_seconds:
+            why = f" ({p['reason'][:100]})" if p["reason"] else ""
+            check.problem(f"pause:{p['scope']}:{p['name']}", "warn",
+                          f"{p['scope']} {p['name']!r} has been paused for {age:.0f} s by "
+                          f"{p['created_by']}{why} (warn after {s.health_pause_warn_seconds:g} s)")
+    for h in held:
+        age = _age(now, h["oldest_due_at"])
+        if h["reason"] != "paused" and age is not None and age > s.health_held_warn_seconds:
+            check.problem(f"held:{h['queue']}:{h['type']}:{h['reason']}", "warn",
+                          f"{h['rows']}{'+' if h['capped'] else ''} due row(s) of {h['type']} "
+                          f"in queue {h['queue']!r} are {h['reason']}; the oldest has waited "
+                          f"{age:.0f} s (warn after {s.health_held_warn_seconds:g} s)")
+
+
 def resources(app: App, check: Check) -> None:
     """Disk use (of the SQLite file's folder, else the log folder or the working folder) and
     memory."""
@@ -215,7 +250,7 @@ def resources(app: App, check: Check) -> None:
 
 
 ALL = [("database", database), ("broker", broker), ("queues", queues), ("workers", workers),
-       ("scheduler", scheduler), ("overdue", overdue), ("resources", resources)]
+       ("scheduler", scheduler), ("overdue", overdue), ("flow", flow), ("resources", resources)]
 
 
 def _scheduled(app: App) -> list:
@@ -227,6 +262,19 @@ def _period(frequency: str, now, tz: str) -> float:
     """Seconds between two slots of `frequency` (the current one and the next)."""
     slot = current_slot(frequency, now, tz)
     return max(60.0, (slot.next_at - slot.at).total_seconds())
+
+
+def _held_since(app: App, now) -> dict:
+    """`{queue: the oldest due time of its rows held by a pause, block or limit}`: a queue
+    whose oldest due row is held is waiting on purpose, not stuck."""
+    with app.engine.connect() as conn:
+        pauses = store.flow.list_pauses(conn, now)
+        held = held_now(app, conn, now, pauses, store.flow.list_blocks(conn, now))
+    out: dict = {}
+    for h in held:
+        if h["oldest_due_at"] is not None:
+            out[h["queue"]] = min(out.get(h["queue"], h["oldest_due_at"]), h["oldest_due_at"])
+    return out
 
 
 def _age(now, then) -> float | None:

@@ -8,7 +8,8 @@
 - `maintenance` (rescue stale rows, undelivered rows, prune), `runtime` (tasks and slot
   claims), `workers` (heartbeats), and the dashboard's `views`, `queues` (reads per
   queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`;
-  `flow` (pauses, blocks, what waits behind them), `stops` (an operator's stop requests).
+  `flow` (pauses, blocks, what waits behind them), `held` (the rows they hold, bounded,
+  for metrics, health and the dashboard), `stops` (an operator's stop requests).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -21,6 +22,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     alerts,
     fields,
     flow,
+    held,
     operations,
     queues,
     secrets,
@@ -71,6 +73,6 @@ __all__ = [
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
-    "queues", "secrets", "selection", "stops", "views", "FlowPolicy",
+    "queues", "secrets", "selection", "stops", "views", "FlowPolicy", "held",
     "live_in_families", "record_skips", "buffer_slot",
 ]

@@ -2,10 +2,10 @@
 
 Pages: Overview (`/`), Tasks (`/tasks`), a task (`/tasks/<name>`), Queue (`/queue`), Job
 (`/jobs/<id>`, its texts whole at `/jobs/<id>/raw/<field>`), Workers (`/workers`, the busy
-view; Stop at `/jobs/<id>/stop`), Failed (`/failed`), bulk operations (`/operations/<id>`);
-JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`, and what the pages poll to update
-themselves (`/api/overview`, `/api/queue`, `/api/jobs/<id>/live`: `live.py`;
-`/api/workers`: `workers.py`); `/metrics`; the probes `/health`,
+view; Stop at `/jobs/<id>/stop`), Failed (`/failed`), bulk operations (`/operations/<id>`),
+Pauses & blocks (`/flow`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`, and what the
+pages poll to update themselves (`/api/overview`, `/api/queue`, `/api/jobs/<id>/live`:
+`live.py`; `/api/workers`: `workers.py`); `/metrics`; the probes `/health`,
 `/health/live`, `/health/ready` (`health.py`). Behind a reverse proxy: `proxy`.
 Templates (Jinja2, autoescape on), static files and the message catalogs ship in this
 package. Auth and CSRF: `cronjobs.web.auth`.
@@ -101,6 +101,7 @@ def _install(web: Flask, app: App) -> None:
         auth,
         failed,
         fields,
+        flow,
         health,
         jobs,
         live,
@@ -118,7 +119,7 @@ def _install(web: Flask, app: App) -> None:
     tasks.install(web)
     proxy.install(web, app.settings.dashboard_proxy)
     for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
-                      operations.bp, api.bp, live.bp):
+                      operations.bp, api.bp, live.bp, flow.bp):
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)

@@ -6,7 +6,8 @@ Two kinds of series, and the HELP text of each says which:
   instant): rows per queue and status (`pending`, `running`, `failed`; capped at 10,000 per
   queue), rows per status (the Queue page's counts), due rows and the oldest due age per
   queue, live workers, `.execute` rows completed in the last hour and day (the Queue page's
-  throughput), rows failed in the last hour (what the health check warns about).
+  throughput), rows failed in the last hour (what the health check warns about), due rows
+  held by flow control per queue, type and reason (`paused`, `blocked`, `limited`).
 - **Per process** (counters and the duration histogram): rows that finished since this
   dashboard process started, from any worker on any host; each scrape reads the rows
   finished since the previous one (`finished_at`, then id). Two processes started at
@@ -35,6 +36,7 @@ from prometheus_client.core import (
 
 from .. import heartbeat, store
 from ..app import App
+from ..flowstate import held_now
 from ..status import Status
 from ..status import family as reason_family
 from ..store import stats
@@ -145,6 +147,8 @@ class Metrics:
             statuses = store.views.count_by_status(conn)
             speed = store.views.throughput(conn, now)
             failed = store.views.failed_counts(conn, now - timedelta(hours=1))["since"][0]
+            held = held_now(self.app, conn, now, store.flow.list_pauses(conn, now),
+                            store.flow.list_blocks(conn, now))
             while True:
                 rows = store.views.finished_since(conn, self._since, self._after_id)
                 for row in rows:
@@ -163,7 +167,8 @@ class Metrics:
                        "window (1h, 24h; the Queue page's throughput; capped at 100,000).",
                        ["window"], {("1h",): speed["hour"][0], ("24h",): speed["day"][0]}),
                 _gauge("cronjobs_failed_rows_last_hour", "Rows that failed within the last hour "
-                       "(capped at 10,000).", [], {(): failed})]
+                       "(capped at 10,000).", [], {(): failed}),
+                _held_gauge(held, types, queues)]
 
 
 def _queue_gauges(counts: dict, due: dict, now: datetime) -> list:
@@ -177,6 +182,20 @@ def _queue_gauges(counts: dict, due: dict, now: datetime) -> list:
                    ["queue"], {(queue,): d["due"] for queue, d in due.items()}),
             _gauge("cronjobs_oldest_due_age_seconds", "Age of the oldest due pending row per "
                    "queue (seconds).", ["queue"], ages)]
+
+
+def _held_gauge(held: list[dict], types: set[str], queues: set[str]) -> GaugeMetricFamily:
+    """Due rows held by a pause, a block or a full concurrency limit, per queue, type and
+    reason (`paused`, `blocked`, `limited`); never per limit key. Unregistered types and
+    unknown queues are `other`."""
+    values: dict[tuple[str, str, str], int] = defaultdict(int)
+    for h in held:
+        key = (h["queue"] if h["queue"] in queues else OTHER,
+               h["type"] if h["type"] in types else OTHER, h["reason"])
+        values[key] += h["rows"]
+    return _gauge("cronjobs_held_rows", "Due pending rows held by a pause, a block or a full "
+                  "concurrency limit, per queue, type and reason (capped at 10,000 per pause, "
+                  "blocked type or limited type).", ["queue", "type", "reason"], values)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict) -> GaugeMetricFamily:

@@ -15,6 +15,7 @@ from flask_babel import gettext as _
 
 from .. import limits, store
 from ..errors import InvalidJob, TaskRefused, TaskRunning
+from ..flowstate import TaskFlow, task_flows
 from ..handler import stage_of
 from ..manual import new_request_token, run_now
 from ..slots import current_slot, describe, fires_after, is_cron
@@ -58,9 +59,19 @@ def _gone(rows: list[TaskRow]) -> set[int]:
         return ids - set(store.views.job_statuses(conn, sorted(ids)))
 
 
+def flows_of(app, rows: list[TaskRow]) -> dict[str, TaskFlow]:
+    """Flow control of the tasks `rows` (limits, overlap, the pauses holding them) now."""
+    with app.engine.connect() as conn:
+        pauses = store.flow.list_pauses(conn, app.clock.now())
+    return task_flows(app, {r.task: (r.type, *(t for t in r.types if t != r.type))
+                            for r in rows}, pauses)
+
+
 def _page(error: str | None = None, code: int = 200):
-    rows = task_rows(cronjobs_app())
+    app = cronjobs_app()
+    rows = task_rows(app)
     return render_template("tasks.html", rows=rows, error=error, gone=_gone(rows),
+                           flows=flows_of(app, rows),
                            tokens={r.task: new_request_token() for r in rows}), code
 
 
@@ -121,6 +132,7 @@ def _task_page(task: str, error: str | None = None, payload_text: str = "", code
         payload_text=payload_text, zone=zone if row.frequency and is_cron(row.frequency)
         else "UTC", fires=next_fires(row.frequency, page_now(), zone), stats=run_stats(runs),
         chart=duration_chart(runs), gone=_gone([row]), token=new_request_token(),
+        flow=flows_of(app, [row])[row.task],
         payload_limit=limits.PAYLOAD_MAX_BYTES), code
 
 
