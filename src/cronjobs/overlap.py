@@ -139,6 +139,29 @@ def hold_back(app: App, due: list[tuple[Any, Any]]) -> tuple[list[tuple[Any, Any
     return start, held
 
 
+def hold_paused(app: App, due: list, now: datetime) -> tuple[list, list[Held]]:
+    """Split off the due slots of paused tasks (`cronjobs pause --task NAME`, the Pauses
+    & blocks page): each becomes a skip with reason `paused`, recorded by `record` like
+    any skip. One read of the live pauses per tick.
+
+    Args:
+        due: `(TaskInfo, Slot)` pairs the tick found due.
+        now: the tick's instant (naive UTC): a pause whose `--for` ended holds nothing.
+
+    Returns:
+        `(start, held)`: the pairs of tasks not paused, and a `Held` for each paused one.
+    """
+    if not due:
+        return due, []
+    with app.engine.connect() as conn:
+        paused = {p["name"] for p in store.list_pauses(conn, now) if p["scope"] == "task"}
+    if not paused:
+        return due, []
+    return ([(info, slot) for info, slot in due if info.task not in paused],
+            [Held(info, slot, Decision(SKIP, "paused"), None) for info, slot in due
+             if info.task in paused])
+
+
 def record(app: App, held: list[Held], now: datetime) -> None:
     """Write what the held slots mean to the runtime rows, in one transaction, and log
     each new skip or buffered slot (a slot already recorded is not written or logged
@@ -181,6 +204,8 @@ def _because(h: Held) -> str:
     if h.decision.reason == "buffered":
         return (f": slot {h.info.runtime.get('buffered_slot')} already waits behind job "
                 f"{h.live_job} (OVERLAP buffer_one)")
+    if h.decision.reason == "paused":
+        return f": the task is paused (`cronjobs resume --task {h.info.task}`)"
     return ""
 
 

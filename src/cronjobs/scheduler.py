@@ -49,7 +49,8 @@ class TickReport:
             and the overlap policy's (`cronjobs.overlap`): `running` (the previous run's
             family is still going: slot skipped and recorded), `buffered` (the slot waits
             as the task's buffered run, or is skipped because one waits already),
-            `skipped` (the current slot was recorded as skipped by an earlier tick).
+            `skipped` (the current slot was recorded as skipped by an earlier tick); `paused`
+            (the task is paused: `cronjobs pause --task`; the slot is recorded as skipped).
     """
 
     now: datetime
@@ -69,7 +70,9 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
-    due, held = overlap.hold_back(app, _due(app, now, report))
+    due, paused = overlap.hold_paused(app, _due(app, now, report), now)
+    due, held = overlap.hold_back(app, due)
+    held += paused
     overlap.record(app, held, now)
     for h in held:
         report.skipped[h.info.task] = h.decision.reason
