@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import tenacity
 
-from . import dispatching, heartbeat
+from . import dispatching, heartbeat, store
 from .app import App
 from .context import Runtime
+from .db import run_in_transaction
 from .executor import Executor
 from .housekeeping import Housekeeper
 from .outcome import stopped
@@ -38,6 +39,7 @@ from .sweep import sweep
 log = logging.getLogger("cronjobs.worker")
 
 STOP_CHECK_SECONDS = 1.0  # how often a worker reads the stop requests of its running jobs
+FLOW_PRUNE_SECONDS = 60.0  # how often a worker deletes ended pauses and blocks
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class WorkerProcess:
             ("sweep", sweep_every, self.sweep),
             ("limits", 1.0, self.check_limits),
             ("stop requests", STOP_CHECK_SECONDS, self.watch_runs),
+            ("ended pauses and blocks", FLOW_PRUNE_SECONDS, self.prune_flow),
         ])
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
         self._memory_mb: float | None = None
@@ -165,6 +168,14 @@ class WorkerProcess:
         self.housekeeper.start()
         log.info("worker %s consuming %s with %d slot(s)", self.executor.worker_id,
                  ",".join(self.queues), self.slots)
+
+    def prune_flow(self) -> dict[str, int]:
+        """Delete the pauses and blocks that ended and the old rate-limit starts
+        (`store.prune_expired`): while an ended one stays, every claim checks each
+        candidate against it. Returns the counts deleted."""
+        now = self.app.clock.now()
+        return run_in_transaction(self.app.engine,
+                                  lambda conn: store.prune_expired(conn, now))
 
     def sweep(self) -> int:
         """Ring the queues of this process that have due rows pending for longer than
