@@ -5,11 +5,13 @@ line on stderr with exit status 2 and writes nothing."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, run_cli
+from conftest import SAMPLE_HANDLERS, cli_env, run_cli
 from cronjobs import store
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -64,3 +66,20 @@ def test_bad_input_is_one_line_and_exit_2(make_app, db_url, namespace):
         assert needle in one_line_error(run_cli(args, env)), args
     with app.engine.begin() as conn:
         assert store.list_pauses(conn, app.clock.now()) == []
+
+
+def test_tasks_shows_limits_and_the_pauses_holding_a_task(make_app, db_url, namespace):
+    make_app()
+    flow = str(Path(__file__).parent / "flow_handlers")
+    env = cli_env(db_url, namespace, CRONJOBS_HANDLER_PATHS=f"{SAMPLE_HANDLERS}{os.pathsep}{flow}")
+    assert run_cli(["pause", "--task", "flow-keyed"], env).returncode == 0
+    out = run_cli(["tasks", "--json"], env)
+    assert out.returncode == 0, out.stderr
+    rows = {r["task"]: r for r in json.loads(out.stdout)}
+    assert rows["flow-keyed"]["limits"] == "at most 2 running per chat"
+    assert rows["flow-rated"]["limits"] == "10/s"
+    assert (rows["flow-keyed"]["paused_by"], rows["flow-rated"]["paused_by"]) == \
+        ("task flow-keyed", "")
+    text = run_cli(["tasks"], env).stdout
+    assert "LIMITS" in text.upper() and "PAUSED" in text.upper()
+    assert "at most 2 running per chat" in text

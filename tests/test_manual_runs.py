@@ -56,7 +56,8 @@ def test_two_cli_runs_at_once_give_one_row_and_a_refusal_naming_it(db_url, make_
     assert header.split() == ["TASK", "TYPE", "FREQUENCY", "ENABLED", "AVAILABLE", "SOURCE",
                               "LAST_RUN_AT", "LAST_JOB", "LAST_STATUS", "NEXT_RUN_AT",
                               "LAST_MANUAL_AT", "MANUAL_JOB", "MANUAL_STATUS", "OVERLAP",
-                              "SKIPPED", "LAST_SKIPPED", "SKIP_REASON", "BUFFERED"]
+                              "SKIPPED", "LAST_SKIPPED", "SKIP_REASON", "BUFFERED", "LIMITS",
+                              "PAUSED"]
     mine = next(r for r in task_rows(app) if r.task == "test-count")
     assert mine.last_job_id is None and mine.last_run_at is None
     assert mine.last_manual_status == "pending" and mine.last_manual_job_id != job_id

@@ -93,8 +93,8 @@ def test_cli_refuses_with_exit_2_and_force_starts_it(db_url, make_app, tmp_path)
                              "WHERE task = 'test-skip'"))
     listing = run_cli(["tasks"], env, cwd=tmp_path)
     header, *lines = listing.stdout.splitlines()
-    assert header.split()[-5:] == ["OVERLAP", "SKIPPED", "LAST_SKIPPED", "SKIP_REASON",
-                                   "BUFFERED"]
+    assert header.split()[-7:] == ["OVERLAP", "SKIPPED", "LAST_SKIPPED", "SKIP_REASON",
+                                   "BUFFERED", "LIMITS", "PAUSED"]
     line = next(row for row in lines if row.startswith("test-skip "))
     assert line.split()[-4:] == ["skip", "4", "2026030209", "running"]
     as_json = json.loads(run_cli(["tasks", "--json"], env, cwd=tmp_path).stdout)

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from . import store
 from .app import App
+from .flowstate import TaskFlow, task_flows
 from .overlap import policy_of
 from .slots import current_slot, describe
 from .tasks import task_infos
@@ -35,6 +36,10 @@ class TaskRow:
         last_skipped_slot, last_skipped_at, last_skip_reason: the last of them, when it
             was skipped and why (`running`, `buffered`, `paused`).
         buffered_slot: the slot a `buffer_one` task keeps waiting behind its running run.
+        limits: its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY in words ("at most 2
+            running per chat_id; 30/s"), "" when none is limited.
+        paused_by: the live pauses holding it ("task x", "queue default", "type t"),
+            "" when none does.
     """
 
     task: str
@@ -60,6 +65,8 @@ class TaskRow:
     last_skipped_at: datetime | None = None
     last_skip_reason: str | None = None
     buffered_slot: str | None = None
+    limits: str = ""
+    paused_by: str = ""
 
     def as_dict(self) -> dict:
         """The row as a dict (JSON-friendly apart from datetimes)."""
@@ -85,6 +92,8 @@ def task_rows(app: App) -> list[TaskRow]:
     with app.engine.connect() as conn:
         manual = store.views.job_statuses(
             conn, [i.runtime.get("last_manual_job_id") for i in infos])
+        pauses = store.list_pauses(conn, now)
+    flows = task_flows(app, {i.task: tuple(registry.task_types(i.task)) for i in infos}, pauses)
     rows = []
     for info in infos:
         rt = info.runtime
@@ -111,8 +120,24 @@ def task_rows(app: App) -> list[TaskRow]:
             overlap=policy_of(info.handler), skipped_count=rt.get("skipped_count") or 0,
             last_skipped_slot=rt.get("last_skipped_slot"),
             last_skipped_at=rt.get("last_skipped_at"),
-            last_skip_reason=rt.get("last_skip_reason"), buffered_slot=rt.get("buffered_slot")))
+            last_skip_reason=rt.get("last_skip_reason"), buffered_slot=rt.get("buffered_slot"),
+            limits=limits_text(flows[info.task]), paused_by=", ".join(
+                f"{p['scope']} {p['name']}" for p in flows[info.task].pauses)))
     return rows
+
+
+def limits_text(flow: TaskFlow) -> str:
+    """A task's limits in words, one clause per limited type: "at most 2 running per
+    chat_id, 30/s" ("" when no type of it is limited)."""
+    parts = []
+    for t in flow.limited:
+        words = [f"at most {t.concurrency} running" if t.concurrency else "",
+                 t.rate_limit or ""]
+        text = ", ".join(w for w in words if w)
+        if t.limit_key:
+            text += f" per {t.limit_key}"
+        parts.append(text if len(flow.limited) == 1 else f"{t.type}: {text}")
+    return "; ".join(parts)
 
 
 def cli_row(row: TaskRow) -> dict:
@@ -135,4 +160,5 @@ def cli_row(row: TaskRow) -> dict:
             "manual_job": text(row.last_manual_job_id),
             "manual_status": text(row.last_manual_status), "overlap": row.overlap,
             "skipped": str(row.skipped_count), "last_skipped": text(row.last_skipped_slot),
-            "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot)}
+            "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot),
+            "limits": row.limits, "paused": row.paused_by}

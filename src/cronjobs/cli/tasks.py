@@ -40,7 +40,9 @@ def tasks(ctx: click.Context, as_json: bool) -> None:
     MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
     by the settings. OVERLAP is the handler's policy while its last run is still going;
     SKIPPED counts slots that started nothing, LAST_SKIPPED and SKIP_REASON (running,
-    buffered, paused) name the last; BUFFERED is the slot a buffer_one task keeps waiting."""
+    buffered, paused) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
+    LIMITS are its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY; PAUSED names the live
+    pauses that hold it (`cronjobs pause`)."""
     if ctx.invoked_subcommand is None:
         from ..taskrows import cli_row, task_rows  # lazy: CLI start-up time
 
