@@ -1,6 +1,7 @@
 """One health run at a time: callers that arrive during a run get that run's report, a
 report is served again for its TTL, and a check that hangs is never started a second time
-while its first thread still runs (a hung server cannot pile up threads or connections)."""
+while its first thread still runs (a hung server cannot pile up threads or connections);
+the checks read through a small pool of their own, never the App's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import threading
 
 import pytest
 
-from cronjobs.health import SharedHealth
+from conftest import new_database
+from cronjobs.app import App
+from cronjobs.config import Settings
+from cronjobs.health import SharedHealth, health_engine, run_health
 from cronjobs.health.checks import database
+from cronjobs.migrate import upgrade
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -82,3 +87,23 @@ def test_a_hung_check_is_not_started_again_while_it_runs(make_app):
             thread.join(10)
     third = shared.report()
     assert len(starts) == 2 and third.status == "ok"
+
+
+@pytest.mark.parametrize("backend", ["mariadb", "postgresql"])
+def test_the_checks_read_through_a_small_pool_of_their_own(backend, tmp_path):
+    url, drop = new_database(backend, tmp_path)
+    app = App(Settings(database_url=url, health_timeout_seconds=2))
+    try:
+        upgrade(app.engine)
+        app.engine.dispose()
+        report = run_health(app)
+        assert report.status in ("ok", "warn", "fail")  # it ran and answered
+        side = health_engine(app)
+        assert side is not app.engine and side is health_engine(app)  # one, kept
+        assert side.pool.size() == 3 and side.pool.timeout() == 2
+        assert side.pool.checkedin() >= 1  # the checks' connections went back to it...
+        assert app.engine.pool.checkedin() == 0  # ...and none came from the App's pool
+        assert app.engine.pool.checkedout() == 0
+    finally:
+        app.close()
+        drop()
