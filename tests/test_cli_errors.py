@@ -64,7 +64,7 @@ def test_broken_handler_file(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["get", "abc"], "Invalid value for 'JOB_ID'"),
     (["dispatch"], "Missing argument 'JOB_TYPE'"),
-    (["worker", "--bogus"], "No such option '--bogus'. (see `cronjobs worker --help`)"),
+    (["worker", "--zzz"], "No such option '--zzz'. (see `cronjobs worker --help`)"),
     (["dispatch", "http.uptime.execute", "--payload", "null"], "must be a JSON object"),
 ])
 def test_usage_errors_are_one_line(tmp_path, args, needle):
