@@ -164,8 +164,8 @@ def hold_paused(app: App, due: list, now: datetime) -> tuple[list, list[Held]]:
 
 def record(app: App, held: list[Held], now: datetime) -> None:
     """Write what the held slots mean to the runtime rows, in one transaction, and log
-    each new skip or buffered slot (a slot already recorded is not written or logged
-    again).
+    each new skip or buffered slot (a slot already recorded, by this or another
+    scheduler, is not written or logged again).
 
     Args:
         held: from `hold_back`, or made by the caller (`Held(info, slot,
@@ -182,16 +182,19 @@ def record(app: App, held: list[Held], now: datetime) -> None:
     if not skips and not buffers:
         return
 
-    def write(conn) -> list[Held]:
+    def write(conn) -> tuple[list[Held], list[Held]]:
+        recorded = []
         for reason, items in skips.items():
-            store.record_skips(conn, [(h.info.task, h.slot.key) for h in items], reason, now)
-        return [h for h in buffers if store.buffer_slot(conn, h.info.task, h.slot.key, now)]
+            done = set(store.record_skips(conn, [(h.info.task, h.slot.key) for h in items],
+                                          reason, now))
+            recorded += [h for h in items if (h.info.task, h.slot.key) in done]
+        return recorded, [h for h in buffers
+                          if store.buffer_slot(conn, h.info.task, h.slot.key, now)]
 
-    buffered = run_in_transaction(app.engine, write)
-    for reason, items in skips.items():
-        for h in items:
-            log.info("task %s slot %s skipped (%s)%s", h.info.task, h.slot.key, reason,
-                     _because(h))
+    skipped, buffered = run_in_transaction(app.engine, write)
+    for h in skipped:
+        log.info("task %s slot %s skipped (%s)%s", h.info.task, h.slot.key,
+                 h.decision.reason, _because(h))
     for h in buffered:
         log.info("task %s slot %s buffered: it starts when job %s and its family are done "
                  "(OVERLAP buffer_one)", h.info.task, h.slot.key, h.live_job)

@@ -97,20 +97,20 @@ def record_run(conn: Connection, task: str, *, slot: str | None, job_id: int, no
 
 
 def record_skips(conn: Connection, skips: list[tuple[str, str]], reason: str,
-                 now: datetime) -> None:
+                 now: datetime) -> list[tuple[str, str]]:
     """Record slots that started nothing, `(task, slot key)` each, for `reason` (a word of
     `overlap.SKIP_REASONS`): `skipped_count` + 1, `last_skipped_slot`, `last_skipped_at`,
     `last_skip_reason`. A slot already recorded as the task's last skipped one is not
     counted again (a later tick within the same slot, or another scheduler), so each
-    slot counts once. One statement, executed per skip."""
-    if not skips:
-        return
+    slot counts once. One UPDATE per skip; returns the `(task, slot key)` pairs this
+    call recorded (the others were recorded before, by this or another scheduler)."""
     stmt = rt.update().where(
         rt.c.task == bindparam("b_task"),
         or_(rt.c.last_skipped_slot.is_(None), rt.c.last_skipped_slot != bindparam("b_slot"))
     ).values(skipped_count=rt.c.skipped_count + 1, last_skipped_slot=bindparam("b_slot"),
              last_skipped_at=now, last_skip_reason=reason, updated_at=now)
-    conn.execute(stmt, [{"b_task": t, "b_slot": s} for t, s in skips])
+    return [(t, s) for t, s in skips
+            if conn.execute(stmt, {"b_task": t, "b_slot": s}).rowcount == 1]
 
 
 def buffer_slot(conn: Connection, task: str, slot: str, now: datetime) -> bool:
