@@ -57,27 +57,13 @@ def claim_rates(n: int, seconds: float) -> tuple[float, float]:
 def keyed_drain(n: int, keys: int, cap: float) -> tuple[float, object]:
     """Drain `n` rows of the keyed handler over `keys` keys with a 2x8 worker."""
     from cronjobs import queue
-    from cronjobs.app import use
-    from cronjobs.models import cronjob_queue as q
 
-    from . import procs
-
-    with stores.database("mariadb") as url, stores.redis_namespace() as ns:
-        app = stores.make_app(url, ns)
+    def dispatch(app) -> None:
         for start in range(0, n, 1000):
             queue.dispatch_many([{"type": KEYED, "payload": {"key": f"k{i % keys}"}}
                                  for i in range(start, min(n, start + 1000))], app=app)
-        with procs.cronjobs_worker(stores.worker_env(url, ns), 8, 2, None) as running:
-            drain = procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), n,
-                                   running, max_seconds=cap, poll_seconds=0.25)
-        import sqlalchemy as sa
 
-        with app.engine.connect() as conn:
-            times = conn.execute(sa.select(q.c.finished_at)
-                                 .where(q.c.status == "completed")).scalars().all()
-        app.close()
-        use(None)
-    return procs.rate_from_times(times), drain
+    return cronjobs_drain("mariadb", n, 2, 8, KEYED, cap, dispatch=dispatch)
 
 
 def run(args: argparse.Namespace, results: report.Results) -> None:

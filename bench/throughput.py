@@ -20,6 +20,7 @@ Targets: 2x8 on MariaDB >= 1.0 x Celery prefork 2 and >= 0.35 x bare Dramatiq 2x
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import redis
 import sqlalchemy as sa
@@ -61,8 +62,14 @@ def celery_drain(n: int, concurrency: int, cap: float) -> procs.Drain:
 
 
 def cronjobs_drain(backend: str, n: int, processes: int, threads: int, job_type: str,
-                   cap: float, prefetch: int | None = None) -> tuple[float, procs.Drain]:
+                   cap: float, prefetch: int | None = None,
+                   dispatch: Callable[[object], None] | None = None
+                   ) -> tuple[float, procs.Drain]:
     """Drain `n` pre-dispatched rows of `job_type` with `cronjobs worker`.
+
+    Args:
+        dispatch: called with the App to put the `n` rows in the queue before the worker
+            starts; by default `n` rows of `job_type` with an empty payload.
 
     Returns:
         `(rate from finished_at in jobs/s, the polled Drain)`.
@@ -71,7 +78,10 @@ def cronjobs_drain(backend: str, n: int, processes: int, threads: int, job_type:
 
     with stores.database(backend) as url, stores.redis_namespace() as ns:
         app = stores.make_app(url, ns)
-        stores.dispatch_rows(app, n, job_type)
+        if dispatch is None:
+            stores.dispatch_rows(app, n, job_type)
+        else:
+            dispatch(app)
         with procs.cronjobs_worker(stores.worker_env(url, ns), threads, processes,
                                    prefetch) as running:
             drain = procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), n,
