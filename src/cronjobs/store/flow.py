@@ -1,11 +1,13 @@
 """Flow control's own rows: pauses (a queue, a job type, a scheduled task) and blocks (a
 job type, or one limit key of it, until a time), and what waits behind them.
 
-The claim reads these tables in its candidate SELECT (`hold_sql`: one NOT EXISTS each),
-so a pause or a block made by any process holds for every worker from its next claim,
-with nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes
-them (so does every new pause or block), keeping the tables empty when nothing is held:
-the claim then pays only two index probes. All times naive UTC (the injected clock's
+Every claim first asks whether either table holds a row (`holds_stored`: one round trip,
+two index probes); only then does its candidate SELECT carry the hold condition
+(`hold_sql`: one NOT EXISTS each). Both run in the claim's transaction, so a pause or a
+block made by any process holds for every worker from its next claim, with nothing
+cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them (so does
+every new pause or block), keeping the tables empty when nothing is held: the claim's
+SELECT is then the one without a policy. All times naive UTC (the injected clock's
 `now`).
 """
 
@@ -26,6 +28,8 @@ from ..models import cronjob_queue as q
 from .sql import bind, due, insert_ignore, ph
 
 SCOPES = ("queue", "type", "task")
+HOLDS_STORED_SQL = (f"SELECT EXISTS (SELECT 1 FROM {p.name}) OR EXISTS (SELECT 1 FROM "
+                    f"{b.name})")
 WHOLE_TYPE = ""  # `cronjob_block.limit_key` of a block of the whole type
 
 
@@ -182,21 +186,24 @@ def has_holds(conn: Connection, now: datetime) -> bool:
             is not None)
 
 
+def holds_stored(conn: Connection) -> bool:
+    """Whether any pause or block row is stored (live or ended, not yet pruned): one
+    round trip on two tiny tables, `HOLDS_STORED_SQL`. When none is, the claim's SELECT
+    carries no hold condition at all."""
+    return bool(conn.exec_driver_sql(HOLDS_STORED_SQL).scalar())
+
+
 def hold_sql(dialect: str) -> str:
     """Driver SQL on `cronjob_queue` (unqualified columns; placeholder `p_now`): true for
     a row that no live pause of its queue or type and no live block of its type (whole,
-    or its limit key) holds. One NOT EXISTS per row on each tiny table — behind two
-    uncorrelated checks that both tables are empty, which the database evaluates once
-    per statement: with no pause and no block stored the claim pays two index probes."""
+    or its limit key) holds. One NOT EXISTS per row on each tiny table."""
     now = ph(dialect, "p_now")
     t = q.name
-    held = (f"NOT EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
+    return (f"NOT EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
             f"fp.name = {t}.queue) OR (fp.scope = 'type' AND fp.name = {t}.type)) AND "
             f"(fp.until_at IS NULL OR fp.until_at > {now})) AND NOT EXISTS (SELECT 1 FROM "
             f"{b.name} fb WHERE fb.type = {t}.type AND fb.limit_key IN ('', {t}.limit_key) "
             f"AND fb.until_at > {now})")
-    return (f"((NOT EXISTS (SELECT 1 FROM {p.name}) AND NOT EXISTS (SELECT 1 FROM {b.name})) "
-            f"OR ({held}))")
 
 
 def hold_params(dialect: str, now: datetime) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 
-- **pauses and blocks**: one NOT EXISTS each in the candidate SELECT (`flow.hold_sql`),
-  so held rows are skipped in the SELECT and the rows behind them are reached;
+- **pauses and blocks**: when a pause or block row is stored (`flow.holds_stored`, one
+  round trip), one NOT EXISTS each in the candidate SELECT (`flow.hold_sql`), so held
+  rows are skipped in the SELECT and the rows behind them are reached;
 - **limits** (a handler's CONCURRENCY / RATE_LIMIT, per LIMIT_KEY; a queue's settings):
   the claimer first locks the limiter row of each limit it enforces, FOR UPDATE in name
   order (claimers of one limit take turns; one order: no deadlock), then counts the
@@ -15,7 +16,8 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 
 A row without a key is in its type's keyless bucket. A claim by id (an operator's "run
 it now") honours pauses, blocks and the type's limits, not the queue's (it names no
-queue). Without limits the policy adds only the two NOT EXISTS: one round, no lock.
+queue). Without limits, pauses or blocks the policy adds only the probe of the two
+flow tables: one round, no lock, the SELECT of the claim without a policy.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
-from .flow import has_holds, hold_params, hold_sql
+from .flow import has_holds, hold_params, hold_sql, holds_stored
 from .sql import bind, insert_ignore, lock_sql, name, ph
 
 ROUNDS = 4
@@ -69,7 +71,8 @@ class FlowPolicy(ClaimPolicy):
         """The hold condition, and the exclusion of buckets at their limit (limiters
         locked and counted first). See the module docstring."""
         dialect = name(conn)
-        hold, held = hold_sql(dialect), hold_params(dialect, request.now)
+        hold, held = ((hold_sql(dialect), hold_params(dialect, request.now))
+                      if holds_stored(conn) else ("", {}))
         queue = self.queue_limits.get(request.queue) if request.queue else None
         if not self.type_limits and queue is None:
             self._local.budget = None
@@ -81,7 +84,7 @@ class FlowPolicy(ClaimPolicy):
         if budget.queue_left is not None and budget.queue_left <= 0:
             return "1 = 0", {}
         extra, params = _exclude(dialect, budget.full, self.type_limits)
-        return (f"{hold} AND {extra}" if extra else hold), {**held, **params}
+        return " AND ".join(c for c in (hold, extra) if c), {**held, **params}
 
     def accept(self, conn: Connection, request: ClaimRequest, rows: list[dict]) -> list[dict]:
         """Take rows in claim order while their bucket (and the queue) has room; log the
