@@ -1,8 +1,12 @@
 """Flow control: what limits cost in the claim, all measured in this run on MariaDB.
 
-- Drain of no-op rows by `cronjobs worker` 2x8 (Redis): no limit (the claim has only the
-  pause and block conditions) against a handler with `LIMIT_KEY` spread over 1,000 keys
-  and `CONCURRENCY = 2` (target: >= 0.7 x the unlimited drain).
+- What flow control costs a queue with no limit: the 2x8 drain of no-op rows by two
+  stock worker processes against two `bench.unpoliced_worker` processes (the claim
+  without a policy: as before flow control), taken in turns, `--rounds` each (target:
+  >= 0.95 x, i.e. within 5 %).
+- Drain of no-op rows by `cronjobs worker` 2x8 (Redis): no limit against a handler with
+  `LIMIT_KEY` spread over 1,000 keys and `CONCURRENCY = 2` (target: >= 0.7 x the
+  unlimited drain).
 - The claim alone (8 rows per claim, one transaction each, one connection): without a
   policy (no condition: the claim before flow control) against the flow policy with no
   limit configured, taken in turns (target: >= 0.95 x, i.e. within 5 %).
@@ -14,9 +18,10 @@ the throughput scenario.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
-from . import report, stores
+from . import procs, report, stores
 from .stores import NOOP
 from .throughput import _note, cronjobs_drain
 
@@ -66,13 +71,35 @@ def keyed_drain(n: int, keys: int, cap: float) -> tuple[float, object]:
     return cronjobs_drain("mariadb", n, 2, 8, KEYED, cap, dispatch=dispatch)
 
 
+def policy_cost(n: int, cap: float, rounds: int) -> tuple[float, float, list[str]]:
+    """Mean 2x8 drain rates (jobs/s) of the stock worker and of the worker without a
+    claim policy, drained in turns (`rounds` each, the unpoliced one first), and notes."""
+    rates: dict[str, list[float]] = {"stock": [], "unpoliced": []}
+    notes = []
+    for _ in range(rounds):
+        for kind, module in (("unpoliced", "bench.unpoliced_worker"), ("stock", "cronjobs")):
+            rate, drain = cronjobs_drain("mariadb", n, 2, 8, NOOP, cap,
+                                         worker=lambda env, m=module: procs.worker_pair(
+                                             env, 8, m))
+            rates[kind].append(rate)
+            notes.append(f"{kind} {rate:.0f}")
+    return (statistics.mean(rates["stock"]), statistics.mean(rates["unpoliced"]), notes)
+
+
 def run(args: argparse.Namespace, results: report.Results) -> None:
     """Measure the unlimited and the keyed drain, then the claim alone with each policy."""
     n = 200 if args.quick else args.rows
     cap = 3 if args.quick else args.max_seconds
     seconds = 1 if args.quick else args.claim_seconds
-    results.params = {"rows": n, "keys": args.keys, "concurrency": 2, "max_seconds": cap,
-                      "claim_seconds": seconds, "backend": "mariadb", "worker": "2x8"}
+    results.params = {"rows": n, "keys": args.keys, "rounds": args.rounds, "concurrency": 2,
+                      "max_seconds": cap, "claim_seconds": seconds, "backend": "mariadb",
+                      "worker": "2x8"}
+    rounds = 1 if args.quick else args.rounds
+    stock, unpoliced, notes = policy_cost(n, cap, rounds)
+    results.add("drain no-op 2x8 mariadb, flow control without limits", stock, "jobs/s",
+                baseline=unpoliced, baseline_name="the same drain, claim without a policy",
+                note=f"{rounds} rounds in turns: {', '.join(notes)}",
+                target=(">=", 0.95, "ratio"))
     free, free_drain = cronjobs_drain("mariadb", n, 2, 8, NOOP, cap)
     keyed, drain = keyed_drain(n, args.keys, cap)
     results.add(f"drain no-op 2x8 mariadb, LIMIT_KEY over {args.keys:,} keys, CONCURRENCY 2",
@@ -88,6 +115,8 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
     parser.add_argument("--rows", type=int, default=20_000, help="jobs per drain (%(default)s)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="drains of each worker for the cost of no limit (%(default)s)")
     parser.add_argument("--keys", type=int, default=1_000, help="limit keys (%(default)s)")
     parser.add_argument("--max-seconds", type=float, default=12,
                         help="longest measuring window per drain, s (%(default)s)")

@@ -118,6 +118,15 @@ def cronjobs_worker(env: dict, threads: int = 8, processes: int = 1,
     return Procs([Proc(cmd, f"cronjobs worker {processes}x{threads}", env)])
 
 
+def worker_pair(env: dict, threads: int, module: str = "cronjobs") -> Procs:
+    """Two `python -m <module> worker --processes 1` processes of `threads` slots: what
+    `cronjobs worker --processes 2` starts, without its supervisor, so a patched worker
+    (`bench.unpoliced_worker`) and the stock one run in the same shape."""
+    cmd = [sys.executable, "-m", module, "worker", "--queues", "default", "--slots",
+           str(threads), "--processes", "1"]
+    return Procs(Proc(cmd, f"{module} worker {i + 1}/2", env) for i in range(2))
+
+
 def bare_dramatiq(ns: str, threads: int, processes: int = 1, sleep_ms: float = 10) -> Procs:
     """`processes` bare Dramatiq worker processes with `threads` threads each."""
     cmd = [sys.executable, "-m", "bench.bare_dramatiq", REDIS, ns, str(threads), str(sleep_ms)]

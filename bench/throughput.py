@@ -63,13 +63,16 @@ def celery_drain(n: int, concurrency: int, cap: float) -> procs.Drain:
 
 def cronjobs_drain(backend: str, n: int, processes: int, threads: int, job_type: str,
                    cap: float, prefetch: int | None = None,
-                   dispatch: Callable[[object], None] | None = None
+                   dispatch: Callable[[object], None] | None = None,
+                   worker: Callable[[dict], procs.Procs] | None = None
                    ) -> tuple[float, procs.Drain]:
     """Drain `n` pre-dispatched rows of `job_type` with `cronjobs worker`.
 
     Args:
         dispatch: called with the App to put the `n` rows in the queue before the worker
             starts; by default `n` rows of `job_type` with an empty payload.
+        worker: starts the worker from its environment; by default `cronjobs worker
+            --processes <processes> --threads <threads>`.
 
     Returns:
         `(rate from finished_at in jobs/s, the polled Drain)`.
@@ -82,8 +85,9 @@ def cronjobs_drain(backend: str, n: int, processes: int, threads: int, job_type:
             stores.dispatch_rows(app, n, job_type)
         else:
             dispatch(app)
-        with procs.cronjobs_worker(stores.worker_env(url, ns), threads, processes,
-                                   prefetch) as running:
+        env = stores.worker_env(url, ns)
+        with (worker(env) if worker else procs.cronjobs_worker(env, threads, processes,
+                                                               prefetch)) as running:
             drain = procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), n,
                                    running, max_seconds=cap, poll_seconds=0.25)
         from cronjobs.models import cronjob_queue as q

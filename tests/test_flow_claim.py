@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
@@ -111,6 +112,32 @@ def test_a_held_backlog_does_not_block_the_queue(make_app):
     with app.engine.begin() as conn:
         assert store.resume(conn, "type", RatedExecute.TYPE) == 1
     assert claim(app, clock, limit=1) == [paused]
+
+
+def test_a_claim_that_meets_no_limited_row_locks_and_counts_nothing(make_app):
+    """The limiters are locked and the running rows counted only once the candidates
+    hold a row of a limited type: a queue of unlimited rows pays for no limit another
+    handler of the worker has."""
+    app, clock = flow_app(make_app)
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append(statement)
+
+    free = queue.dispatch_many([{"type": FreeExecute.TYPE} for _ in range(3)])
+    sa.event.listen(app.engine, "before_cursor_execute", record)
+    try:
+        assert claim(app, clock, limit=8) == free
+        assert not [s for s in seen if "cronjob_limiter" in s or "GROUP BY" in s]
+        keyed = queue.dispatch_many([{"type": KeyedExecute.TYPE, "payload": {"chat": "a"}}
+                                     for _ in range(3)])
+        seen.clear()
+        assert claim(app, clock, limit=8) == keyed[:2]
+        assert [s for s in seen if "GROUP BY" in s]  # the running rows were counted
+        if app.engine.dialect.name != "sqlite":  # (one writer at a time: no limiter)
+            assert [s for s in seen if "cronjob_limiter" in s]
+    finally:
+        sa.event.remove(app.engine, "before_cursor_execute", record)
 
 
 def test_rate_limit_is_an_exact_rolling_window(make_app):

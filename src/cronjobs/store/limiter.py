@@ -6,13 +6,17 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
   round trip), one NOT EXISTS each in the candidate SELECT (`flow.hold_sql`), so held
   rows are skipped in the SELECT and the rows behind them are reached;
 - **limits** (a handler's CONCURRENCY / RATE_LIMIT, per LIMIT_KEY; a queue's settings):
-  the claimer first locks the limiter row of each limit it enforces, FOR UPDATE in name
-  order (claimers of one limit take turns; one order: no deadlock), then counts the
-  `running` rows per type and key (index `ix_cronjob_queue_limit`) and the starts in the
-  rolling window (`cronjob_flow_start`). Buckets at their limit are excluded in the
-  SELECT; `accept` takes at most what is left of each; the next round refills the slots
-  from other keys. Nothing is ever counted up or down: a row killed with `kill -9` stops
-  counting when recover-stale takes it back (it is no longer `running`).
+  the claimer locks the limiter row of each limit it enforces, FOR UPDATE in name order
+  (claimers of one limit take turns; one order: no deadlock), then counts the `running`
+  rows per type and key (index `ix_cronjob_queue_limit`) and the starts in the rolling
+  window (`cronjob_flow_start`). A queue's limits are locked and counted before the
+  first SELECT; a handler's only once the first candidates hold a row of a limited type
+  (a claim that meets none locks nothing: the counts are read after the locks, and
+  each statement reads what is committed, READ COMMITTED, so they are never stale).
+  `accept` takes at most what is left of each bucket; the next round excludes the full
+  buckets in the SELECT and refills the slots from other keys. Nothing is ever counted
+  up or down: a row killed with `kill -9` stops counting when recover-stale takes it
+  back (it is no longer `running`).
 
 A row without a key is in its type's keyless bucket. A claim by id (an operator's "run
 it now") honours pauses, blocks and the type's limits, not the queue's (it names no
@@ -52,6 +56,9 @@ class _Budget:
     queue_left: int | None = None
 
 
+_UNCOUNTED = _Budget()  # a claim's first round, before any limited row was seen
+
+
 class FlowPolicy(ClaimPolicy):
     """Pauses, blocks and limits, decided in the claim transaction.
 
@@ -74,8 +81,13 @@ class FlowPolicy(ClaimPolicy):
         hold, held = ((hold_sql(dialect), hold_params(dialect, request.now))
                       if holds_stored(conn) else ("", {}))
         queue = self.queue_limits.get(request.queue) if request.queue else None
+        first = getattr(self._local, "request", None) is not request
+        self._local.request = request
         if not self.type_limits and queue is None:
             self._local.budget = None
+            return hold, held
+        if first and queue is None:
+            self._local.budget = _UNCOUNTED  # counted in `accept`, if a limited row comes
             return hold, held
         budget = self._count(conn, dialect, request, queue)
         self._local.budget = budget
@@ -90,6 +102,11 @@ class FlowPolicy(ClaimPolicy):
         """Take rows in claim order while their bucket (and the queue) has room; log the
         starts of rate-limited ones."""
         budget: _Budget | None = getattr(self._local, "budget", None)
+        if budget is _UNCOUNTED:
+            if not any(row["type"] in self.type_limits for row in rows):
+                self._local.budget = None
+                return rows
+            budget = self._local.budget = self._count(conn, name(conn), request, None)
         if budget is None:
             return rows
         taken = []

@@ -1,0 +1,18 @@
+"""`python -m bench.unpoliced_worker worker ...`: `cronjobs worker` whose claims carry no
+flow policy (`store.ClaimPolicy()`, no probe, no hold condition, no limits) — the claim
+as it was before flow control. The `flow` scenario drains with it and with the stock
+worker in turns, to show what flow control costs a queue that configures no limit.
+Start it with `--processes 1` (more processes would be stock `cronjobs` children)."""
+
+from cronjobs import executor, store
+from cronjobs.cli import main
+
+
+def _no_policy(app) -> store.ClaimPolicy:
+    """The policy of every executor of this worker: none."""
+    return store.ClaimPolicy()
+
+
+if __name__ == "__main__":  # job processes import this module again: only patch there
+    executor.flow_policy = _no_policy
+    main(prog_name="cronjobs")
