@@ -31,7 +31,7 @@ run: $(RUN_STAMP)
 test: $(STAMP) services
 	$(BIN)/ruff check src tests bench scripts migrations
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -p no:cacheprovider -s $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -p no:cacheprovider -n 3 --dist loadfile $(PYTEST_ARGS)
 
 ## test-faults: only the fault-injection runs (make test runs them too)
 test-faults: $(STAMP) services
