@@ -74,7 +74,8 @@ def pages(n: int) -> list[str]:
             "/queue?type=bench.mail.execute", "/queue?task=bench-sync",
             "/queue?task=bench-sync&status=failed", f"/queue?parent={mid - (mid - 1) % 10}",
             "/queue?title=target%20999", f"/queue?before={mid}", f"/queue?after={mid}",
-            f"/jobs/{mid}", f"/jobs/{mid}?tab=results", "/workers", "/api/workers", "/failed",
+            f"/jobs/{mid}", f"/jobs/{mid}?tab=results", "/workers", "/api/workers", "/flow",
+            "/failed",
             "/failed?type=bench.sync.execute", f"/failed?group={mid - mid % 100 + 92}",
             "/api/jobs?status=completed", "/api/tasks", "/metrics", "/health"]
 
