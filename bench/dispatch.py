@@ -10,7 +10,9 @@ in their own order; the figure is calls/s over all of them, and the run checks t
 row per key exists and that every racer got that row's id. `dispatch_many`: rows/s.
 
 Each single-process loop stops after `--max-seconds` (the rate is what it did by then).
-Targets: keyed dispatch >= 0.8 x the raw INSERT rate; dispatch_many >= 15,000 rows/s.
+Targets: keyed dispatch >= 0.8 x the raw INSERT rate on MariaDB and PostgreSQL, >= 0.5 x on
+SQLite (its raw loop has no network round trip to hide Python's work behind);
+dispatch_many >= 15,000 rows/s.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from datetime import UTC, datetime
 
 from . import procs, report, stores
 from .stores import NOOP
+
+KEYED_TARGET = {"mariadb": 0.8, "postgresql": 0.8, "sqlite": 0.5}  # x the raw INSERT loop
 
 
 def raw_insert_rate(app, n: int, max_seconds: float = 1e9) -> float:
@@ -129,7 +133,7 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
             use(None)
         base = f"raw INSERT loop {backend}"
         results.add(f"keyed dispatch {backend}", keyed, "calls/s", baseline=raw,
-                    baseline_name=base, target=(">=", 0.8, "ratio"))
+                    baseline_name=base, target=(">=", KEYED_TARGET[backend], "ratio"))
         results.add(f"{racers} processes racing on {keys} keys {backend}", race, "calls/s",
                     baseline=raw, baseline_name=base, note=check)
         results.add(f"dispatch_many x1000 {backend}", many, "rows/s", baseline=raw,

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
-    parser.add_argument("--jobs", type=int, default=2000, help="jobs dispatched (%(default)s)")
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs dispatched (%(default)s)")
     parser.add_argument("--rate", type=float, default=100, help="dispatches per s (%(default)s)")
     parser.add_argument("--baseline-jobs", type=int, default=500,
                         help="jobs of the bare Dramatiq baseline (%(default)s)")

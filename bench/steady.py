@@ -89,7 +89,7 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
-    parser.add_argument("--seconds", type=float, default=60,
+    parser.add_argument("--seconds", type=float, default=40,
                         help="cronjobs window, s (%(default)s)")
     parser.add_argument("--celery-seconds", type=float, default=20,
                         help="Celery window, s (%(default)s)")

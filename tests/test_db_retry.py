@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from cronjobs.db import make_engine, retry_while_unavailable, run_in_transaction
-from cronjobs.errors import DatabaseRefused, DatabaseUnavailable
+from cronjobs.errors import DatabaseRefused, DatabaseUnavailable, StoreError
 from cronjobs.worker import _restart_pause
 
 UNREACHABLE = "mysql+pymysql://root@127.0.0.1:1/nowhere"
@@ -92,4 +92,35 @@ def test_a_committed_transaction_goes_back_to_the_pool_without_a_rollback(db_url
         assert conn.execute(sa.text("SELECT @@in_transaction")).scalar_one() == 0
         infos = conn.execute(sa.text("SELECT info FROM test_effects WHERE kind = 'rt'")).scalars()
         assert sorted(infos) == ["0", "1", "2", "3", "4"]
+    engine.dispose()
+
+
+def test_a_transient_error_runs_the_transaction_again_and_gives_up_after_the_attempts(
+        tmp_path):
+    """The first try runs outside any retry loop; a transient error (a deadlock, SQLite's
+    busy answer) runs the whole transaction again up to `attempts` tries in all; any other
+    error is raised at once, unchanged."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    calls = []
+
+    def busy_twice(conn):
+        calls.append(1)
+        if len(calls) <= 2:
+            raise StoreError("database is locked")
+        return conn.exec_driver_sql("SELECT 7").scalar()
+
+    assert run_in_transaction(engine, busy_twice) == 7 and len(calls) == 3
+    calls.clear()
+    with pytest.raises(StoreError, match="locked"):
+        run_in_transaction(engine, busy_twice, attempts=2)
+    assert len(calls) == 2
+
+    def wrong(conn):
+        calls.append(1)
+        raise ValueError("not a database error")
+
+    calls.clear()
+    with pytest.raises(ValueError, match="not a database error"):
+        run_in_transaction(engine, wrong)
+    assert len(calls) == 1
     engine.dispose()

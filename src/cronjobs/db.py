@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import tenacity
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -301,26 +300,42 @@ def run_in_transaction(engine: Engine, fn: Callable[[Connection], T], *,
         StoreError: a transient error persisted over all attempts.
         Any non-database exception from `fn` unchanged.
     """
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(_retry_now),
-        stop=tenacity.stop_after_attempt(attempts),
-        wait=tenacity.wait_random(0, 0.02) + tenacity.wait_random_exponential(0.01, max=0.5),
-        before_sleep=lambda state: log.debug("transient database error, retrying (%s): %s",
-                                             state.attempt_number,
-                                             driver_message(state.outcome.exception())),
-        reraise=True)
     try:
+        try:
+            return _transaction(engine, fn)
+        except Exception as exc:  # the first try runs without a retry loop (the usual case)
+            if attempts <= 1 or not _retry_now(exc):
+                raise
+            first = exc
+        import tenacity  # only a transient error pays for the import (CLI start-up time)
+
+        def log_retry(state) -> None:
+            log.debug("transient database error, retrying (%s): %s", state.attempt_number,
+                      driver_message(state.outcome.exception() if state.outcome else first))
+
+        wait = tenacity.wait_random(0, 0.02) + tenacity.wait_random_exponential(0.01, max=0.5)
+        state = tenacity.RetryCallState(None, None, (), {})
+        log_retry(state)
+        time.sleep(wait(state))  # the pause after the first try, as the loop's own
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_retry_now),
+            stop=tenacity.stop_after_attempt(attempts - 1), wait=wait, before_sleep=log_retry,
+            reraise=True)
         for attempt in retrying:
             with attempt:
-                with engine.connect() as conn:
-                    with conn.begin():
-                        result = fn(conn)
-                    if conn.dialect.name in ("mysql", "mariadb"):
-                        conn.info[_COMMITTED] = True  # nothing to roll back on return
-                    return result
+                return _transaction(engine, fn)
     except (DBAPIError, sa_exc.TimeoutError) as exc:
         raise our_error(exc) from exc
     raise AssertionError("unreachable")
+
+
+def _transaction(engine: Engine, fn: Callable[[Connection], T]) -> T:
+    with engine.connect() as conn:
+        with conn.begin():
+            result = fn(conn)
+        if conn.dialect.name in ("mysql", "mariadb"):
+            conn.info[_COMMITTED] = True  # nothing to roll back on return
+        return result
 
 
 def _retry_now(exc: BaseException) -> bool:
@@ -351,6 +366,8 @@ def retry_while_unavailable(fn: Callable[[], T], what: str, *, give_up_seconds: 
     Raises:
         DatabaseUnavailable: still unavailable after `give_up_seconds` or `stop`.
     """
+    import tenacity  # lazy: CLI start-up time (the worker imports it anyway)
+
     stops = [tenacity.stop_after_delay(give_up_seconds)] if give_up_seconds is not None else []
     if stop is not None:
         stops.append(tenacity.stop_when_event_set(stop))
