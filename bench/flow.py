@@ -2,7 +2,7 @@
 
 - What flow control costs a queue with no limit: the 2x8 drain of no-op rows by two
   stock worker processes against two `bench.unpoliced_worker` processes (the claim
-  without a policy: as before flow control), taken in turns, `--rounds` each (target:
+  without a policy: as before flow control), taken in turns (ABBA), `--rounds` each (target:
   >= 0.95 x, i.e. within 5 %).
 - Drain of no-op rows by `cronjobs worker` 2x8 (Redis) of a handler with `LIMIT_KEY`
   spread over 1,000 keys and `CONCURRENCY = 2`, against the stock drains above (no limit;
@@ -74,11 +74,14 @@ def keyed_drain(n: int, keys: int, cap: float) -> tuple[float, object]:
 
 def policy_cost(n: int, cap: float, rounds: int) -> tuple[float, float, list[str]]:
     """Mean 2x8 drain rates (jobs/s) of the stock worker and of the worker without a
-    claim policy, drained in turns (`rounds` each, the unpoliced one first), and notes."""
+    claim policy, drained in turns (`rounds` each; ABBA order: unpoliced first in even
+    rounds, stock first in odd ones, so a drift of the machine over the run favours
+    neither), and notes."""
     rates: dict[str, list[float]] = {"stock": [], "unpoliced": []}
     notes = []
-    for _ in range(rounds):
-        for kind, module in (("unpoliced", "bench.unpoliced_worker"), ("stock", "cronjobs")):
+    pair = [("unpoliced", "bench.unpoliced_worker"), ("stock", "cronjobs")]
+    for r in range(rounds):
+        for kind, module in (pair if r % 2 == 0 else pair[::-1]):
             rate, drain = cronjobs_drain("mariadb", n, 2, 8, NOOP, cap,
                                          worker=lambda env, m=module: procs.worker_pair(
                                              env, 8, m))
