@@ -1,6 +1,7 @@
 """A new row's message leaves from a background thread of the process: a queue rung many
-times while a send is under way gets at most 16 messages, a delayed message keeps its own
-time, `flush`/`close` send what is left, a broker that is down costs a logged line and
+times while a send is under way gets one message per 8 rings (at most 16), a queue rung
+fast gets one batch per 5 ms and one rung after a quiet gap at once, a delayed message
+keeps its own time, `flush`/`close` send what is left, a broker that is down costs a logged line and
 never an exception; listeners still hear every ring in the calling thread."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import logging
 import threading
 import time
 
-from cronjobs.broker import DOORBELLS_PER_QUEUE, Broker, Doorbells
+from cronjobs.broker import DOORBELLS_PER_QUEUE, RING_GAP_SECONDS, ROWS_PER_RING, Broker, Doorbells
 
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 
@@ -36,10 +37,38 @@ def test_messages_rung_during_a_send_are_coalesced_per_queue_and_delayed_ones_ke
 
     assert sent[0] == (1, "a", 0)
     a_due = [j for j, q, d in sent[1:] if q == "a" and d == 0]
-    assert a_due == list(range(102 - DOORBELLS_PER_QUEUE, 102))  # the latest 16
+    rings = -(-100 // ROWS_PER_RING)  # 100 rung meanwhile: 13 messages, for the latest rows
+    assert rings < DOORBELLS_PER_QUEUE and a_due == list(range(102 - rings, 102))
     assert (500, "b", 0) in sent
     [(_, _, delay)] = [s for s in sent if s[0] == 600]
     assert 25 < delay <= 30
+
+
+def test_a_queue_rung_fast_gets_few_messages_and_one_rung_after_a_gap_goes_at_once():
+    sent: list[tuple[int, float]] = []
+    arrived = threading.Event()
+
+    def put(job_id: int, queue: str, delay: float) -> None:
+        sent.append((job_id, time.monotonic()))
+        arrived.set()
+
+    bells = Doorbells(put)
+    for job_id in range(1, 201):  # 200 rings in a tight loop, then one every ms for 0.1 s
+        bells.put(job_id, "c", 0)
+    for job_id in range(201, 301):
+        bells.put(job_id, "c", 0)
+        time.sleep(0.001)
+    assert bells.flush(10)
+    ids = [j for j, _ in sent]
+    assert ids[-1] == 300 and ids == sorted(ids)  # the newest row rings last
+    # one message per 8 rings, one batch per gap: 300 rings, well under 100 messages
+    assert len(sent) < 100, len(sent)
+    time.sleep(RING_GAP_SECONDS * 10)
+    arrived.clear()
+    rung = time.monotonic()
+    bells.put(301, "c", 0)
+    assert arrived.wait(5) and sent[-1][0] == 301
+    assert sent[-1][1] - rung < 0.5  # no gap to wait out: sent at once
 
 
 def test_ring_never_raises_with_the_broker_down_and_listeners_hear_it_at_once(caplog):
