@@ -1,6 +1,6 @@
 """A new row's message leaves from a background thread of the process: a queue rung many
 times while a send is under way gets one message per 8 rings (at most 16), a queue rung
-fast gets one batch per 5 ms and one rung after a quiet gap at once, a delayed message
+fast gets one batch per 2 ms and one rung after a quiet gap at once, a delayed message
 keeps its own time, `flush`/`close` send what is left, a broker that is down costs a logged line and
 never an exception; listeners still hear every ring in the calling thread."""
 
