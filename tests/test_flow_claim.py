@@ -203,6 +203,17 @@ def test_bad_limits_are_refused_when_the_handler_loads(make_app):
         queue.dispatch(KeyedExecute.TYPE, {"chat": ["x"]})
     assert queue.get(queue.dispatch(KeyedExecute.TYPE, {"chat": 4711}), ["limit_key"],
                      app=app) == {"limit_key": "4711"}
+    # a limit_key() that raises is the dispatch's one-line error, nothing inserted
+    raising = type("RaisingExecute", (FreeExecute,),
+                   {"TYPE": "flow.raising.execute", "limit_key": lambda self, p: p["acct"]})
+    app.handlers.register(raising.TYPE, raising)
+    with pytest.raises(InvalidJob, match=r"limit_key\(payload\) raised KeyError: 'acct'"):
+        queue.dispatch(raising.TYPE, {})
+    with pytest.raises(InvalidJob, match="raised KeyError"):
+        queue.dispatch_many([{"type": raising.TYPE, "payload": {"acct": 1}},
+                             {"type": raising.TYPE, "payload": {}}])
+    assert queue.get(queue.dispatch(raising.TYPE, {"acct": 7}), ["limit_key"],
+                     app=app) == {"limit_key": "7"}
 
 
 def test_queue_limits_from_the_toml_file_and_the_environment(tmp_path):

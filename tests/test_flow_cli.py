@@ -83,3 +83,18 @@ def test_tasks_shows_limits_and_the_pauses_holding_a_task(make_app, db_url, name
     text = run_cli(["tasks"], env).stdout
     assert "LIMITS" in text.upper() and "PAUSED" in text.upper()
     assert "at most 2 running per chat" in text
+
+
+def test_a_pause_of_an_unknown_name_warns_and_an_empty_key_or_huge_id_is_refused(
+        make_app, db_url, namespace):
+    make_app()
+    env = cli_env(db_url, namespace)
+    out = run_cli(["pause", "--queue", "nosuch"], env)
+    assert out.returncode == 0 and out.stdout.startswith("paused queue nosuch")
+    assert "warning: no registered handler has queue 'nosuch' (a typo?)" in out.stderr
+    out = run_cli(["pause", "--type", "test.shape.execute"], env)
+    assert out.returncode == 0 and out.stderr == ""
+    assert "--key must not be empty" in one_line_error(
+        run_cli(["unblock", "--type", "test.shape.execute", "--key", ""], env))
+    assert "--type must not be empty" in one_line_error(run_cli(["unblock", "--type", ""], env))
+    assert "not in the range" in one_line_error(run_cli(["unblock", str(2**63)], env))

@@ -132,3 +132,61 @@ def test_drain_reports_the_same_counts_as_a_burst(tmp_path):
     assert report.line() == ("burst: ran 5 (completed 3, failed 1, retried 1); "
                              "waiting 3 (scheduled later 3, held 0)")
 
+
+
+@SERVERS
+def test_a_live_pause_or_block_does_not_keep_a_burst_running(make_app, db_url, namespace):
+    """Pauses and blocks, of other queues or of its own, never keep a burst waiting: it
+    runs what it may and reports the held rows (only rows held by a limit of its queues,
+    which come free by themselves, are waited for)."""
+    from cronjobs import store
+
+    app = make_app()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    with app.engine.begin() as conn:
+        store.pause(conn, "queue", "elsewhere", now=now, by="test")
+        store.block(conn, SHAPE, None, now=now, until=now + timedelta(hours=1))
+    queue.dispatch_many([{"type": RECORD, "payload": {"tag": str(i)}} for i in range(3)])
+    blocked = queue.dispatch(SHAPE, {"shape": "true"})
+    proc, counts, took = _burst(db_url, namespace, REDIS, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (counts["ran"], counts["completed"], counts["held"]) == (3, 3, 1), proc.stdout
+    assert queue.get(blocked, ["status", "attempts"]) == {"status": "pending", "attempts": 0}
+    with app.engine.begin() as conn:
+        store.pause(conn, "queue", "default", now=now, by="test")
+    queue.dispatch(RECORD, {"tag": "paused"})
+    proc, counts, took = _burst(db_url, namespace, REDIS, timeout=60)
+    assert proc.returncode == 0 and (counts["ran"], counts["held"]) == (0, 2), proc.stdout
+    assert took < 30, took
+
+
+@SERVERS
+def test_stop_ends_a_job_of_a_burst(make_app, db_url, namespace):
+    """`cronjobs stop ID` (the dashboard's Stop) ends a job a burst runs, as it does under
+    `cronjobs worker`: failed with reason `stopped`, and the burst goes on and exits."""
+    from pathlib import Path
+
+    from cronjobs import operator
+
+    stop_handlers = str(Path(__file__).parent / "stop_handlers")
+    app = make_app(handler_paths=(SAMPLE_HANDLERS, stop_handlers))
+    job_id = queue.dispatch("test.longsleep.execute", {"seconds": 600}, app=app)
+    env = cli_env(db_url, namespace, broker_url=REDIS)
+    env["CRONJOBS_HANDLER_PATHS"] = f"{SAMPLE_HANDLERS}:{stop_handlers}"
+    proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--burst", "--queues",
+                             "default", "--slots", "2"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while queue.get(job_id, ["status"], app=app)["status"] != "running":
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+            time.sleep(0.1)
+        operator.stop(app, job_id, who="test")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    row = queue.get(job_id, app=app)
+    assert (row["status"], row["outcome_reason"], row["error"]) == (
+        "failed", "stopped", "stopped by an operator (test)")
+    assert LINE.search(out).group(3) == "1", out  # failed 1

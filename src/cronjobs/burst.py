@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from . import heartbeat, store
 from .app import App
 from .db import run_in_transaction
-from .executor import Executor, JobReport
+from .executor import Executor, JobReport, flow_policy
 from .finishing import Finish
 from .housekeeping import Housekeeper
+from .outcome import stopped
 from .pool import SlotPool
 from .runner import KILL_GRACE_SECONDS
 from .status import Status
-from .worker import Signals
+from .worker import STOP_CHECK_SECONDS, Signals
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -124,7 +125,11 @@ class _BurstExecutor(Executor):
     each written outcome (a child or a retry of it may be due)."""
 
     def __init__(self, app: App, isolation: str) -> None:
-        super().__init__(app, isolation=isolation)
+        # A burst does not wait for pauses or blocks (it reports their rows as held);
+        # it does wait for rows a limit of its queues holds back (they come free by
+        # themselves: a running row ends, the rate window moves on).
+        super().__init__(app, isolation=isolation,
+                         claim_policy=flow_policy(app, wait_for_holds=False))
         self.reports: list[JobReport] = []
         self.ring = lambda: None
 
@@ -157,6 +162,7 @@ class BurstWorker:
             ("lease renewal", app.settings.lease_renew_seconds, self.executor.renew_leases),
             ("heartbeat", heartbeat.HEARTBEAT_SECONDS, self.beat),
             ("limits", 1.0, self._abandon_overdue),
+            ("stop requests", STOP_CHECK_SECONDS, self._stop_asked),
         ])
 
     def _ring_all(self) -> None:
@@ -167,6 +173,15 @@ class BurstWorker:
         """Write the heartbeat (a burst shows on the Workers page like any worker)."""
         heartbeat.beat(self.app, self.executor.worker_id, self.queues, "running",
                        self.executor.jobs_done, self.pool.running_ids())
+
+    def _stop_asked(self) -> None:
+        """End the jobs an operator asked to stop (`cronjobs stop`, the dashboard's Stop),
+        as MAX_RUNTIME does: outcome `stopped`, failed, not retried. A thread job cannot
+        be ended in its thread: its outcome is recorded and it ends with the burst."""
+        for job_id, who in self.executor.stops_requested().items():
+            if self.pool.stop_job(job_id, stopped(who)) is not None:
+                log.warning("job %s: stop requested by an operator (%s); ending it", job_id,
+                            who, extra={"trace_id": job_id})
 
     def _abandon_overdue(self) -> None:
         for job in self.pool.abandon_overdue(KILL_GRACE_SECONDS):

@@ -87,15 +87,15 @@ def job_of(row: dict) -> tuple[Job, Outcome | None]:
         return Job.from_row(row, decode=False), unreadable(exc)
 
 
-def flow_policy(app: App) -> store.FlowPolicy:
+def flow_policy(app: App, *, wait_for_holds: bool = True) -> store.FlowPolicy:
     """The claim policy of `app`'s handlers and settings: pauses and blocks always; the
     CONCURRENCY / RATE_LIMIT (per LIMIT_KEY) of every registered handler and the
-    `[queues.<queue>]` limits of the settings."""
+    `[queues.<queue>]` limits of the settings (`wait_for_holds`: see `store.FlowPolicy`)."""
     types = {t: flowrules.handler_limits(cls)
              for t, cls in app.handlers.registered_handlers().items()}
     queues = {name: flowrules.Limits(qs.concurrency, flowrules.parse_rate(qs.rate_limit))
               for name, qs in app.settings.queues.items()}
-    return store.FlowPolicy(types, queues)
+    return store.FlowPolicy(types, queues, wait_for_holds=wait_for_holds)
 
 
 class Executor:

@@ -112,7 +112,7 @@ def key_of(cls: type | None, payload: dict[str, Any]) -> str | None:
 
     Raises:
         InvalidJob: the key is not a string or number (the caller checks its length:
-            `limits.LIMIT_KEY_MAX_CHARS`).
+            `limits.LIMIT_KEY_MAX_CHARS`), or the handler's `limit_key` raised.
     """
     if cls is None:
         return None
@@ -120,7 +120,11 @@ def key_of(cls: type | None, payload: dict[str, Any]) -> str | None:
     if field is not None:
         value = payload.get(field)
     elif getattr(cls, "limit_key", None) is not None:
-        value = cls().limit_key(payload)
+        try:
+            value = cls().limit_key(payload)
+        except Exception as exc:  # the handler's code: one line naming it, not a traceback
+            raise InvalidJob(f"limit key of {cls.__name__}: limit_key(payload) raised "
+                             f"{type(exc).__name__}: {exc}"[:300]) from None
     else:
         return None
     if value is None:

@@ -46,21 +46,38 @@ def _by() -> str:
     return f"{user}@{socket.gethostname()}"[:64]
 
 
-TARGET_OPTIONS = [
-    click.option("--queue", help="A queue: none of its rows start."),
-    click.option("--type", "job_type", help="A job type: none of its rows start."),
-    click.option("--task", help="A scheduled task: its slots start nothing."),
-]
+TARGET_HELP = {
+    "pause": ("A queue: none of its rows start.", "A job type: none of its rows start.",
+              "A scheduled task: its scheduler slots are skipped (recorded as `paused`); "
+              "a manual `cronjobs tasks run` still runs it."),
+    "resume": ("The paused queue.", "The paused job type.", "The paused task."),
+}
 
 
-def _targets(fn):
-    for option in reversed(TARGET_OPTIONS):
-        fn = option(fn)
-    return fn
+def _targets(verb: str):
+    """The --queue / --type / --task options of `verb` (`pause` or `resume`)."""
+    queue_help, type_help, task_help = TARGET_HELP[verb]
+
+    def add(fn):
+        fn = click.option("--task", help=task_help)(fn)
+        fn = click.option("--type", "job_type", help=type_help)(fn)
+        return click.option("--queue", help=queue_help)(fn)
+    return add
+
+
+def _warn_unknown(app, scope: str, name: str) -> None:
+    """A pause of a name this process's handlers do not know still holds (another
+    codebase's workers may run it), but a typo should not go unnoticed."""
+    known = {"queue": lambda: name in app.queues(),
+             "type": lambda: app.resolve(name) is not None,
+             "task": lambda: name in app.handlers.tasks()}[scope]()
+    if not known:
+        click.echo(f"warning: no registered handler has {scope} {name!r} (a typo?); "
+                   f"`cronjobs tasks` and `cronjobs list-handlers` list them", err=True)
 
 
 @main.command()
-@_targets
+@_targets("pause")
 @click.option("--for", "duration", metavar="DURATION",
               help="End the pause by itself after this long (90s, 30m, 2h, 1d); default: "
                    "until `cronjobs resume`.")
@@ -68,7 +85,8 @@ def _targets(fn):
 def pause(queue: str | None, job_type: str | None, task: str | None, duration: str | None,
           reason: str | None) -> None:
     """Pause a queue, a job type or a task on every worker and host: no row of it starts
-    (running ones finish); the rows keep their order and attempts."""
+    (running ones finish; a task: its scheduled slots are skipped); the rows keep their
+    order and attempts. Pausing again replaces the pause (its end and reason)."""
     from datetime import timedelta
 
     from .. import store
@@ -83,10 +101,11 @@ def pause(queue: str | None, job_type: str | None, task: str | None, duration: s
         c, scope, name, now=now, until=until, reason=reason, by=_by()))
     ends = f"until {made['until']:%Y-%m-%d %H:%M:%S} UTC" if until else "until resumed"
     click.echo(f"paused {scope} {name} {ends}")
+    _warn_unknown(app, scope, name)
 
 
 @main.command()
-@_targets
+@_targets("resume")
 def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
     """Lift the pause of a queue, a job type or a task; its rows start in their order."""
     from .. import store
@@ -99,7 +118,7 @@ def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
 
 
 @main.command()
-@click.argument("block_id", type=click.IntRange(min=1), required=False)
+@click.argument("block_id", type=click.IntRange(min=1, max=2**63 - 1), required=False)
 @click.option("--type", "job_type", help="The blocked job type.")
 @click.option("--key", help="The blocked limit key of --type (default: the block of the "
                             "whole type).")
@@ -111,6 +130,9 @@ def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None
 
     if (block_id is None) == (job_type is None) or (key is not None and job_type is None):
         raise click.UsageError("give a block id, or --type (with --key for one key)")
+    if job_type == "" or key == "":
+        raise click.UsageError(f"--{'type' if job_type == '' else 'key'} must not be empty "
+                               f"(omit --key to lift the block of the whole type)")
     app = _app()
     count = run_in_transaction(app.engine, lambda c: store.unblock(
         c, block_id, job_type=job_type, limit_key=key))

@@ -65,10 +65,15 @@ class FlowPolicy(ClaimPolicy):
     Args:
         type_limits: `{job type: Limits}` of the handlers this claimer runs (limited ones).
         queue_limits: `{queue: Limits}` from the settings (`[queues.<queue>]`).
+        wait_for_holds: `holding` is also True while any pause or block is live (a
+            worker claims again within a second); False: only after a claim met a limit
+            (a burst, which reports paused and blocked rows as held instead of waiting).
     """
 
     def __init__(self, type_limits: Mapping[str, Limits] | None = None,
-                 queue_limits: Mapping[str, Limits] | None = None) -> None:
+                 queue_limits: Mapping[str, Limits] | None = None, *,
+                 wait_for_holds: bool = True) -> None:
+        self.wait_for_holds = wait_for_holds
         self.type_limits = {t: lm for t, lm in (type_limits or {}).items() if lm}
         self.queue_limits = {n: lm for n, lm in (queue_limits or {}).items() if lm}
         self.rounds = ROUNDS if self.type_limits or self.queue_limits else 1
@@ -133,7 +138,7 @@ class FlowPolicy(ClaimPolicy):
         moves on, the block ends), so the worker tries again within a second."""
         limited = getattr(self._local, "limited", False)
         self._local.limited = False
-        return limited or has_holds(conn, now)
+        return limited or (self.wait_for_holds and has_holds(conn, now))
 
     def _key(self, row: dict) -> str | None:
         """The row's bucket key: its limit key for a keyed type, else None."""
