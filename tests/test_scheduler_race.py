@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from conftest import cli_env, effect_rows
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_queue, cronjob_slot
+from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
 from cronjobs.testing import drain
 
 PROCS = Path(__file__).parent / "procs"
@@ -141,10 +141,14 @@ def test_three_cli_tick_loops_run_the_handler_ten_times(db_url, make_app):
     # that slot is skipped (OVERLAP skip), said once by the scheduler that recorded it.
     skips = [line.split(" slot ")[0].split()[-1] + " " + line.split(" slot ")[1].split()[0]
              for line in logs if " skipped (running)" in line]
-    assert skips and len(skips) == len(set(skips))
+    assert skips and len(skips) == len(set(skips)), [x for x in logs if "skipped" in x]
     assert [line for line in logs
             if "started as job" not in line and " skipped (running)" not in line] == []
     assert sum(" task test-count slot " in line for line in logs) == 10
     app = make_app(clock=FrozenClock(MINUTES[-1] + timedelta(seconds=30)))
+    with app.engine.connect() as conn:  # and counted once each, by whoever recorded it
+        counted = dict(conn.execute(sa.select(cronjob_runtime.c.task,
+                                              cronjob_runtime.c.skipped_count)).all())
+    assert counted["http-uptime"] == sum(s.startswith("http-uptime ") for s in skips)
     len(drain(app))
     assert_ran_once_per_slot(app)

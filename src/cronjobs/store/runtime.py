@@ -100,13 +100,17 @@ def record_skips(conn: Connection, skips: list[tuple[str, str]], reason: str,
                  now: datetime) -> list[tuple[str, str]]:
     """Record slots that started nothing, `(task, slot key)` each, for `reason` (a word of
     `overlap.SKIP_REASONS`): `skipped_count` + 1, `last_skipped_slot`, `last_skipped_at`,
-    `last_skip_reason`. A slot already recorded as the task's last skipped one is not
-    counted again (a later tick within the same slot, or another scheduler), so each
-    slot counts once. One UPDATE per skip; returns the `(task, slot key)` pairs this
-    call recorded (the others were recorded before, by this or another scheduler)."""
+    `last_skip_reason`. A skip is recorded only when its slot key sorts after the task's
+    `last_skipped_slot` (keys are fixed-width local or UTC wall times): so each slot
+    counts once, whether another scheduler recorded it first or has moved on to a later
+    slot meanwhile (a scheduler that lags behind never counts an older slot again). The
+    one exception: a cron slot in the second pass of an hour that DST repeats (key with
+    an offset, `…0130-0500`) sorts before a first-pass key later in that hour, and is then
+    not counted (it still starts nothing). One UPDATE per skip; returns the
+    `(task, slot key)` pairs this call recorded."""
     stmt = rt.update().where(
         rt.c.task == bindparam("b_task"),
-        or_(rt.c.last_skipped_slot.is_(None), rt.c.last_skipped_slot != bindparam("b_slot"))
+        or_(rt.c.last_skipped_slot.is_(None), rt.c.last_skipped_slot < bindparam("b_slot"))
     ).values(skipped_count=rt.c.skipped_count + 1, last_skipped_slot=bindparam("b_slot"),
              last_skipped_at=now, last_skip_reason=reason, updated_at=now)
     return [(t, s) for t, s in skips
