@@ -80,8 +80,10 @@ class FlowPolicy(ClaimPolicy):
         self._local = threading.local()  # the budget of this thread's claim in progress
 
     def where(self, conn: Connection, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
-        """The hold condition, and the exclusion of buckets at their limit (limiters
-        locked and counted first). See the module docstring."""
+        """The hold condition (when a pause or block is stored), and the exclusion of
+        buckets at their limit: a queue's limits are locked and counted before the first
+        SELECT, a handler's once a round met a row of a limited type (`accept`). See the
+        module docstring."""
         dialect = name(conn)
         hold, held = ((hold_sql(dialect), hold_params(dialect, request.now))
                       if holds_stored(conn) else ("", {}))
