@@ -85,11 +85,12 @@ class FlowPolicy(ClaimPolicy):
         SELECT, a handler's once a round met a row of a limited type (`accept`). See the
         module docstring."""
         dialect = name(conn)
-        hold, held = ((hold_sql(dialect), hold_params(dialect, request.now))
-                      if holds_stored(conn) else ("", {}))
-        queue = self.queue_limits.get(request.queue) if request.queue else None
         first = getattr(self._local, "request", None) is not request
-        self._local.request = request
+        if first:  # one probe per claim, whatever its rounds
+            self._local.request, self._local.stored = request, holds_stored(conn)
+        hold, held = ((hold_sql(dialect), hold_params(dialect, request.now))
+                      if self._local.stored else ("", {}))
+        queue = self.queue_limits.get(request.queue) if request.queue else None
         if not self.type_limits and queue is None:
             self._local.budget = None
             return hold, held
