@@ -309,20 +309,19 @@ def run_in_transaction(engine: Engine, fn: Callable[[Connection], T], *,
             first = exc
         import tenacity  # only a transient error pays for the import (CLI start-up time)
 
-        def log_retry(state) -> None:
-            log.debug("transient database error, retrying (%s): %s", state.attempt_number,
-                      driver_message(state.outcome.exception() if state.outcome else first))
-
-        wait = tenacity.wait_random(0, 0.02) + tenacity.wait_random_exponential(0.01, max=0.5)
-        state = tenacity.RetryCallState(None, None, (), {})
-        log_retry(state)
-        time.sleep(wait(state))  # the pause after the first try, as the loop's own
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_retry_now),
-            stop=tenacity.stop_after_attempt(attempts - 1), wait=wait, before_sleep=log_retry,
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=tenacity.wait_random(0, 0.02) + tenacity.wait_random_exponential(0.01, max=0.5),
+            before_sleep=lambda state: log.debug("transient database error, retrying (%s): %s",
+                                                 state.attempt_number,
+                                                 driver_message(state.outcome.exception())),
             reraise=True)
         for attempt in retrying:
             with attempt:
+                if first is not None:  # the loop's attempt 1 is the try made above
+                    failed, first = first, None
+                    raise failed
                 return _transaction(engine, fn)
     except (DBAPIError, sa_exc.TimeoutError) as exc:
         raise our_error(exc) from exc
