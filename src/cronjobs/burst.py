@@ -27,11 +27,10 @@ from .db import run_in_transaction
 from .executor import Executor, JobReport, flow_policy
 from .finishing import Finish
 from .housekeeping import Housekeeper
-from .outcome import stopped
 from .pool import SlotPool
 from .runner import KILL_GRACE_SECONDS
 from .status import Status
-from .worker import STOP_CHECK_SECONDS, Signals
+from .worker import STOP_CHECK_SECONDS, Signals, end_stop_requests
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -162,7 +161,8 @@ class BurstWorker:
             ("lease renewal", app.settings.lease_renew_seconds, self.executor.renew_leases),
             ("heartbeat", heartbeat.HEARTBEAT_SECONDS, self.beat),
             ("limits", 1.0, self._abandon_overdue),
-            ("stop requests", STOP_CHECK_SECONDS, self._stop_asked),
+            ("stop requests", STOP_CHECK_SECONDS,
+             lambda: end_stop_requests(self.executor, self.pool)),
         ])
 
     def _ring_all(self) -> None:
@@ -173,15 +173,6 @@ class BurstWorker:
         """Write the heartbeat (a burst shows on the Workers page like any worker)."""
         heartbeat.beat(self.app, self.executor.worker_id, self.queues, "running",
                        self.executor.jobs_done, self.pool.running_ids())
-
-    def _stop_asked(self) -> None:
-        """End the jobs an operator asked to stop (`cronjobs stop`, the dashboard's Stop),
-        as MAX_RUNTIME does: outcome `stopped`, failed, not retried. A thread job cannot
-        be ended in its thread: its outcome is recorded and it ends with the burst."""
-        for job_id, who in self.executor.stops_requested().items():
-            if self.pool.stop_job(job_id, stopped(who)) is not None:
-                log.warning("job %s: stop requested by an operator (%s); ending it", job_id,
-                            who, extra={"trace_id": job_id})
 
     def _abandon_overdue(self) -> None:
         for job in self.pool.abandon_overdue(KILL_GRACE_SECONDS):

@@ -88,6 +88,24 @@ def connections_needed(slots: int) -> int:
     return slots + 3
 
 
+def end_stop_requests(executor: Executor, pool: SlotPool) -> list[tuple[int, str]]:
+    """End the running jobs of `pool` an operator asked to stop (`cronjobs stop`, the
+    dashboard's Stop), as MAX_RUNTIME does: outcome `stopped`, failed, not retried.
+
+    Returns:
+        `(job id, how)` of each job ended: `how` as `SlotPool.stop_job` says (`"thread"`:
+        given up in its thread; the caller decides whether to recycle).
+    """
+    ended = []
+    for job_id, who in executor.stops_requested().items():
+        how = pool.stop_job(job_id, stopped(who))
+        if how is not None:
+            log.warning("job %s: stop requested by an operator (%s); ending it", job_id,
+                        who, extra={"trace_id": job_id})
+            ended.append((job_id, how))
+    return ended
+
+
 class WorkerProcess:
     """The slots of one worker process and what keeps them going.
 
@@ -202,11 +220,7 @@ class WorkerProcess:
         MAX_RUNTIME does (`stopped` outcome: failed, not retried; a stopped thread job
         makes the worker recycle), and write the heartbeat early when the running jobs
         changed, so the Workers page's busy slots are about a second old."""
-        for job_id, who in self.executor.stops_requested().items():
-            how = self.pool.stop_job(job_id, stopped(who))
-            if how is not None:
-                log.warning("job %s: stop requested by an operator (%s); ending it", job_id,
-                            who, extra={"trace_id": job_id})
+        for job_id, how in end_stop_requests(self.executor, self.pool):
             if how == "thread":
                 self._recycle(f"thread job {job_id} stopped by an operator")
         if self.pool.job_slots() != self._beaten_slots:
