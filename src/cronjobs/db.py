@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from . import limits
+from .drivers import import_pymysql
 from .errors import ConfigError, DatabaseRefused, DatabaseUnavailable, StoreError
 
 log = logging.getLogger("cronjobs.db")
@@ -80,6 +81,7 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
     kwargs: dict = {"pool_recycle": 3600, **pool,
                     "connect_args": _connect_args(url, statement_timeout_seconds)}
     if url.startswith(("mysql", "mariadb")):  # the pool's reset: `_reset_unless_committed`
+        import_pymysql()  # without cryptography until a server asks for RSA (~8 MB)
         engine = create_engine(url, isolation_level="READ COMMITTED",
                                pool_reset_on_return=None, **kwargs)
         _setup_mysql(engine)
