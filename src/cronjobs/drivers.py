@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+_HAZMAT = "cryptography.hazmat"
 # The names pymysql._auth imports from cryptography, as (module, name).
 _RSA_NAMES = (("cryptography.hazmat.backends", "default_backend"),
               ("cryptography.hazmat.primitives", "hashes"),
@@ -27,18 +28,20 @@ def import_pymysql() -> None:
     """Import PyMySQL (as `make_engine` does before a `mysql+pymysql` engine) with its
     `cryptography` import deferred to the first RSA password exchange.
 
-    Does nothing when PyMySQL is imported already, when `cryptography` is, or when
+    Does nothing when PyMySQL is imported already, when `cryptography.hazmat` is, or when
     PyMySQL's `_auth` module does not look as expected (another version): PyMySQL is then
     imported as it is. Raises ImportError only when PyMySQL itself is missing.
     """
-    if "pymysql" in sys.modules or "cryptography" in sys.modules:
+    if "pymysql" in sys.modules or _HAZMAT in sys.modules:
         return
-    sys.modules["cryptography"] = None  # type: ignore[assignment]  # its import fails now
+    # The package itself is cheap (redis-py imports it to see whether it is installed);
+    # its `hazmat` subpackage is what loads OpenSSL.
+    sys.modules[_HAZMAT] = None  # type: ignore[assignment]  # its import fails now
     try:
         from pymysql import _auth
     finally:
-        if sys.modules.get("cryptography", 0) is None:
-            del sys.modules["cryptography"]
+        if sys.modules.get(_HAZMAT, 0) is None:
+            del sys.modules[_HAZMAT]
     original = getattr(_auth, "sha2_rsa_encrypt", None)
     if original is None or getattr(_auth, "_have_cryptography", None) is not False:
         return
