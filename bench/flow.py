@@ -123,7 +123,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=2,
                         help="drains of each worker for the cost of no limit (%(default)s)")
     parser.add_argument("--keys", type=int, default=1_000, help="limit keys (%(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=12,
+    parser.add_argument("--max-seconds", type=float, default=9,
                         help="longest measuring window per drain, s (%(default)s)")
     parser.add_argument("--claim-seconds", type=float, default=4,
                         help="how long the claims of both policies run in all, s (%(default)s)")

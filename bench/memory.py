@@ -172,7 +172,7 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
     parser.add_argument("--jobs", type=int, default=50_000, help="jobs to run (%(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=20,
+    parser.add_argument("--max-seconds", type=float, default=12,
                         help="longest feeding time per baseline worker, s (%(default)s)")
     parser.add_argument("--ours-max-seconds", type=float, default=80,
                         help="longest feeding time of the cronjobs worker, s (%(default)s)")

@@ -313,7 +313,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                         help="concurrency per worker process (%(default)s)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="interleaved rounds (%(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=8,
+    parser.add_argument("--max-seconds", type=float, default=5,
                         help="longest measuring window per drain, s (%(default)s)")
     parser.add_argument("--settle", type=float, default=2,
                         help="idle wait before the idle PSS, s (%(default)s)")

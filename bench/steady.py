@@ -89,9 +89,9 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario."""
-    parser.add_argument("--seconds", type=float, default=40,
+    parser.add_argument("--seconds", type=float, default=30,
                         help="cronjobs window, s (%(default)s)")
-    parser.add_argument("--celery-seconds", type=float, default=20,
+    parser.add_argument("--celery-seconds", type=float, default=15,
                         help="Celery window, s (%(default)s)")
     parser.add_argument("--warmup", type=float, default=3, help="s after the first completion")
     parser.add_argument("--backlog", type=int, default=2000, help="jobs kept waiting (%(default)s)")

@@ -155,7 +155,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=8, help="threads per process (%(default)s)")
     parser.add_argument("--sleep-rows", type=int, default=5_000,
                         help="jobs of the 10 ms sleep drains (%(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=12,
+    parser.add_argument("--max-seconds", type=float, default=9,
                         help="longest measuring window per drain, s (%(default)s)")
     parser.add_argument("--backends", default="mariadb,postgresql,sqlite",
                         help="comma-separated (%(default)s)")
