@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
@@ -69,18 +70,29 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
         click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
     if burst:
         _run_burst(app, names, slots, shutdown_timeout, isolation)
-    if processes > 1:
-        argv = ["worker", "--queues", ",".join(names), "--slots", str(slots),
-                "--shutdown-timeout", str(shutdown_timeout), "--isolation", isolation]
-        for flag, value in (("--max-jobs", max_jobs), ("--memory-limit", memory_limit),
-                            ("--time-limit", time_limit), ("--log-dir", log_dir),
-                            ("--prefetch", prefetch)):
-            if value is not None:
-                argv += [flag, str(value)]
-        sys.exit(run_children(argv, processes))
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
+    if processes > 1:  # forked children share what this process imported; each builds its App
+        app.close()
+        sys.exit(run_children(functools.partial(
+            _child_worker, names, slots, limits, shutdown_timeout, log_dir, prefetch,
+            isolation), processes))
     sys.exit(run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
                         prefetch=prefetch, isolation=isolation))
+
+
+def _child_worker(names: list[str], slots: int, limits, shutdown_timeout: float,
+                  log_dir: str | None, prefetch: int | None, isolation: str, signals) -> int:
+    """One child of `worker --processes N` (forked by `run_children`): the worker of one
+    process, as `--processes 1` runs it; returns its exit code."""
+    from .. import logs
+    from ..runner import start_fork_server
+    from ..worker import connections_needed, run_worker
+
+    start_fork_server()
+    app = _app(pool_size=connections_needed(slots))
+    logs.add_daily_file(log_dir or app.settings.log_dir)
+    return run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
+                      signals=signals, prefetch=prefetch, isolation=isolation)
 
 
 def _burst_usage(processes: int, max_jobs: int | None, memory_limit: float | None,
