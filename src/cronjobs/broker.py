@@ -68,6 +68,15 @@ def build_dramatiq_broker(url: str, namespace: str = "cronjobs") -> dramatiq.Bro
     raise ConfigError(f"unsupported broker URL {url!r}: use memory://, redis://... or amqp://...")
 
 
+def import_client(url: str) -> None:
+    """Import the Dramatiq broker class of `url` and its client library, without
+    connecting: a process that forks workers imports it once, so they share its pages."""
+    if url.startswith(REDIS_SCHEMES):
+        import dramatiq.brokers.redis
+    elif url.startswith(AMQP_SCHEMES):
+        import dramatiq.brokers.rabbitmq  # noqa: F401
+
+
 class Broker:
     """Our view of the Dramatiq broker: per-queue actors, `send(job_id, queue, delay)` and
     `consume(queues, on_message)`.

@@ -72,6 +72,11 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
         _run_burst(app, names, slots, shutdown_timeout, isolation)
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
     if processes > 1:  # forked children share what this process imported; each builds its App
+        import psutil  # noqa: F401  (the heartbeat's memory figure)
+
+        from ..broker import import_client
+
+        import_client(app.settings.broker_url)
         app.close()
         sys.exit(run_children(functools.partial(
             _child_worker, names, slots, limits, shutdown_timeout, log_dir, prefetch,
