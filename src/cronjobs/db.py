@@ -46,10 +46,10 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
     SQLite: WAL journal, `foreign_keys=ON` on every connection (needed for ON DELETE
     CASCADE), a 30 s busy timeout and `BEGIN IMMEDIATE` so writers queue instead of
     failing. MySQL/MariaDB: READ COMMITTED, so a waiting inserter sees the row another
-    transaction committed, and a server whose `max_allowed_packet` is below 4 MiB is
-    refused at the first connection (`ConfigError`). Pooled connections are not pinged
-    before use: a connection the server dropped fails its transaction, which
-    `run_in_transaction` runs again on a fresh one.
+    transaction committed, a server whose `max_allowed_packet` is below 4 MiB is refused
+    at the first connection (`ConfigError`), PyMySQL without `cryptography` (`drivers`).
+    Pooled connections are not pinged before use: a connection the server dropped fails
+    its transaction, which `run_in_transaction` runs again on a fresh one.
 
     Args:
         url: an SQLAlchemy URL (`sqlite:///cronjobs.db`, `mysql+pymysql://...`,
@@ -62,8 +62,7 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
             checks): connecting, a statement and a lock wait each end after about this
             long, as "unavailable" (`_limit_connections`). None (the worker): no limit.
 
-    Returns:
-        A new Engine.
+    Returns: a new Engine.
     """
     pool: dict = {"pool_size": pool_size, "max_overflow": pool_size,
                   "pool_timeout": pool_timeout_seconds} if pool_size else {"poolclass": NullPool}
@@ -81,7 +80,7 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
     kwargs: dict = {"pool_recycle": 3600, **pool,
                     "connect_args": _connect_args(url, statement_timeout_seconds)}
     if url.startswith(("mysql", "mariadb")):  # the pool's reset: `_reset_unless_committed`
-        import_pymysql()  # without cryptography until a server asks for RSA (~8 MB)
+        import_pymysql()
         engine = create_engine(url, isolation_level="READ COMMITTED",
                                pool_reset_on_return=None, **kwargs)
         _setup_mysql(engine)

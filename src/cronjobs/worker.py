@@ -1,4 +1,4 @@
-"""`cronjobs worker`: the slots of this process, or N child processes of them.
+"""`cronjobs worker`: the slots of one worker process (`children`: N of them).
 
 A worker process has `--slots` slots (`pool.SlotPool`): broker messages ring it; its
 loop claims due rows in batches for idle slots, runs each in a job process
@@ -16,13 +16,9 @@ their rows go back to `pending` without using an attempt. A second SIGINT cuts o
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import os
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import tenacity
@@ -159,10 +155,8 @@ class WorkerProcess:
         ])
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
         self._memory_mb: float | None = None
-        # The actor only rings the pool; its threads are there to acknowledge messages
-        # (one Redis round trip each) while others arrive.
-        self.consumer = app.broker.consume(queues, self.on_message, threads=min(slots, 8),
-                                           prefetch=prefetch or max(16, 2 * slots))
+        self._prefetch = prefetch or max(16, 2 * slots)
+        self.consumer = None  # made by `start`, while the first claim runs
 
     def on_message(self, queue: str, job_id: int) -> None:
         """A broker message (a consumer thread): it rings the pool, whose loop claims the
@@ -176,11 +170,21 @@ class WorkerProcess:
 
     def start(self) -> None:
         """Start the slots and the consumer; rows left pending by a previous run are
-        claimed at once (every queue is rung)."""
+        claimed at once (every queue is rung, before the broker client is even loaded)."""
         self.pool.start()
-        self.consumer.start()
         for queue in self.queues:
             self.pool.ring(queue)
+        try:
+            # The actor only rings the pool; its threads are there to acknowledge messages
+            # (one Redis round trip each) while others arrive.
+            self.consumer = self.app.broker.consume(
+                self.queues, self.on_message, threads=min(self.slots, 8),
+                prefetch=self._prefetch)
+            self.consumer.start()
+        except BaseException:
+            self.accepting.clear()
+            self.pool.stop()
+            raise
         try:
             self.beat()
         except Exception as exc:  # database down at start: the housekeeper retries
@@ -284,7 +288,8 @@ class WorkerProcess:
         self.status = "stopping"
         self.accepting.clear()
         urgent = urgent or threading.Event()
-        self.consumer.stop(timeout=1000)  # the actor only rings: nothing to wait for
+        if self.consumer is not None:
+            self.consumer.stop(timeout=1000)  # the actor only rings: nothing to wait for
         self.pool.stop()
         deadline = time.monotonic() + timeout_seconds
         while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
@@ -342,61 +347,3 @@ def _restart_pause(failures: int) -> float:
     state = tenacity.RetryCallState(None, None, (), {})
     state.attempt_number = failures
     return _RESTART_WAIT(state)
-
-
-def run_children(child: Callable[[Signals], int], processes: int,
-                 stop: threading.Event | None = None) -> int:
-    """Run `processes` child worker processes and keep them up.
-
-    Each child is forked from this process, which has imported the worker's code but holds
-    no database connection and runs no thread: a child starts at once and shares those
-    pages, then runs `child(signals)` (its own App, fork server and `run_worker`, stopped
-    by `signals`) and exits with what it returned. A child that exits 0 (recycled) is
-    replaced at once; one that fails is started again after a pause growing to 30 s.
-    SIGTERM/SIGINT are passed on; returns 0 once all ended.
-
-    Args:
-        child: what a child runs, given the child's own `Signals`; returns its exit code.
-        processes: children kept running.
-        stop: ends the children when set (default: this process's SIGTERM/SIGINT).
-    """
-    signals = Signals().install() if stop is None else None
-    stop = stop or signals.stop
-    fork = multiprocessing.get_context("fork")
-    children: list[multiprocessing.process.BaseProcess | None] = [None] * processes
-    failures = [0] * processes
-    restart_at = [0.0] * processes
-    while not stop.is_set():
-        for i in range(processes):
-            proc = children[i]
-            if proc is not None and proc.exitcode is not None:
-                code = proc.exitcode
-                failures[i] = 0 if code == 0 else failures[i] + 1
-                pause = _restart_pause(failures[i])
-                (log.info if code == 0 else log.warning)(
-                    "worker child %d exited with %d; starting a new one in %.0f s", proc.pid,
-                    code, pause)
-                restart_at[i] = time.monotonic() + pause
-                children[i] = None
-            if children[i] is None and time.monotonic() >= restart_at[i]:
-                children[i] = fork.Process(target=_child_main, args=(child, stop),
-                                           name=f"cronjobs worker {i + 1}/{processes}")
-                children[i].start()
-        stop.wait(0.2)
-    urgent = signals is not None and signals.urgent.is_set()
-    for proc in children:
-        if proc is not None and proc.exitcode is None:
-            os.kill(proc.pid, signal.SIGINT if urgent else signal.SIGTERM)
-    for proc in children:
-        if proc is not None:
-            proc.join()
-    return 0
-
-
-def _child_main(child: Callable[[Signals], int], parents_stop: threading.Event) -> None:
-    """A forked child: its own signal handlers first (a signal that reached the parent's
-    copy since the fork stops it too), then `child(signals)`; exits with its code."""
-    signals = Signals().install()
-    if parents_stop.is_set():
-        signals.stop.set()
-    sys.exit(child(signals))

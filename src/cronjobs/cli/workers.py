@@ -56,7 +56,8 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
 
         start_fork_server()
     from .. import logs  # lazy: CLI start-up time
-    from ..worker import Limits, connections_needed, run_children, run_worker
+    from ..children import run_children
+    from ..worker import Limits, connections_needed, run_worker
 
     slots = _slots(slots, threads, 8)
     if burst:

@@ -11,12 +11,15 @@ and knows the size without reading any.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, func, select
 
 from ..models import cronjob_queue as q
+
+if TYPE_CHECKING:  # only SQLite's paths use it, and its dialect has imported it (~15 ms)
+    import sqlite3
 
 FIELDS = ("payload", "result_payload", "error", "process_logs")
 # Characters per statement of a download: at most 2 MiB of UTF-8, within the smallest
@@ -32,6 +35,8 @@ def _check(field: str) -> None:
 def _blob(conn: Connection, job_id: int, field: str) -> sqlite3.Blob | None:
     """SQLite: the stored bytes of `field` of row `job_id`, opened for reading; None for
     NULL or a missing row."""
+    import sqlite3
+
     raw = conn.connection.driver_connection
     try:
         return raw.blobopen(q.name, field, job_id, readonly=True)
@@ -114,6 +119,8 @@ def field_chunks(engine: Engine, job_id: int, field: str) -> Iterator[bytes]:
 
 
 def _sqlite_chunks(engine: Engine, job_id: int, field: str) -> Iterator[bytes]:
+    import sqlite3
+
     raw = engine.raw_connection()
     try:
         try:
