@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 
 from markupsafe import Markup
 
@@ -13,13 +11,6 @@ from cronjobs.i18n import gettext as _
 from cronjobs.summary import summary_table
 
 MAX_BODY_BYTES = 1_000_000
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Report a 3xx as it is (used when a 3xx is the expected status)."""
-
-    def redirect_request(self, *args, **kwargs):
-        return None
 
 
 class HttpUptimeExecute(CronJobHandler):
@@ -43,6 +34,8 @@ class HttpUptimeExecute(CronJobHandler):
         result = {"url": url, "status_code": None, "expect_status": expect_status,
                   "latency_ms": None, "expect": expect, "found": None, "error": None}
         started = time.monotonic()
+        import urllib.error  # lazy: a worker that never runs a check does not load urllib
+
         try:
             result["status_code"], body = _fetch(url, float(payload.get("timeout", 10)),
                                                  follow=not 300 <= (expect_status or 0) < 400)
@@ -85,8 +78,16 @@ class HttpUptimeExecute(CronJobHandler):
 
 
 def _fetch(url: str, timeout: float, follow: bool) -> tuple[int, bytes]:
-    """GET `url`; returns (status, first MAX_BODY_BYTES of the body), 4xx/5xx included."""
-    opener = urllib.request.build_opener(*(() if follow else (_NoRedirect,)))
+    """GET `url`; returns (status, first MAX_BODY_BYTES of the body), 4xx/5xx included; a
+    3xx is reported as it is unless `follow`."""
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(*(() if follow else (NoRedirect,)))
     try:
         with opener.open(url, timeout=timeout) as resp:
             return resp.status, resp.read(MAX_BODY_BYTES)
