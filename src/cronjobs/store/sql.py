@@ -32,7 +32,6 @@ from sqlalchemy import (
     text,
     type_coerce,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement, Insert
 
 from ..models import UtcDateTime
@@ -132,9 +131,13 @@ def insert_ignore(conn: Connection, table: Table, conflict_columns: list[str]) -
     IGNORE also turns other errors into warnings.
     """
     dialect = name(conn)
-    if dialect == "postgresql":
+    if dialect == "postgresql":  # the dialect's modules load only where they are used (CLI)
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=conflict_columns)
     if dialect == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=conflict_columns)
     return table.insert().prefix_with("IGNORE")
 
