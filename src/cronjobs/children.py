@@ -3,6 +3,7 @@ and kept up (a recycled child is replaced at once, a failed one after a growing 
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import os
@@ -36,6 +37,7 @@ def run_children(child: Callable[[Signals], int], processes: int,
     signals = Signals().install() if stop is None else None
     stop = stop or signals.stop
     fork = multiprocessing.get_context("fork")
+    gc.freeze()  # what the children inherit is never scanned (nor copied) by their collector
     children: list[multiprocessing.process.BaseProcess | None] = [None] * processes
     failures = [0] * processes
     restart_at = [0.0] * processes
