@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .base import _app, _dump, _table, main
+from .base import EXIT_BAD_INPUT, _app, _dump, _fail, _table, main
 
 
 @main.command()
@@ -89,16 +89,22 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
 def _child_worker(names: list[str], slots: int, limits, shutdown_timeout: float,
                   log_dir: str | None, prefetch: int | None, isolation: str, signals) -> int:
     """One child of `worker --processes N` (forked by `run_children`): the worker of one
-    process, as `--processes 1` runs it; returns its exit code."""
+    process, as `--processes 1` runs it; returns its exit code. It runs outside click's
+    error handling (the fork returned into multiprocessing), so our errors are one line
+    here too."""
     from .. import logs
+    from ..errors import CronjobsError
     from ..runner import start_fork_server
     from ..worker import connections_needed, run_worker
 
     start_fork_server()
-    app = _app(pool_size=connections_needed(slots))
-    logs.add_daily_file(log_dir or app.settings.log_dir)
-    return run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
-                      signals=signals, prefetch=prefetch, isolation=isolation)
+    try:
+        app = _app(pool_size=connections_needed(slots))
+        logs.add_daily_file(log_dir or app.settings.log_dir)
+        return run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
+                          signals=signals, prefetch=prefetch, isolation=isolation)
+    except CronjobsError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
 
 
 def _burst_usage(processes: int, max_jobs: int | None, memory_limit: float | None,
