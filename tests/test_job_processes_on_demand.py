@@ -6,10 +6,16 @@ modes of the CLI."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import psutil
 import pytest
 
-from conftest import REDIS, effect_rows
+from conftest import REDIS, cli_env, effect_rows
 from cronjobs import queue
 from test_worker_e2e import RECORD, all_completed, wait_for, worker
 from test_worker_lifecycle import MODES, assert_timed_out
@@ -68,3 +74,32 @@ def test_idle_job_processes_retire_and_a_later_row_still_gets_max_runtime(
         [blocked] = effect_rows(app, "sleep-start")
         assert blocked["pid"] not in used, "the row after the retirement ran in a new process"
         assert fork_servers(proc.pid) == 1, "the fork server started again for it"
+
+
+def test_a_killed_worker_leaves_no_job_process_running(make_app, db_url, namespace, tmp_path):
+    # kill -9 of the worker alone, not its process group (a supervisor may kill only it):
+    # the fork server sees the worker's end of its pipe close and exits, and the job
+    # process dies with it (PR_SET_PDEATHSIG) instead of running on beside the retry that
+    # recover-stale will start elsewhere.
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", "default", "--slots", "2"]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, env=cli_env(db_url, namespace, broker_url=REDIS),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        job_id = queue.dispatch("test.slow.execute", {"seconds": 5}, app=app)
+        wait_for(lambda: queue.get(job_id, app=app)["status"] == "running", 30,
+                 "the job running", proc, log)
+        [server] = _fork_servers(proc.pid)
+        [job_process] = wait_for(lambda: job_processes(proc.pid), 10, "its job process",
+                                 proc, log)
+        proc.kill()
+        proc.wait(10)
+        wait_for(lambda: not psutil.pid_exists(job_process) and not psutil.pid_exists(
+            server.pid), 10, "the job process and the fork server gone")
+        time.sleep(6)  # past the end the job would have reached
+        assert effect_rows(app, "slow") == [], "the job ran to its end after the kill"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -31,6 +31,7 @@ import importlib
 import os
 import pkgutil
 import signal
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 
 import handlers as _builtin_handlers
@@ -92,6 +93,16 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the loop
         pass
+    # multiprocessing hands every process the fork server starts a copy of the worker's
+    # end of the pipe the fork server watches; while a job process held it, the fork
+    # server outlived a killed worker, and so did the job (its parent was still alive).
+    fd, forkserver._forkserver._forkserver_alive_fd = \
+        forkserver._forkserver._forkserver_alive_fd, None
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _on_alarm(signum, frame) -> None:
