@@ -173,12 +173,22 @@ def test_bad_task_frequency_is_refused_at_load(in_tmp, frequency):
 
 @pytest.mark.parametrize("environ,message", [
     ({"CRONJOBS_BROKER_URL": "ftp://x"}, "unsupported broker URL 'ftp://x'"),
+    ({"CRONJOBS_BROKER_URL": "redis://127.0.0.1:abc/0"}, "port must be a number"),
     ({"CRONJOBS_DATABASE_URL": "nonsense"}, "not a database URL: 'nonsense'"),
 ])
 def test_bad_urls_are_refused_at_load(environ, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=message):
         Settings.load(environ=environ)
+
+
+@pytest.mark.parametrize("url", ["redis://:s3cret@127.0.0.1:99999/0",
+                                 "redis://app:s3cret@host:x/0", "ftp://app:s3cret@host"])
+def test_a_refused_broker_url_is_shown_without_its_password(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CRONJOBS_BROKER_URL": url})
+    assert "s3cret" not in str(info.value) and "***" in str(info.value)
 
 
 @pytest.mark.parametrize("url,use", [

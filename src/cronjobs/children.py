@@ -3,6 +3,7 @@ and kept up (a recycled child is replaced at once, a failed one after a growing 
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import multiprocessing
@@ -17,6 +18,8 @@ from .worker import Signals, _restart_pause
 
 log = logging.getLogger("cronjobs.worker")
 
+HEALTHY_SECONDS = 60.0  # a child that ran this long before it failed is restarted after 1 s
+
 
 def run_children(child: Callable[[Signals], int], processes: int,
                  stop: threading.Event | None = None) -> int:
@@ -26,8 +29,9 @@ def run_children(child: Callable[[Signals], int], processes: int,
     no database connection and runs no thread: a child starts at once and shares those
     pages, then runs `child(signals)` (its own App, fork server and `run_worker`, stopped
     by `signals`) and exits with what it returned. A child that exits 0 (recycled) is
-    replaced at once; one that fails is started again after a pause growing to 30 s.
-    SIGTERM/SIGINT are passed on; returns 0 once all ended.
+    replaced at once; one that fails is started again after a pause growing to 30 s (back
+    to 1 s when it had run for `HEALTHY_SECONDS`). SIGTERM/SIGINT are passed on; returns 0
+    once all ended.
 
     Args:
         child: what a child runs, given the child's own `Signals`; returns its exit code.
@@ -41,11 +45,14 @@ def run_children(child: Callable[[Signals], int], processes: int,
     children: list[multiprocessing.process.BaseProcess | None] = [None] * processes
     failures = [0] * processes
     restart_at = [0.0] * processes
+    started_at = [0.0] * processes
     while not stop.is_set():
         for i in range(processes):
             proc = children[i]
             if proc is not None and proc.exitcode is not None:
                 code = proc.exitcode
+                if time.monotonic() - started_at[i] >= HEALTHY_SECONDS:
+                    failures[i] = 0  # a failure after a long healthy run starts the pauses over
                 failures[i] = 0 if code == 0 else failures[i] + 1
                 pause = _restart_pause(failures[i])
                 (log.info if code == 0 else log.warning)(
@@ -54,24 +61,47 @@ def run_children(child: Callable[[Signals], int], processes: int,
                 restart_at[i] = time.monotonic() + pause
                 children[i] = None
             if children[i] is None and time.monotonic() >= restart_at[i]:
-                children[i] = fork.Process(target=_child_main, args=(child, stop),
+                children[i] = fork.Process(target=_child_main,
+                                           args=(child, stop, os.getpid()),
                                            name=f"cronjobs worker {i + 1}/{processes}")
                 children[i].start()
+                started_at[i] = time.monotonic()
         stop.wait(0.2)
-    urgent = signals is not None and signals.urgent.is_set()
-    for proc in children:
-        if proc is not None and proc.exitcode is None:
-            os.kill(proc.pid, signal.SIGINT if urgent else signal.SIGTERM)
-    for proc in children:
-        if proc is not None:
-            proc.join()
+    _stop_children([p for p in children if p is not None and p.exitcode is None], signals)
     return 0
 
 
-def _child_main(child: Callable[[Signals], int], parents_stop: threading.Event) -> None:
+def _stop_children(living: list, signals: Signals | None) -> None:
+    """SIGTERM the children (SIGINT after a second SIGINT here: cut off now) and wait for
+    them; a second SIGINT that comes while they finish is passed on too."""
+    urgent = signals is not None and signals.urgent.is_set()
+    for proc in living:
+        os.kill(proc.pid, signal.SIGINT if urgent else signal.SIGTERM)
+    while any(p.exitcode is None for p in living):
+        if signals is not None and signals.urgent.is_set() and not urgent:
+            urgent = True
+            for proc in living:
+                if proc.exitcode is None:
+                    os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.1)
+
+
+def _child_main(child: Callable[[Signals], int], parents_stop: threading.Event,
+                parent: int) -> None:
     """A forked child: its own signal handlers first (a signal that reached the parent's
-    copy since the fork stops it too), then `child(signals)`; exits with its code."""
+    copy since the fork stops it too, as does the death of `parent`, its pid), then
+    `child(signals)`; exits with its code."""
     signals = Signals().install()
-    if parents_stop.is_set():
+    _stop_with_parent()
+    if parents_stop.is_set() or os.getppid() != parent:  # a signal, or the parent died
         signals.stop.set()
     sys.exit(child(signals))
+
+
+def _stop_with_parent() -> None:
+    """SIGTERM this child when its parent dies (PR_SET_PDEATHSIG, Linux): a parent killed
+    with SIGKILL leaves no worker running on, which its restart would double."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux
+        pass

@@ -106,8 +106,10 @@ class GroupCommit:
                                            lambda conn: self._transaction(conn, plans, wants)),
                 "writing outcomes and claiming jobs", give_up_seconds=None, stop=self._stopped)
         except DatabaseUnavailable:  # stopping while the database is down
-            log.error("%d outcome(s) not written (database unavailable while stopping); "
-                      "their leases will expire and recover-stale takes them back", len(plans))
+            if plans:
+                log.error("%d outcome(s) not written (database unavailable while stopping); "
+                          "their leases will expire and recover-stale takes them back",
+                          len(plans))
             return [], set()
         except Exception as exc:
             if classify(exc) == "transient":  # deadlocks that persisted: try again soon

@@ -127,12 +127,16 @@ class ProcessSlots:
                         "pending, attempt not used", job.id, exc, extra={"trace_id": job.id})
             self._ended(proc, not_started(f"job process had died before the job was sent "
                                           f"({exc})"))
+            return
         except Exception as exc:  # the job cannot be pickled: nothing reached the pipe
             log.error("job %s could not be sent to its job process (%s: %.300s); failed",
                       job.id, type(exc).__name__, exc, extra={"trace_id": job.id})
             proc.state, proc.job = "idle", None
             proc.idle_since = time.monotonic()
             self._report(job, unreadable(exc), 0.0)
+            return
+        if self._cutting_off:  # the worker cut its jobs off while this process started
+            proc.process.kill()
 
     def conns(self) -> list[Connection]:
         """The pipes to wait on: processes with a job (starting it or running it)."""

@@ -155,8 +155,11 @@ class WorkerProcess:
         ])
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
         self._memory_mb: float | None = None
-        self._prefetch = prefetch or max(16, 2 * slots)
-        self.consumer = None  # made by `start`, while the first claim runs
+        # The actor only rings the pool; its threads are there to acknowledge messages
+        # (one Redis round trip each) while others arrive. Made before the loop starts:
+        # a broker that cannot be set up fails the worker before it claims anything.
+        self.consumer = app.broker.consume(queues, self.on_message, threads=min(slots, 8),
+                                           prefetch=prefetch or max(16, 2 * slots))
 
     def on_message(self, queue: str, job_id: int) -> None:
         """A broker message (a consumer thread): it rings the pool, whose loop claims the
@@ -170,21 +173,11 @@ class WorkerProcess:
 
     def start(self) -> None:
         """Start the slots and the consumer; rows left pending by a previous run are
-        claimed at once (every queue is rung, before the broker client is even loaded)."""
+        claimed at once (every queue is rung)."""
         self.pool.start()
+        self.consumer.start()
         for queue in self.queues:
             self.pool.ring(queue)
-        try:
-            # The actor only rings the pool; its threads are there to acknowledge messages
-            # (one Redis round trip each) while others arrive.
-            self.consumer = self.app.broker.consume(
-                self.queues, self.on_message, threads=min(self.slots, 8),
-                prefetch=self._prefetch)
-            self.consumer.start()
-        except BaseException:
-            self.accepting.clear()
-            self.pool.stop()
-            raise
         try:
             self.beat()
         except Exception as exc:  # database down at start: the housekeeper retries
@@ -288,13 +281,14 @@ class WorkerProcess:
         self.status = "stopping"
         self.accepting.clear()
         urgent = urgent or threading.Event()
-        if self.consumer is not None:
-            self.consumer.stop(timeout=1000)  # the actor only rings: nothing to wait for
+        self.consumer.stop(timeout=1000)  # the actor only rings: nothing to wait for
         self.pool.stop()
         deadline = time.monotonic() + timeout_seconds
         while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
             time.sleep(0.05)
-        cut = self.pool.cut_off(self.recycle_reason) if self.pool.busy() else []
+        # Also when nothing looks busy: a job whose process is still starting (the fork
+        # server loading) is cut off as soon as it is sent.
+        cut = self.pool.cut_off(self.recycle_reason)
         if cut and self.recycle_reason:
             log.warning("recycling: %d job(s) still running after %.0f s cut off, attempt "
                         "used (retried with backoff, or failed): %s", len(cut),

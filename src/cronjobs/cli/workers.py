@@ -63,6 +63,7 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     if burst:
         _burst_usage(processes, max_jobs, memory_limit, time_limit)
     app = _app(pool_size=connections_needed(slots) if processes == 1 else None)
+    _check_tables(app)
     logs.add_daily_file(log_dir or app.settings.log_dir)
     names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
@@ -84,6 +85,21 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
             isolation), processes))
     sys.exit(run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
                         prefetch=prefetch, isolation=isolation))
+
+
+def _check_tables(app) -> None:
+    """Refuse a database without the current cronjobs tables (`cronjobs migrate` not run)
+    before any worker starts: its loop would fail at the first claim, and a supervisor (or
+    `--processes N`) would start it again forever. A database that cannot be reached now
+    is left to the worker, which waits for it."""
+    from ..db import run_in_transaction
+    from ..errors import DatabaseUnavailable
+
+    try:  # cronjob_stop: the newest table (migration 0011)
+        run_in_transaction(app.engine, lambda conn: conn.exec_driver_sql(
+            "SELECT 1 FROM cronjob_stop WHERE 1 = 0").all(), attempts=1)
+    except DatabaseUnavailable:
+        pass
 
 
 def _child_worker(names: list[str], slots: int, limits, shutdown_timeout: float,

@@ -370,6 +370,6 @@ class Settings(BaseModel):
             field = ".".join(str(p) for p in err["loc"])
             message = err["msg"].removeprefix("Value error, ")
             shown = err.get("input")
-            if field == "database_url" and isinstance(shown, str):
+            if field in ("database_url", "broker_url") and isinstance(shown, str):
                 shown = hide_password(shown)  # the message must not print a password
             raise ConfigError(f"invalid setting {field}={shown!r}: {message}") from None

@@ -3,6 +3,9 @@ hosting services print."""
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit
+
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -23,11 +26,16 @@ def check_broker_url(value: str) -> str:
     """`value` when it is a broker URL cronjobs speaks.
 
     Raises:
-        ValueError: any other scheme (the message names the ones to use).
+        ValueError: any other scheme (the message names the ones to use); a port that is
+            not a number from 0 to 65535.
     """
     if not value.startswith((MEMORY_BROKER, *REDIS_SCHEMES, *AMQP_SCHEMES)):
-        raise ValueError(f"unsupported broker URL {value!r}: use memory://, redis://... "
-                         f"or amqp://...")
+        raise ValueError(f"unsupported broker URL {hide_password(value)!r}: use memory://, "
+                         f"redis://... or amqp://...")
+    try:
+        _ = urlsplit(value).port  # a port that is not a number fails here, not in a worker
+    except ValueError:
+        raise ValueError("the broker URL's port must be a number from 0 to 65535") from None
     return value
 
 
@@ -60,8 +68,8 @@ def check_database_url(value: str) -> str:
 
 
 def hide_password(url: str) -> str:
-    """`url` with its password shown as `***` (unchanged when it is no URL)."""
+    """`url` with its password shown as `***` (also in a URL SQLAlchemy cannot parse)."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)

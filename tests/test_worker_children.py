@@ -1,0 +1,83 @@
+"""`cronjobs worker --processes N` as real processes on MariaDB + Redis: its children are
+forked from the command's process; a second SIGINT to that process cuts their jobs off at
+once, and they stop when it is killed (nothing runs on that its restart would double)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REDIS, cli_env
+from cronjobs import queue
+from test_worker_e2e import _tail, wait_for
+
+pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
+              pytest.mark.slow]
+
+
+def start(db_url: str, namespace: str, log: Path) -> subprocess.Popen:
+    """`cronjobs worker --processes 2 --slots 1`, its own session, output in `log`."""
+    cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", "default",
+           "--processes", "2", "--slots", "1"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, env=cli_env(db_url, namespace, broker_url=REDIS,
+                                                 CRONJOBS_LOG_LEVEL="INFO"),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def children(proc: subprocess.Popen) -> list[psutil.Process]:
+    return psutil.Process(proc.pid).children()
+
+
+def both_running(app, ids: list[int]):
+    return lambda: all(queue.get(i, app=app)["status"] == "running" for i in ids)
+
+
+def test_a_second_sigint_to_the_parent_cuts_the_childrens_jobs_off(make_app, db_url,
+                                                                   namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    proc = start(db_url, namespace, log)
+    try:
+        ids = queue.dispatch_many([{"type": "test.slow.execute", "payload": {"seconds": 6}}] * 2,
+                                  app=app)
+        wait_for(both_running(app, ids), 30, "both jobs running", proc, log)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(4)  # the jobs had 5 s left
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, _tail(log)
+        rows = [queue.get(i, app=app) for i in ids]
+        assert [(r["status"], r["attempts"]) for r in rows] == [("pending", 0)] * 2, rows
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_the_children_stop_when_their_parent_is_killed(make_app, db_url, namespace, tmp_path):
+    log = tmp_path / "worker.log"
+    proc = start(db_url, namespace, log)
+    try:
+        kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
+                        "two children", proc, log)
+        wait_for(lambda: _tail(log).count("consuming default") == 2, 30, "both consuming",
+                 proc, log)
+        proc.kill()  # the parent alone, not its process group
+        proc.wait(10)
+        wait_for(lambda: not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE
+                                 for k in kids), 20, "the children gone")
+        assert "Traceback" not in _tail(log), _tail(log)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
