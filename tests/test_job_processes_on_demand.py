@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
-from conftest import REDIS, cli_env, effect_rows
+from conftest import REDIS, effect_rows
 from cronjobs import queue
+from test_worker_children import start
 from test_worker_e2e import RECORD, all_completed, wait_for, worker
 from test_worker_lifecycle import MODES, assert_timed_out
 
@@ -83,10 +82,7 @@ def test_a_killed_worker_leaves_no_job_process_running(make_app, db_url, namespa
     # recover-stale will start elsewhere.
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", "default", "--slots", "2"]
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, env=cli_env(db_url, namespace, broker_url=REDIS),
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start(db_url, namespace, log, ("--slots", "2"))
     try:
         job_id = queue.dispatch("test.slow.execute", {"seconds": 5}, app=app)
         wait_for(lambda: queue.get(job_id, app=app)["status"] == "running", 30,
@@ -103,3 +99,4 @@ def test_a_killed_worker_leaves_no_job_process_running(make_app, db_url, namespa
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

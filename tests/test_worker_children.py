@@ -22,10 +22,11 @@ pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
               pytest.mark.slow]
 
 
-def start(db_url: str, namespace: str, log: Path) -> subprocess.Popen:
-    """`cronjobs worker --processes 2 --slots 1`, its own session, output in `log`."""
-    cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", "default",
-           "--processes", "2", "--slots", "1"]
+def start(db_url: str, namespace: str, log: Path,
+          args: tuple[str, ...] = ("--processes", "2", "--slots", "1")) -> subprocess.Popen:
+    """`cronjobs worker --queues default ARGS` (Redis), its own session, output in `log`;
+    the caller ends it."""
+    cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", "default", *args]
     with open(log, "ab") as out:
         return subprocess.Popen(cmd, env=cli_env(db_url, namespace, broker_url=REDIS,
                                                  CRONJOBS_LOG_LEVEL="INFO"),
