@@ -168,4 +168,3 @@ def test_a_job_cut_off_when_its_worker_recycles_uses_its_attempt(make_app, max_a
     assert (row["status"], row["attempts"]) == (status, 1), row
     assert row["error"].startswith("cut off when the worker recycled (memory-limit 1 MB "
                                    "reached"), row["error"]
-
