@@ -3,7 +3,6 @@ and kept up (a recycled child is replaced at once, a failed one after a growing 
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import multiprocessing
@@ -14,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from .jobprocess import signal_on_parent_death
 from .worker import Signals, _restart_pause
 
 log = logging.getLogger("cronjobs.worker")
@@ -92,16 +92,10 @@ def _child_main(child: Callable[[Signals], int], parents_stop: threading.Event,
     copy since the fork stops it too, as does the death of `parent`, its pid), then
     `child(signals)`; exits with its code."""
     signals = Signals().install()
-    _stop_with_parent()
+    # SIGTERM when the parent dies: a parent killed with SIGKILL leaves no worker running
+    # on, which its restart would double.
+    signal_on_parent_death(signal.SIGTERM)
     if parents_stop.is_set() or os.getppid() != parent:  # a signal, or the parent died
         signals.stop.set()
     sys.exit(child(signals))
 
-
-def _stop_with_parent() -> None:
-    """SIGTERM this child when its parent dies (PR_SET_PDEATHSIG, Linux): a parent killed
-    with SIGKILL leaves no worker running on, which its restart would double."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux
-        pass

@@ -88,11 +88,17 @@ def preload() -> None:
     gc.freeze()
 
 
-def _die_with_parent() -> None:
+def signal_on_parent_death(signum: int) -> None:
+    """Have the kernel send `signum` to this process when its parent dies
+    (`PR_SET_PDEATHSIG`, Linux; nothing elsewhere, where the pipes' EOF still ends it)."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the loop
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)
+    except (OSError, AttributeError):  # not Linux
         pass
+
+
+def _die_with_parent() -> None:
+    signal_on_parent_death(signal.SIGKILL)
     # multiprocessing hands every process the fork server starts a copy of the worker's
     # end of the pipe the fork server watches; while a job process held it, the fork
     # server outlived a killed worker, and so did the job (its parent was still alive).
