@@ -56,25 +56,28 @@ def build_dramatiq_broker(url: str, namespace: str = "cronjobs") -> dramatiq.Bro
     # No Dramatiq middleware: retries, time limits and age limits are the row's business.
     if url == MEMORY_BROKER:
         return StubBroker(middleware=[])
-    # The Redis and RabbitMQ clients are imported only by a process that uses them.
+    client = import_client(url)
+    if client is None:
+        raise ConfigError(f"unsupported broker URL {url!r}: use memory://, redis://... or "
+                          f"amqp://...")
+    if url.startswith(REDIS_SCHEMES):
+        return client(url=url, namespace=namespace, middleware=[])
+    return client(url=url, middleware=[])
+
+
+def import_client(url: str) -> type[dramatiq.Broker] | None:
+    """The Dramatiq broker class of a `redis://` or `amqp://` URL, its client library
+    imported now (only by a process that uses it; a process that forks workers imports it
+    once, so they share its pages); None for any other URL. Connects to nothing."""
     if url.startswith(REDIS_SCHEMES):
         from dramatiq.brokers.redis import RedisBroker
 
-        return RedisBroker(url=url, namespace=namespace, middleware=[])
+        return RedisBroker
     if url.startswith(AMQP_SCHEMES):
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-        return RabbitmqBroker(url=url, middleware=[])
-    raise ConfigError(f"unsupported broker URL {url!r}: use memory://, redis://... or amqp://...")
-
-
-def import_client(url: str) -> None:
-    """Import the Dramatiq broker class of `url` and its client library, without
-    connecting: a process that forks workers imports it once, so they share its pages."""
-    if url.startswith(REDIS_SCHEMES):
-        import dramatiq.brokers.redis
-    elif url.startswith(AMQP_SCHEMES):
-        import dramatiq.brokers.rabbitmq  # noqa: F401
+        return RabbitmqBroker
+    return None
 
 
 class Broker:
