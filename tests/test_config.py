@@ -173,7 +173,9 @@ def test_bad_task_frequency_is_refused_at_load(in_tmp, frequency):
 
 @pytest.mark.parametrize("environ,message", [
     ({"CRONJOBS_BROKER_URL": "ftp://x"}, "unsupported broker URL 'ftp://x'"),
-    ({"CRONJOBS_BROKER_URL": "redis://127.0.0.1:abc/0"}, "port must be a number"),
+    ({"CRONJOBS_BROKER_URL": "redis://127.0.0.1:abc/0"},
+     "Port could not be cast to integer value as 'abc'.*port \\(a number from 0 to 65535\\)"),
+    ({"CRONJOBS_BROKER_URL": "redis://[::1:6379/0"}, "cannot be read \\(Invalid IPv6 URL\\)"),
     ({"CRONJOBS_DATABASE_URL": "nonsense"}, "not a database URL: 'nonsense'"),
 ])
 def test_bad_urls_are_refused_at_load(environ, message, tmp_path, monkeypatch):

@@ -26,16 +26,17 @@ def check_broker_url(value: str) -> str:
     """`value` when it is a broker URL cronjobs speaks.
 
     Raises:
-        ValueError: any other scheme (the message names the ones to use); a port that is
-            not a number from 0 to 65535.
+        ValueError: any other scheme (the message names the ones to use); a URL whose
+            port is not a number from 0 to 65535, or whose IPv6 host is not closed.
     """
     if not value.startswith((MEMORY_BROKER, *REDIS_SCHEMES, *AMQP_SCHEMES)):
         raise ValueError(f"unsupported broker URL {hide_password(value)!r}: use memory://, "
                          f"redis://... or amqp://...")
     try:
         _ = urlsplit(value).port  # a port that is not a number fails here, not in a worker
-    except ValueError:
-        raise ValueError("the broker URL's port must be a number from 0 to 65535") from None
+    except ValueError as exc:  # a port out of range or not a number, a broken IPv6 host
+        raise ValueError(f"the broker URL cannot be read ({exc}): check its host, and its "
+                         f"port (a number from 0 to 65535)") from None
     return value
 
 
