@@ -17,13 +17,14 @@ which imported the engine and the built-in handlers once (`set_forkserver_preloa
 their memory pages are shared and a new one starts in milliseconds. The fork server is a
 single-threaded process: forking it is safe, unlike forking a threaded worker.
 
-The fork server is a new interpreter (started with `exec`, never forked from the worker),
-so it can be started at any time: `start_fork_server()` starts it at once and returns,
-and it loads the handlers while the worker process imports and connects. A worker whose
-job processes have all ended for a while stops it (`stop_fork_server()`, ~50 MB with
-the resource tracker); the next job process starts it again. Importing this
-module imports little (the job process's module is imported when a process is made), so
-`cronjobs worker` starts the fork server before its own imports.
+multiprocessing's fork server is a new interpreter (started with `exec`), so it can be
+started at any time, also in a worker that runs threads: `start_fork_server()` starts it
+at once and returns, and it loads the handlers in the background. `cronjobs worker` forks
+it from its own process instead, once it has imported everything and before it starts a
+thread (`start_fork_server(fork=True)`, `forkedserver`): no second import, and shared
+pages. A worker whose job processes have all ended for a while stops it
+(`stop_fork_server()`); the next job process starts it again, the stock way. Importing
+this module imports little (the job process's module is imported when a process is made).
 """
 
 from __future__ import annotations
@@ -50,15 +51,24 @@ _LOCK = threading.Lock()  # job processes are not started while the fork server 
 _LIVE: set[int] = set()  # ids of the JobProcess objects not yet killed, in this process
 
 
-def start_fork_server() -> None:
+def start_fork_server(fork: bool = False) -> None:
     """Start the fork server of this process's job processes unless it runs already, and
     return at once: it imports the engine and the handlers and builds the App in the
     background (a job process asked for meanwhile waits for it). Safe in a process with
-    threads: the fork server is a new interpreter, not a fork of this one."""
+    threads: the fork server is a new interpreter, not a fork of this one.
+
+    Args:
+        fork: fork the fork server from this process instead, when it can be done
+            (`forkedserver.fork_fork_server`: this process runs one thread and has
+            imported what the job processes need, handlers loaded).
+    """
     from multiprocessing import forkserver
 
+    from .forkedserver import fork_fork_server
+
     _main_as_module()
-    forkserver.ensure_running()
+    if not (fork and fork_fork_server()):
+        forkserver.ensure_running()
 
 
 def stop_fork_server() -> bool:

@@ -51,10 +51,6 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     due and none of its jobs runs (a deploy step, a cron line, one queue by hand): rows
     due later, and due rows held back from the claim, are counted as waiting. Exit 0
     once nothing is left; 1 when a signal stopped it first."""
-    if processes == 1:  # the fork server loads the handlers while this process imports
-        from ..runner import start_fork_server  # lazy: CLI start-up time
-
-        start_fork_server()
     from .. import logs  # lazy: CLI start-up time
     from ..children import run_children
     from ..worker import Limits, connections_needed, run_worker
@@ -63,28 +59,43 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     if burst:
         _burst_usage(processes, max_jobs, memory_limit, time_limit)
     app = _app(pool_size=connections_needed(slots) if processes == 1 else None)
-    _check_tables(app)
-    logs.add_daily_file(log_dir or app.settings.log_dir)
     names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
         raise click.BadParameter(f"no queue names in {queues!r}", param_hint="--queues")
+    _import_for_workers(None if burst else app.settings.broker_url)
+    if processes == 1:  # a copy of this process, before it connects or starts a thread
+        from ..runner import start_fork_server
+
+        start_fork_server(fork=True)
+    _check_tables(app)
+    logs.add_daily_file(log_dir or app.settings.log_dir)
     for name in set(names) - set(app.queues()):
         click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
     if burst:
         _run_burst(app, names, slots, shutdown_timeout, isolation)
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)
     if processes > 1:  # forked children share what this process imported; each builds its App
-        import psutil  # noqa: F401  (the heartbeat's memory figure)
-
-        from ..broker import import_client
-
-        import_client(app.settings.broker_url)
         app.close()
         sys.exit(run_children(functools.partial(
             _child_worker, names, slots, limits, shutdown_timeout, log_dir, prefetch,
             isolation), processes))
     sys.exit(run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
                         prefetch=prefetch, isolation=isolation))
+
+
+def _import_for_workers(broker_url: str | None) -> None:
+    """Import, before anything forks, what a worker process and its job processes need
+    (the broker's client unless `broker_url` is None): the forked fork server and the
+    children of `--processes N` then share these pages."""
+    import encodings.idna  # noqa: F401  (connecting by host name)
+
+    import psutil  # noqa: F401  (the heartbeat's memory figure)
+
+    from .. import jobprocess  # noqa: F401
+    from ..broker import import_client
+
+    if broker_url is not None:
+        import_client(broker_url)
 
 
 def _check_tables(app) -> None:
@@ -113,9 +124,10 @@ def _child_worker(names: list[str], slots: int, limits, shutdown_timeout: float,
     from ..runner import start_fork_server
     from ..worker import connections_needed, run_worker
 
-    start_fork_server()
     try:
         app = _app(pool_size=connections_needed(slots))
+        app.handlers.load()
+        start_fork_server(fork=True)
         logs.add_daily_file(log_dir or app.settings.log_dir)
         return run_worker(app, names, slots, limits=limits, shutdown_timeout=shutdown_timeout,
                           signals=signals, prefetch=prefetch, isolation=isolation)

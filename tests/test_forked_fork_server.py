@@ -1,0 +1,124 @@
+"""`cronjobs worker` forks its job processes' fork server from its own process (real
+processes on MariaDB + Redis): named `cj-forkserver` for `ps`, its job processes run the
+rows, a SIGTERM meant for the worker (`pkill -f 'cronjobs worker'` matches the copied
+command line) leaves it serving, it ends with the worker, and one killed is replaced by
+the stock fork server; `--processes 2` forks one per child. A process that already runs
+threads never forks it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import psutil
+import pytest
+
+from conftest import REDIS, effect_rows
+from cronjobs import queue
+from cronjobs.forkedserver import fork_fork_server
+from test_job_processes_on_demand import _fork_servers
+from test_worker_children import start
+from test_worker_e2e import RECORD, _stop, _tail, all_completed, wait_for
+
+MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _run_rows(app, proc, log, done_before: int, count: int) -> set[int]:
+    """Dispatch `count` RECORD rows, wait until all rows are completed; the pids that ran
+    the new ones."""
+    queue.dispatch_many([{"type": RECORD, "payload": {}}] * count, app=app)
+    wait_for(all_completed(app, done_before + count), 60, f"{count} more jobs", proc, log)
+    return {row["pid"] for row in effect_rows(app, "record")[done_before:]}
+
+
+@MARIADB
+@pytest.mark.slow
+def test_the_forked_fork_server_runs_the_jobs_ignores_sigterm_and_ends_with_the_worker(
+        make_app, db_url, namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    proc = start(db_url, namespace, log, ("--slots", "2"))
+    try:
+        [server] = wait_for(lambda: _fork_servers(proc.pid), 30, "the fork server", proc, log)
+        assert server.name() == "cj-forkserver", "forked from the worker, not started anew"
+        used = _run_rows(app, proc, log, 0, 4)
+        jobs = {c.pid: c.name() for c in server.children()}
+        assert used <= set(jobs), (used, jobs)
+        assert set(jobs.values()) == {"cj-job"}
+        server.send_signal(signal.SIGTERM)  # what `pkill -f 'cronjobs worker'` sends it too
+        used_after = _run_rows(app, proc, log, 4, 4)
+        assert _alive(server) and used_after <= {c.pid for c in server.children()}
+        assert _stop(proc) == 0, _tail(log)
+        wait_for(lambda: not _alive(server), 10, "the fork server ended with the worker")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@MARIADB
+@pytest.mark.slow
+def test_a_killed_fork_server_is_replaced_by_the_stock_one(make_app, db_url, namespace,
+                                                            tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    proc = start(db_url, namespace, log, ("--slots", "2"))
+    try:
+        [server] = wait_for(lambda: _fork_servers(proc.pid), 30, "the fork server", proc, log)
+        _run_rows(app, proc, log, 0, 2)
+        server.kill()
+        wait_for(lambda: not _alive(server), 10, "the killed fork server gone")
+        used = _run_rows(app, proc, log, 2, 2)
+        [stock] = _fork_servers(proc.pid)
+        assert "multiprocessing.forkserver" in " ".join(stock.cmdline())
+        assert used <= {c.pid for c in stock.children()}
+        assert _stop(proc) == 0, _tail(log)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@MARIADB
+@pytest.mark.slow
+def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    proc = start(db_url, namespace, log, ("--processes", "2", "--slots", "2"))
+    try:
+        kids = wait_for(lambda: len(psutil.Process(proc.pid).children()) == 2
+                        and psutil.Process(proc.pid).children(), 30, "two children", proc, log)
+        servers = wait_for(lambda: all(_fork_servers(k.pid) for k in kids)
+                           and [_fork_servers(k.pid)[0] for k in kids], 30,
+                           "a fork server per child", proc, log)
+        assert [s.name() for s in servers] == ["cj-forkserver"] * 2
+        used = _run_rows(app, proc, log, 0, 8)
+        assert used <= {c.pid for s in servers for c in s.children()}
+        assert _stop(proc) == 0, _tail(log)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_process_running_threads_does_not_fork_it():
+    from multiprocessing import forkserver
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        before = forkserver._forkserver._forkserver_pid
+        assert fork_fork_server() is False
+        assert forkserver._forkserver._forkserver_pid == before
+    finally:
+        stop.set()
+        thread.join()
