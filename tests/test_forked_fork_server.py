@@ -2,11 +2,13 @@
 processes on MariaDB + Redis): named `cj-forkserver` for `ps`, its job processes run the
 rows, a SIGTERM meant for the worker (`pkill -f 'cronjobs worker'` matches the copied
 command line) leaves it serving, it ends with the worker, and one killed is replaced by
-the stock fork server; `--processes 2` forks one per child. A process that already runs
+the stock fork server (a row sent to one of its dead job processes runs again at once);
+`--processes 2` forks one per child. A process that already runs
 threads never forks it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -19,7 +21,7 @@ from cronjobs import queue
 from cronjobs.forkedserver import fork_fork_server
 from test_job_processes_on_demand import _fork_servers
 from test_worker_children import start
-from test_worker_e2e import RECORD, _stop, _tail, all_completed, wait_for
+from test_worker_e2e import RECORD, _stop, _tail, all_completed, job_rows, wait_for
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 
@@ -31,11 +33,24 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def _run_rows(app, proc, log, done_before: int, count: int) -> set[int]:
-    """Dispatch `count` RECORD rows, wait until all rows are completed; the pids that ran
-    the new ones."""
+@contextlib.contextmanager
+def _worker(db_url: str, namespace: str, log, args: tuple[str, ...]):
+    """`cronjobs worker ARGS` (`test_worker_children.start`); its process group is killed
+    if the test left it running."""
+    proc = start(db_url, namespace, log, args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _run_rows(app, proc, log, done_before: int, count: int, seconds: float = 60) -> set[int]:
+    """Dispatch `count` RECORD rows, wait (at most `seconds`) until all rows are completed;
+    the pids that ran the new ones."""
     queue.dispatch_many([{"type": RECORD, "payload": {}}] * count, app=app)
-    wait_for(all_completed(app, done_before + count), 60, f"{count} more jobs", proc, log)
+    wait_for(all_completed(app, done_before + count), seconds, f"{count} more jobs", proc, log)
     return {row["pid"] for row in effect_rows(app, "record")[done_before:]}
 
 
@@ -45,8 +60,7 @@ def test_the_forked_fork_server_runs_the_jobs_ignores_sigterm_and_ends_with_the_
         make_app, db_url, namespace, tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    proc = start(db_url, namespace, log, ("--slots", "2"))
-    try:
+    with _worker(db_url, namespace, log, ("--slots", "2")) as proc:
         [server] = wait_for(lambda: _fork_servers(proc.pid), 30, "the fork server", proc, log)
         assert server.name() == "cj-forkserver", "forked from the worker, not started anew"
         used = _run_rows(app, proc, log, 0, 4)
@@ -58,10 +72,6 @@ def test_the_forked_fork_server_runs_the_jobs_ignores_sigterm_and_ends_with_the_
         assert _alive(server) and used_after <= {c.pid for c in server.children()}
         assert _stop(proc) == 0, _tail(log)
         wait_for(lambda: not _alive(server), 10, "the fork server ended with the worker")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @MARIADB
@@ -70,21 +80,21 @@ def test_a_killed_fork_server_is_replaced_by_the_stock_one(make_app, db_url, nam
                                                             tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    proc = start(db_url, namespace, log, ("--slots", "2"))
-    try:
+    with _worker(db_url, namespace, log, ("--slots", "2")) as proc:
         [server] = wait_for(lambda: _fork_servers(proc.pid), 30, "the fork server", proc, log)
         _run_rows(app, proc, log, 0, 2)
         server.kill()
         wait_for(lambda: not _alive(server), 10, "the killed fork server gone")
-        used = _run_rows(app, proc, log, 2, 2)
+        # The row first goes to an idle job process that died with the fork server, comes
+        # back `pending` at once (attempt not used) and is claimed again right away (not
+        # by the sweep, 30 s later), then runs in a job process of a stock fork server.
+        used = _run_rows(app, proc, log, 2, 1, seconds=10)
+        assert "its job process had died while idle" in log.read_text()
+        assert job_rows(app)[-1]["attempts"] == 1, "the attempt given back"
         [stock] = _fork_servers(proc.pid)
         assert "multiprocessing.forkserver" in " ".join(stock.cmdline())
         assert used <= {c.pid for c in stock.children()}
         assert _stop(proc) == 0, _tail(log)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @MARIADB
@@ -92,8 +102,7 @@ def test_a_killed_fork_server_is_replaced_by_the_stock_one(make_app, db_url, nam
 def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    proc = start(db_url, namespace, log, ("--processes", "2", "--slots", "2"))
-    try:
+    with _worker(db_url, namespace, log, ("--processes", "2", "--slots", "2")) as proc:
         kids = wait_for(lambda: len(psutil.Process(proc.pid).children()) == 2
                         and psutil.Process(proc.pid).children(), 30, "two children", proc, log)
         servers = wait_for(lambda: all(_fork_servers(k.pid) for k in kids)
@@ -103,10 +112,6 @@ def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tm
         used = _run_rows(app, proc, log, 0, 8)
         assert used <= {c.pid for s in servers for c in s.children()}
         assert _stop(proc) == 0, _tail(log)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_a_process_running_threads_does_not_fork_it():
