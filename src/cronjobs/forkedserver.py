@@ -53,24 +53,25 @@ def fork_fork_server() -> bool:
         return False
     resource_tracker.ensure_running()
     gc.freeze()  # its collector (and the job processes') never copies these pages
-    with server._lock:
-        listener, address = _listener()
-        alive_r, alive_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            _child(listener, alive_r, alive_w)
-        os.close(alive_r)
-        listener.close()
-        server._forkserver_address = address
-        server._forkserver_alive_fd = alive_w
-        server._forkserver_pid = pid
+    # No lock is held across the fork (this process runs one thread): a lock copied while
+    # held would stay held in the fork server and its job processes.
+    listener, address = _listener()
+    alive_r, alive_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _child(listener, alive_r, alive_w)
+    os.close(alive_r)
+    listener.close()
+    server._forkserver_address = address
+    server._forkserver_alive_fd = alive_w
+    server._forkserver_pid = pid
     return True
 
 
 def _known_layout(server) -> bool:
     return (3, 11) <= sys.version_info[:2] <= (3, 13) and all(
         hasattr(server, name) for name in
-        ("_lock", "_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid"))
+        ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid"))
 
 
 def _listener():
