@@ -8,42 +8,19 @@ threads never forks it."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import threading
 
-import psutil
 import pytest
 
 from conftest import REDIS, effect_rows
 from cronjobs import queue
 from cronjobs.forkedserver import fork_fork_server
 from test_job_processes_on_demand import _fork_servers
-from test_worker_children import start
+from test_worker_children import alive, children, running
 from test_worker_e2e import RECORD, _stop, _tail, all_completed, job_rows, wait_for
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-@contextlib.contextmanager
-def _worker(db_url: str, namespace: str, log, args: tuple[str, ...]):
-    """`cronjobs worker ARGS` (`test_worker_children.start`); its process group is killed
-    if the test left it running."""
-    proc = start(db_url, namespace, log, args)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _run_rows(app, proc, log, done_before: int, count: int, seconds: float = 60) -> set[int]:
@@ -60,7 +37,7 @@ def test_the_forked_fork_server_runs_the_jobs_ignores_sigterm_and_ends_with_the_
         make_app, db_url, namespace, tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    with _worker(db_url, namespace, log, ("--slots", "2")) as proc:
+    with running(db_url, namespace, log, ("--slots", "2")) as proc:
         [server] = wait_for(lambda: _fork_servers(proc.pid), 30, "the fork server", proc, log)
         assert server.name() == "cj-forkserver", "forked from the worker, not started anew"
         used = _run_rows(app, proc, log, 0, 4)
@@ -69,9 +46,9 @@ def test_the_forked_fork_server_runs_the_jobs_ignores_sigterm_and_ends_with_the_
         assert set(jobs.values()) == {"cj-job"}
         server.send_signal(signal.SIGTERM)  # what `pkill -f 'cronjobs worker'` sends it too
         used_after = _run_rows(app, proc, log, 4, 4)
-        assert _alive(server) and used_after <= {c.pid for c in server.children()}
+        assert alive(server) and used_after <= {c.pid for c in server.children()}
         assert _stop(proc) == 0, _tail(log)
-        wait_for(lambda: not _alive(server), 10, "the fork server ended with the worker")
+        wait_for(lambda: not alive(server), 10, "the fork server ended with the worker")
 
 
 @MARIADB
@@ -80,11 +57,11 @@ def test_a_killed_fork_server_is_replaced_by_the_stock_one(make_app, db_url, nam
                                                             tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    with _worker(db_url, namespace, log, ("--slots", "2")) as proc:
+    with running(db_url, namespace, log, ("--slots", "2")) as proc:
         [server] = wait_for(lambda: _fork_servers(proc.pid), 30, "the fork server", proc, log)
         _run_rows(app, proc, log, 0, 2)
         server.kill()
-        wait_for(lambda: not _alive(server), 10, "the killed fork server gone")
+        wait_for(lambda: not alive(server), 10, "the killed fork server gone")
         # The row first goes to an idle job process that died with the fork server, comes
         # back `pending` at once (attempt not used) and is claimed again right away (not
         # by the sweep, 30 s later), then runs in a job process of a stock fork server.
@@ -102,9 +79,9 @@ def test_a_killed_fork_server_is_replaced_by_the_stock_one(make_app, db_url, nam
 def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    with _worker(db_url, namespace, log, ("--processes", "2", "--slots", "2")) as proc:
-        kids = wait_for(lambda: len(psutil.Process(proc.pid).children()) == 2
-                        and psutil.Process(proc.pid).children(), 30, "two children", proc, log)
+    with running(db_url, namespace, log, ("--processes", "2", "--slots", "2")) as proc:
+        kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
+                        "two children", proc, log)
         servers = wait_for(lambda: all(_fork_servers(k.pid) for k in kids)
                            and [_fork_servers(k.pid)[0] for k in kids], 30,
                            "a fork server per child", proc, log)

@@ -6,8 +6,6 @@ modes of the CLI."""
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import psutil
@@ -15,7 +13,7 @@ import pytest
 
 from conftest import REDIS, effect_rows
 from cronjobs import queue
-from test_worker_children import start
+from test_worker_children import running
 from test_worker_e2e import RECORD, all_completed, wait_for, worker
 from test_worker_lifecycle import MODES, assert_timed_out
 
@@ -86,8 +84,7 @@ def test_a_killed_worker_leaves_no_job_process_running(make_app, db_url, namespa
     # recover-stale will start elsewhere.
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    proc = start(db_url, namespace, log, ("--slots", "2"))
-    try:
+    with running(db_url, namespace, log, ("--slots", "2")) as proc:
         job_id = queue.dispatch("test.slow.execute", {"seconds": 5}, app=app)
         wait_for(lambda: queue.get(job_id, app=app)["status"] == "running", 30,
                  "the job running", proc, log)
@@ -100,7 +97,3 @@ def test_a_killed_worker_leaves_no_job_process_running(make_app, db_url, namespa
             server.pid), 10, "the job process and the fork server gone")
         time.sleep(6)  # past the end the job would have reached
         assert effect_rows(app, "slow") == [], "the job ran to its end after the kill"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()

@@ -4,6 +4,7 @@ once, and they stop when it is killed (nothing runs on that its restart would do
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,6 +34,28 @@ def start(db_url: str, namespace: str, log: Path,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+@contextlib.contextmanager
+def running(db_url: str, namespace: str, log: Path,
+            args: tuple[str, ...] = ("--processes", "2", "--slots", "1")):
+    """`start(...)`, its whole process group killed when the block ends (whatever the test
+    left of it: the worker, its children, fork servers, job processes)."""
+    proc = start(db_url, namespace, log, args)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def alive(proc: psutil.Process) -> bool:
+    """`proc` runs (it exists and is no zombie)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def children(proc: subprocess.Popen) -> list[psutil.Process]:
     return psutil.Process(proc.pid).children()
 
@@ -45,8 +68,7 @@ def test_a_second_sigint_to_the_parent_cuts_the_childrens_jobs_off(make_app, db_
                                                                    namespace, tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
-    proc = start(db_url, namespace, log)
-    try:
+    with running(db_url, namespace, log) as proc:
         ids = queue.dispatch_many([{"type": "test.slow.execute", "payload": {"seconds": 6}}] * 2,
                                   app=app)
         wait_for(both_running(app, ids), 30, "both jobs running", proc, log)
@@ -60,25 +82,16 @@ def test_a_second_sigint_to_the_parent_cuts_the_childrens_jobs_off(make_app, db_
         assert code == 0, _tail(log)
         rows = [queue.get(i, app=app) for i in ids]
         assert [(r["status"], r["attempts"]) for r in rows] == [("pending", 0)] * 2, rows
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_the_children_stop_when_their_parent_is_killed(make_app, db_url, namespace, tmp_path):
     log = tmp_path / "worker.log"
-    proc = start(db_url, namespace, log)
-    try:
+    with running(db_url, namespace, log) as proc:
         kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
                         "two children", proc, log)
         wait_for(lambda: _tail(log).count("consuming default") == 2, 30, "both consuming",
                  proc, log)
         proc.kill()  # the parent alone, not its process group
         proc.wait(10)
-        wait_for(lambda: not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE
-                                 for k in kids), 20, "the children gone")
+        wait_for(lambda: not any(alive(k) for k in kids), 20, "the children gone")
         assert "Traceback" not in _tail(log), _tail(log)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
