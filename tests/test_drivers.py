@@ -55,3 +55,88 @@ def test_a_mariadb_engine_connects_without_importing_cryptography():
 
 def test_the_rsa_password_exchange_imports_cryptography_on_its_first_call():
     assert "rsa ok" in _run(RSA)
+
+
+# PyMySQL 1.2's PREFERRED mode (no `ssl_*` option): TLS when the server offers it. Its
+# context (the CA bundle loaded, ~18 ms of CPU) is built when a server offers TLS, once.
+
+def test_a_connection_to_a_server_without_tls_builds_no_tls_context(monkeypatch):
+    import ssl
+
+    from cronjobs import drivers
+    from cronjobs.db import make_engine
+
+    built = []
+    monkeypatch.setattr(drivers, "_PREFERRED_TLS", [])
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context",
+                        lambda *a, **k: built.append(1) or real(*a, **k))
+    engine = make_engine(MARIADB + "/test", pool_size=0)  # the test server offers no TLS
+    for _ in range(3):
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+            assert isinstance(conn.connection.dbapi_connection.ctx, drivers._PreferredTls)
+    engine.dispose()
+    assert built == [] and drivers._PREFERRED_TLS == []
+
+
+def _tls_server(tmp_path, connections: int):
+    """A TLS server on a free local port (a self-signed certificate) that completes
+    `connections` handshakes; (port, thread)."""
+    import socket
+    import ssl
+    import threading
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        with listener:
+            for _ in range(connections):
+                sock, _ = listener.accept()
+                with context.wrap_socket(sock, server_side=True) as tls:
+                    tls.sendall(b"hello")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+def test_a_server_offering_tls_gets_it_with_one_context_shared_by_the_connections(
+        tmp_path, monkeypatch):
+    import socket
+    import ssl
+
+    from cronjobs import drivers
+
+    monkeypatch.setattr(drivers, "_PREFERRED_TLS", [])
+    port, server = _tls_server(tmp_path, connections=2)
+    contexts = set()
+    for _ in range(2):
+        conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "port": port,
+                                                          "defer_connect": True})
+        assert conn.ssl and not conn._ssl_required  # PREFERRED, as PyMySQL's own
+        with conn.ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                  server_hostname="127.0.0.1") as tls:
+            assert tls.recv(5) == b"hello" and tls.version().startswith("TLS")
+            contexts.add(id(tls.context))
+    server.join(10)
+    assert len(contexts) == 1 and len(drivers._PREFERRED_TLS) == 1
+    context = drivers._PREFERRED_TLS[0]  # PyMySQL's PREFERRED settings: no verification
+    assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
+
+
+def test_a_connection_given_tls_options_builds_its_own_context_as_pymysql_does():
+    import ssl
+
+    from cronjobs import drivers
+
+    conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "defer_connect": True,
+                                                      "ssl_verify_cert": True})
+    assert isinstance(conn.ctx, ssl.SSLContext) and conn._ssl_required
+    assert conn.ctx.verify_mode == ssl.CERT_REQUIRED

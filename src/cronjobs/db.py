@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from . import limits
-from .drivers import import_pymysql
+from .drivers import connect_pymysql, import_pymysql
 from .errors import ConfigError, DatabaseRefused, DatabaseUnavailable, StoreError
 
 log = logging.getLogger("cronjobs.db")
@@ -133,7 +133,10 @@ def _limit_connections(engine: Engine, timeout: float) -> None:
 
 def _setup_mysql(engine: Engine) -> None:
     """MySQL/MariaDB: refuse a small `max_allowed_packet`; reset returned connections
-    unless just committed."""
+    unless just committed; PyMySQL's connections share one PREFERRED-mode TLS context
+    (`drivers.connect_pymysql`)."""
+    if engine.dialect.driver == "pymysql":
+        event.listen(engine, "do_connect", connect_pymysql)
     _check_mysql_packet(engine)
     _reset_unless_committed(engine)
 

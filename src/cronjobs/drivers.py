@@ -8,13 +8,24 @@ over a connection without TLS). MariaDB never asks for it (its `mysql_native_pas
 fork server, every job process's share) and ~40 ms. `import_pymysql()` imports PyMySQL with
 that import held back and wraps `pymysql._auth.sha2_rsa_encrypt`, the only function that
 uses it: its first call imports `cryptography` then, fills in the names PyMySQL would have
-imported, and runs PyMySQL's own function. Nothing else of PyMySQL changes.
+imported, and runs PyMySQL's own function.
+
+PyMySQL 1.2 tries TLS whenever the server offers it ("PREFERRED", no `ssl_*` option
+given) and so builds a TLS context, loading the system's CA bundle, for every connection
+it opens: ~18 ms of CPU each, also when the server offers no TLS (the whole cost of a
+local connection is ~0.4 ms). `connect_pymysql` (the engine's `do_connect` listener) opens
+PyMySQL's connections with that context built when a server first offers TLS, by PyMySQL,
+and shared by the process's later connections; a connection given `ssl_*` options or an
+`ssl` context builds its own, as PyMySQL does.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 _HAZMAT = "cryptography.hazmat"
 # The names pymysql._auth imports from cryptography, as (module, name).
@@ -64,3 +75,46 @@ def _loading_first(auth, original: Callable) -> Callable:
         return original(password, salt, public_key)
 
     return sha2_rsa_encrypt
+
+
+_PREFERRED_TLS: list = []  # the one context of PREFERRED connections, once built
+_PREFERRED_LOCK = threading.Lock()
+
+
+def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> Any:
+    """SQLAlchemy `do_connect` listener: a PyMySQL connection opened with `cargs` and
+    `cparams` (what the URL and `connect_args` give) whose PREFERRED-mode TLS context is
+    built only when a server offers TLS, once per process. Raises what `pymysql.connect`
+    raises."""
+    return _connection_class()(*cargs, **cparams)
+
+
+@cache
+def _connection_class() -> type:
+    """`pymysql.connections.Connection`, whose `_create_ssl_ctx({})` (PREFERRED mode: no
+    `ssl_*` option) gives a `_PreferredTls` instead of a new context."""
+    from pymysql.connections import Connection
+
+    class PreferredTlsConnection(Connection):
+        def _create_ssl_ctx(self, sslp):
+            if isinstance(sslp, dict) and not sslp:
+                return _PreferredTls(super()._create_ssl_ctx)
+            return super()._create_ssl_ctx(sslp)
+
+    return PreferredTlsConnection
+
+
+class _PreferredTls:
+    """Stands in for PyMySQL's PREFERRED-mode context, which PyMySQL uses only to wrap the
+    socket of a server that offers TLS: the context is built then, by PyMySQL's own
+    `_create_ssl_ctx({})`, and shared by every later connection of the process."""
+
+    def __init__(self, create: Callable[[dict], Any]) -> None:
+        self._create = create
+
+    def wrap_socket(self, sock: Any, **kwargs: Any) -> Any:
+        with _PREFERRED_LOCK:
+            if not _PREFERRED_TLS:
+                _PREFERRED_TLS.append(self._create({}))
+            context = _PREFERRED_TLS[0]
+        return context.wrap_socket(sock, **kwargs)
