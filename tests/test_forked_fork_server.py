@@ -3,21 +3,23 @@ processes on MariaDB + Redis): named `cj-forkserver` for `ps`, its job processes
 rows, a SIGTERM meant for the worker (`pkill -f 'cronjobs worker'` matches the copied
 command line) leaves it serving, it ends with the worker, and one killed is replaced by
 the stock fork server (a row sent to one of its dead job processes runs again at once);
-`--processes 2` forks one per child. A process that already runs
-threads never forks it."""
+`--processes 2` forks one per child, and its children share the one resource tracker the
+command started, which ends (reaped) when their fork servers retire. A process that
+already runs threads never forks it."""
 
 from __future__ import annotations
 
 import signal
 import threading
 
+import psutil
 import pytest
 
 from conftest import REDIS, effect_rows
 from cronjobs import queue
 from cronjobs.forkedserver import fork_fork_server
 from test_job_processes_on_demand import _fork_servers
-from test_worker_children import alive, children, running
+from test_worker_children import alive, children, is_tracker, running
 from test_worker_e2e import RECORD, _stop, _tail, all_completed, job_rows, wait_for
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
@@ -88,6 +90,38 @@ def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tm
         assert [s.name() for s in servers] == ["cj-forkserver"] * 2
         used = _run_rows(app, proc, log, 0, 8)
         assert used <= {c.pid for s in servers for c in s.children()}
+        assert _stop(proc) == 0, _tail(log)
+
+
+def _trackers(pid: int) -> list[psutil.Process]:
+    """The resource trackers in the process tree of `pid`, zombies too (not reaped)."""
+    return [p for p in psutil.Process(pid).children(recursive=True)
+            if is_tracker(p) or (p.status() == psutil.STATUS_ZOMBIE and p.ppid() == pid)]
+
+
+@MARIADB
+@pytest.mark.slow
+def test_the_children_share_the_commands_resource_tracker_until_their_fork_servers_retire(
+        make_app, db_url, namespace, tmp_path):
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    with running(db_url, namespace, log, ("--processes", "2", "--slots", "2"),
+                 CRONJOBS_JOB_PROCESS_IDLE_SECONDS="1") as proc:
+        kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
+                        "two children", proc, log)
+        _run_rows(app, proc, log, 0, 8)
+        [tracker] = _trackers(proc.pid)  # one, the command's: no child started its own
+        assert tracker.ppid() == proc.pid
+        # Both fork servers retire after 1 s idle; each child closes its end of the tracker,
+        # which then ends and is reaped by the command (no zombie left).
+        wait_for(lambda: not any(_fork_servers(k.pid) for k in kids), 30,
+                 "the fork servers retired", proc, log)
+        wait_for(lambda: not _trackers(proc.pid), 10, "the tracker ended and reaped", proc, log)
+        # Later job processes: a stock fork server and a tracker of each child's own.
+        used = _run_rows(app, proc, log, 8, 8)
+        servers = [s for k in kids for s in _fork_servers(k.pid)]
+        assert used <= {c.pid for s in servers for c in s.children()}
+        assert {t.ppid() for t in _trackers(proc.pid)} <= {k.pid for k in kids}
         assert _stop(proc) == 0, _tail(log)
 
 

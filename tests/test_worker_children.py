@@ -24,22 +24,24 @@ pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
 
 
 def start(db_url: str, namespace: str, log: Path,
-          args: tuple[str, ...] = ("--processes", "2", "--slots", "1")) -> subprocess.Popen:
-    """`cronjobs worker --queues default ARGS` (Redis), its own session, output in `log`;
-    the caller ends it."""
+          args: tuple[str, ...] = ("--processes", "2", "--slots", "1"),
+          **env: str) -> subprocess.Popen:
+    """`cronjobs worker --queues default ARGS` (Redis; more environment: `env`), its own
+    session, output in `log`; the caller ends it."""
     cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", "default", *args]
+    environ = cli_env(db_url, namespace, broker_url=REDIS,
+                      **{"CRONJOBS_LOG_LEVEL": "INFO", **env})
     with open(log, "ab") as out:
-        return subprocess.Popen(cmd, env=cli_env(db_url, namespace, broker_url=REDIS,
-                                                 CRONJOBS_LOG_LEVEL="INFO"),
+        return subprocess.Popen(cmd, env=environ,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @contextlib.contextmanager
 def running(db_url: str, namespace: str, log: Path,
-            args: tuple[str, ...] = ("--processes", "2", "--slots", "1")):
+            args: tuple[str, ...] = ("--processes", "2", "--slots", "1"), **env: str):
     """`start(...)`, its whole process group killed when the block ends (whatever the test
     left of it: the worker, its children, fork servers, job processes)."""
-    proc = start(db_url, namespace, log, args)
+    proc = start(db_url, namespace, log, args, **env)
     try:
         yield proc
     finally:
@@ -56,8 +58,18 @@ def alive(proc: psutil.Process) -> bool:
         return False
 
 
+def is_tracker(proc: psutil.Process) -> bool:
+    """`proc` is multiprocessing's resource tracker (ended processes: False)."""
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+
+
 def children(proc: subprocess.Popen) -> list[psutil.Process]:
-    return psutil.Process(proc.pid).children()
+    """The worker processes `proc` (`worker --processes N`) forked and runs: its living
+    children but the resource tracker it started for them."""
+    return [c for c in psutil.Process(proc.pid).children() if alive(c) and not is_tracker(c)]
 
 
 def both_running(app, ids: list[int]):

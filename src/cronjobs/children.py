@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from .jobprocess import signal_on_parent_death
+from .runner import release_resource_tracker
 from .worker import Signals, _restart_pause
 
 log = logging.getLogger("cronjobs.worker")
@@ -31,7 +32,9 @@ def run_children(child: Callable[[Signals], int], processes: int,
     by `signals`) and exits with what it returned. A child that exits 0 (recycled) is
     replaced at once; one that fails is started again after a pause growing to 30 s (back
     to 1 s when it had run for `HEALTHY_SECONDS`). SIGTERM/SIGINT are passed on; returns 0
-    once all ended.
+    once all ended. A resource tracker this process started (`runner.start_resource_tracker`)
+    is shared by the first children: this process closes its end once they run, and reaps
+    the tracker when it ends.
 
     Args:
         child: what a child runs, given the child's own `Signals`; returns its exit code.
@@ -42,6 +45,7 @@ def run_children(child: Callable[[Signals], int], processes: int,
     stop = stop or signals.stop
     fork = multiprocessing.get_context("fork")
     gc.freeze()  # what the children inherit is never scanned (nor copied) by their collector
+    released, tracker = False, None  # the resource tracker the first children share
     children: list[multiprocessing.process.BaseProcess | None] = [None] * processes
     failures = [0] * processes
     restart_at = [0.0] * processes
@@ -66,9 +70,21 @@ def run_children(child: Callable[[Signals], int], processes: int,
                                            name=f"cronjobs worker {i + 1}/{processes}")
                 children[i].start()
                 started_at[i] = time.monotonic()
+        if not released:  # the first children hold their ends of it: this one is not needed
+            tracker, released = release_resource_tracker(), True
+        if tracker is not None and _ended(tracker):  # ended with the children's last end
+            tracker = None
         stop.wait(0.2)
     _stop_children([p for p in children if p is not None and p.exitcode is None], signals)
     return 0
+
+
+def _ended(pid: int) -> bool:
+    """Reap `pid`, a child of this process, if it has ended; whether it has."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
 
 
 def _stop_children(living: list, signals: Signals | None) -> None:

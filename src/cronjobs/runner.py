@@ -30,6 +30,7 @@ this module imports little (the job process's module is imported when a process 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from .handler import Job
 
 __all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
-           "start_fork_server", "stop_fork_server"]
+           "release_resource_tracker", "start_fork_server", "start_resource_tracker",
+           "stop_fork_server"]
 
 _CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["cronjobs.preload"])
@@ -74,7 +76,8 @@ def start_fork_server(fork: bool = False) -> None:
 def stop_fork_server() -> bool:
     """Stop the fork server when no job process of this process lives (a job process dies
     with the fork server, its parent), and with it multiprocessing's resource tracker
-    (which the fork server started; ~6 MB); the next job process starts both again.
+    (~6 MB; of a `--processes N` child, its end of the parent's tracker, which ends with
+    the last end); the next job process starts both again.
 
     Returns:
         True when it was running and has stopped.
@@ -86,8 +89,56 @@ def stop_fork_server() -> bool:
         if _LIVE or server._forkserver_pid is None:
             return False
         server._stop()  # closes its "alive" pipe: it exits; reaped here
-        resource_tracker._resource_tracker._stop()
+        tracker = resource_tracker._resource_tracker
+        if tracker._fd is not None and (tracker._pid is None or not _is_child(tracker._pid)):
+            release_resource_tracker()  # the `--processes N` parent's: it ends with the last
+        else:
+            tracker._stop()  # this process's: closes its pipe, reaps it
         return True
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, unless it runs, and return at once.
+
+    The fork server needs it (it hands it to every job process) and would start it; it is
+    a new interpreter (~50 ms of CPU), so `cronjobs worker` starts it first, before it
+    imports the worker's code: it starts on the other core meanwhile. The children of
+    `worker --processes N` forked afterwards share it, as multiprocessing's forked
+    children share their parent's; `stop_fork_server` then closes only the child's end.
+    """
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
+def release_resource_tracker() -> int | None:
+    """Close this process's end of the resource tracker's pipe without waiting for it: it
+    ends once every process that holds an end has closed it (or ended). A later job
+    process of this process starts a tracker of its own.
+
+    Returns:
+        The tracker's pid when this process holds an end (the `--processes N` parent reaps
+        it with `os.waitpid` once it ends), else None.
+    """
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    with tracker._lock:
+        fd, pid = tracker._fd, tracker._pid
+        if fd is None:
+            return None
+        tracker._fd = tracker._pid = None
+        os.close(fd)
+        return pid
+
+
+def _is_child(pid: int) -> bool:
+    """Whether `pid` is a child of this process (looked at, not reaped)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _main_as_module() -> None:

@@ -51,21 +51,22 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     due and none of its jobs runs (a deploy step, a cron line, one queue by hand): rows
     due later, and due rows held back from the claim, are counted as waiting. Exit 0
     once nothing is left; 1 when a signal stopped it first."""
+    slots = _slots(slots, threads, 8)
+    if burst:
+        _burst_usage(processes, max_jobs, memory_limit, time_limit)
+    from ..runner import start_fork_server, start_resource_tracker
+
+    start_resource_tracker()  # a new interpreter: it starts on the other core meanwhile
     from .. import logs  # lazy: CLI start-up time
     from ..children import run_children
     from ..worker import Limits, connections_needed, run_worker
 
-    slots = _slots(slots, threads, 8)
-    if burst:
-        _burst_usage(processes, max_jobs, memory_limit, time_limit)
     app = _app(pool_size=connections_needed(slots) if processes == 1 else None)
     names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
         raise click.BadParameter(f"no queue names in {queues!r}", param_hint="--queues")
     _import_for_workers(None if burst else app.settings.broker_url)
     if processes == 1:  # a copy of this process, before it connects or starts a thread
-        from ..runner import start_fork_server
-
         start_fork_server(fork=True)
     _check_tables(app)
     logs.add_daily_file(log_dir or app.settings.log_dir)
