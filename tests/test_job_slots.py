@@ -102,6 +102,31 @@ def test_a_job_process_reports_each_end_with_its_outcome_and_is_replaced(make_ap
 
 
 @SQLITE
+def test_after_starting_a_process_the_outcomes_already_sent_are_read(make_app, monkeypatch):
+    # A claim's rows start their processes one after another, each start waiting for the
+    # fork server's fork: the first jobs end meanwhile and are reported at once.
+    app = make_app(handler_paths=(SAMPLE_HANDLERS, CRASH_HANDLERS))
+    two = Slots(app)
+    slots, calls = two.slots, []
+    read_ready = slots._read_ready
+    monkeypatch.setattr(slots, "_read_ready", lambda: calls.append(1) or read_ready())
+    try:
+        slots.send(job(1, MISBEHAVE, {}), 30)
+        assert len(calls) == 1, "read after the start"
+        deadline = time.monotonic() + 30
+        while not two.reports:  # no serve(): what _read_ready reads without waiting
+            assert time.monotonic() < deadline, slots.procs
+            read_ready()
+        assert [(r[0].id, r[1].kind) for r in two.reports] == [(1, "completed")]
+        assert slots.idle() == 1
+        slots.send(job(2, MISBEHAVE, {}), 30)  # the idle process: no start, nothing read
+        assert len(calls) == 1
+        two.turn()
+    finally:
+        slots.close()
+
+
+@SQLITE
 @pytest.mark.parametrize(("recycle", "expected"), [
     (None, ("cut_off", None, Reason.CUT_OFF_SHUTDOWN)),
     ("memory-limit 1 MB reached (80 MB)",

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 
 from .config import Settings
 from .context import Runtime
@@ -107,8 +107,10 @@ class ProcessSlots:
         """Send `job` to the idle process used last, or to a new process when none is idle
         (`idle()` must be > 0). A process that had died while idle, or that cannot be
         started, puts the row back without using an attempt (`not_started`); a job that
-        cannot be sent (pickle) fails alone (`unreadable`)."""
+        cannot be sent (pickle) fails alone (`unreadable`). After starting a process, what
+        the busy processes have sent meanwhile is read (`_read_ready`)."""
         idle = [p for p in self.procs if p.state == "idle"]
+        started = False
         if idle:
             proc = max(idle, key=lambda p: p.idle_since)
         else:
@@ -120,6 +122,7 @@ class ProcessSlots:
                              0.0)
                 return
             self.procs.append(proc)
+            started = True
         try:
             proc.start(job, max_runtime_seconds)
         except OSError as exc:  # the process had died while idle: the job never started
@@ -137,6 +140,17 @@ class ProcessSlots:
             return
         if self._cutting_off:  # the worker cut its jobs off while this process started
             proc.process.kill()
+        elif started:
+            self._read_ready()
+
+    def _read_ready(self) -> None:
+        """Read, without waiting, what the busy processes have sent: the loop starts the
+        processes of a claim one after another (each start waits for the fork server's
+        fork, milliseconds), and the first jobs end meanwhile: their outcomes are
+        reported now, not after the last start."""
+        by_conn = {p.conn: p for p in self._waiting()}
+        for conn in wait(list(by_conn), 0):
+            self._read(by_conn[conn])
 
     def conns(self) -> list[Connection]:
         """The pipes to wait on: processes with a job (starting it or running it)."""
