@@ -32,9 +32,8 @@ def run_children(child: Callable[[Signals], int], processes: int,
     by `signals`) and exits with what it returned. A child that exits 0 (recycled) is
     replaced at once; one that fails is started again after a pause growing to 30 s (back
     to 1 s when it had run for `HEALTHY_SECONDS`). SIGTERM/SIGINT are passed on; returns 0
-    once all ended. A resource tracker this process started (`runner.start_resource_tracker`)
-    is shared by the first children: this process closes its end once they run, and reaps
-    the tracker when it ends.
+    once all ended. The first children share the resource tracker this process started
+    (`runner.start_resource_tracker`, `_SharedTracker`).
 
     Args:
         child: what a child runs, given the child's own `Signals`; returns its exit code.
@@ -45,11 +44,9 @@ def run_children(child: Callable[[Signals], int], processes: int,
     stop = stop or signals.stop
     fork = multiprocessing.get_context("fork")
     gc.freeze()  # what the children inherit is never scanned (nor copied) by their collector
-    released, tracker = False, None  # the resource tracker the first children share
+    tracker = _SharedTracker()
     children: list[multiprocessing.process.BaseProcess | None] = [None] * processes
-    failures = [0] * processes
-    restart_at = [0.0] * processes
-    started_at = [0.0] * processes
+    failures, restart_at, started_at = [0] * processes, [0.0] * processes, [0.0] * processes
     while not stop.is_set():
         for i in range(processes):
             proc = children[i]
@@ -70,13 +67,29 @@ def run_children(child: Callable[[Signals], int], processes: int,
                                            name=f"cronjobs worker {i + 1}/{processes}")
                 children[i].start()
                 started_at[i] = time.monotonic()
-        if not released:  # the first children hold their ends of it: this one is not needed
-            tracker, released = release_resource_tracker(), True
-        if tracker is not None and _ended(tracker):  # ended with the children's last end
-            tracker = None
+        tracker.tend()
         stop.wait(0.2)
     _stop_children([p for p in children if p is not None and p.exitcode is None], signals)
     return 0
+
+
+class _SharedTracker:
+    """multiprocessing's resource tracker, when this process started it: the children
+    forked first hold ends of its pipe, so this process closes its own once they run; the
+    tracker ends with the children's last end (their fork servers retired or they ended),
+    and this process reaps it then. Children forked later start their own."""
+
+    def __init__(self) -> None:
+        self.released = False
+        self.pid: int | None = None
+
+    def tend(self) -> None:
+        """Called after each round of starts: release it the first time, then reap it once
+        it has ended."""
+        if not self.released:
+            self.pid, self.released = release_resource_tracker(), True
+        elif self.pid is not None and _ended(self.pid):
+            self.pid = None
 
 
 def _ended(pid: int) -> bool:
