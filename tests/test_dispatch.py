@@ -236,7 +236,7 @@ def test_a_connection_dropped_by_the_server_is_replaced(make_app, caplog):
     the transaction is retried on a new one."""
     app = make_app()
     first = queue.dispatch("test.shape.execute", {})
-    with app.engine.connect() as conn:
+    with app.autocommit_engine.connect() as conn:  # the pool a dispatch takes it from
         if app.engine.dialect.name == "postgresql":
             pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
             kill = f"SELECT pg_terminate_backend({pid})"
@@ -259,3 +259,43 @@ def test_ids_are_never_reused(make_app):
     with app.engine.begin() as conn:
         conn.execute(cronjob_queue.delete().where(cronjob_queue.c.id == first))
     assert queue.dispatch("test.shape.execute", {}) > first
+
+
+def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(make_app):
+    """Keyed dispatch on a connection in autocommit mode: the INSERT commits itself (no
+    BEGIN, no COMMIT round trip); a taken key still gives its holder's id. SQLite (in
+    process) keeps the transaction."""
+    app = make_app()
+    dialect = app.engine.dialect.name
+    on_insert = []
+
+    def seen(conn, _cursor, statement, *_args):
+        if statement.startswith("INSERT"):
+            dbapi = conn.connection.dbapi_connection
+            on_insert.append(dbapi.get_autocommit() if dialect == "mysql"
+                             else getattr(dbapi, "autocommit", None))
+
+    sa.event.listen(app.autocommit_engine, "before_cursor_execute", seen)
+    first = queue.dispatch("test.shape.execute", {"n": 1}, idempotency_key="one")
+    second = queue.dispatch("test.shape.execute", {"n": 2}, idempotency_key="two")
+    assert queue.dispatch("test.shape.execute", {"n": 1}, idempotency_key="one") == first
+    other = sa.create_engine(app.settings.database_url, poolclass=sa.pool.NullPool)
+    with other.connect() as conn:  # committed: another connection sees them
+        ids = conn.exec_driver_sql("SELECT id FROM cronjob_queue ORDER BY id").scalars().all()
+    other.dispose()
+    assert ids == [first, second]
+    if dialect == "sqlite":
+        assert app.autocommit_engine is app.engine
+        return
+    assert len(on_insert) == 3
+    if dialect == "postgresql":  # psycopg: autocommit on the client, for that use only
+        assert on_insert == [True] * 3
+        with app.engine.connect() as conn:
+            assert conn.connection.dbapi_connection.autocommit is False
+    else:  # PyMySQL: a pool whose connections are in autocommit mode; no COMMIT sent
+        assert on_insert == [True] * 3
+        with app.autocommit_engine.connect() as conn:
+            sent = dict(conn.exec_driver_sql(
+                "SHOW SESSION STATUS WHERE Variable_name IN ('Com_commit', 'Com_rollback', "
+                "'Com_begin')").all())
+        assert sent == {"Com_begin": "0", "Com_commit": "0", "Com_rollback": "0"}

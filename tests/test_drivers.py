@@ -140,3 +140,35 @@ def test_a_connection_given_tls_options_builds_its_own_context_as_pymysql_does()
                                                       "ssl_verify_cert": True})
     assert isinstance(conn.ctx, ssl.SSLContext) and conn._ssl_required
     assert conn.ctx.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_in_autocommit_mode_commit_and_rollback_are_sent_only_inside_a_transaction():
+    from cronjobs import drivers
+
+    conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "user": "root",
+                                                      "database": "test", "autocommit": True})
+    cur = conn.cursor()
+
+    def sent() -> dict:
+        cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('Com_commit', 'Com_rollback')")
+        return {name: int(value) for name, value in cur.fetchall()}
+
+    try:
+        cur.execute("CREATE TEMPORARY TABLE t (n INT) ENGINE=InnoDB")
+        before = sent()
+        cur.execute("INSERT INTO t VALUES (1)")  # commits itself
+        conn.commit()
+        conn.rollback()
+        assert sent() == before, "no transaction open: nothing sent"
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO t VALUES (2)")
+        conn.rollback()  # a transaction is open: sent
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO t VALUES (3)")
+        conn.commit()
+        assert sent() == {"Com_commit": before["Com_commit"] + 1,
+                          "Com_rollback": before["Com_rollback"] + 1}
+        cur.execute("SELECT n FROM t ORDER BY n")
+        assert [r[0] for r in cur.fetchall()] == [1, 3]
+    finally:
+        conn.close()

@@ -50,6 +50,7 @@ class App:
         self._engine = engine or make_engine(self._settings.database_url,
                                              **({"pool_size": pool_size} if pool_size else {}))
         self._side_engines: dict[str, Engine] = {}
+        self._autocommit: Engine | None = None  # PostgreSQL's `autocommit_engine`
         self._handlers = handlers if handlers is not None else registry.for_settings(self._settings)
         self._broker: Broker | None = None
         self._lock = threading.Lock()
@@ -107,9 +108,10 @@ class App:
         connections nor take them (`cronjobs serve` runs all three in one process).
 
         Args:
-            name: which part (`"web"`, `"health"`); the first call's options are kept.
+            name: which part (`"web"`, `"health"`, `"autocommit"`); the first call's
+                options are kept.
             options: keyword arguments of `db.make_engine` (`pool_size`,
-                `pool_timeout_seconds`, `statement_timeout_seconds`).
+                `pool_timeout_seconds`, `statement_timeout_seconds`, `autocommit`).
 
         Returns:
             The engine, disposed by `close()`; `self.engine` itself when the App was given
@@ -122,6 +124,27 @@ class App:
             if name not in self._side_engines:
                 self._side_engines[name] = make_engine(self.settings.database_url, **options)
             return self._side_engines[name]
+
+    @property
+    def autocommit_engine(self) -> Engine:
+        """The engine for a write of one statement that commits itself (a keyed dispatch
+        outside the caller's transaction): no BEGIN, no COMMIT round trip.
+
+        PostgreSQL: `engine` in autocommit mode (psycopg switches on the client, so the
+        pool is shared). MySQL/MariaDB, whose switch is a statement: a pool of its own
+        whose connections are in autocommit mode (`side_engine("autocommit")`). SQLite
+        (in process, no round trip to save), an App given its engine on MySQL/MariaDB:
+        `engine` itself, the statement in a transaction.
+        """
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            with self._lock:
+                if self._autocommit is None:
+                    self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+                return self._autocommit
+        if dialect in ("mysql", "mariadb"):
+            return self.side_engine("autocommit", autocommit=True)
+        return self.engine
 
     def using(self, engine: Engine) -> App:
         """This App seen through `engine`: the same settings, clock, handlers and broker,
@@ -152,6 +175,12 @@ class _AppView:
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.__dict__["_app"], name, value)
+
+    @property
+    def autocommit_engine(self) -> Engine:
+        """The view's engine: a write of one statement made through a view (the
+        dashboard's, the health checks') keeps that engine's timeouts, in a transaction."""
+        return self.__dict__["engine"]
 
     def using(self, engine: Engine) -> App:
         """The same App through yet another engine."""

@@ -218,6 +218,7 @@ class Doorbells:
         self._last: dict[str, float] = {}  # monotonic time of each queue's last message
         self._later: list[tuple[int, str, float]] = []  # (job id, queue, monotonic due)
         self._sending = False
+        self._idle = False  # the thread waits for a message (not out a gap, not sending)
         self._thread = threading.Thread(target=self._run, name="cronjobs-doorbells",
                                         daemon=True)
         self._thread.start()
@@ -232,7 +233,8 @@ class Doorbells:
                 ids.append(job_id)
                 del ids[:-DOORBELLS_PER_QUEUE]
                 self._rung[queue] = self._rung.get(queue, 0) + 1
-            self._cond.notify()
+            if self._idle:  # else it is waiting out a gap or sending: it takes this along
+                self._cond.notify_all()  # (a `flush` may wait on the condition too)
 
     def flush(self, timeout_seconds: float) -> bool:
         """Wait up to `timeout_seconds` until nothing is queued or being sent; True then."""
@@ -243,7 +245,9 @@ class Doorbells:
     def _run(self) -> None:
         while True:
             with self._cond:
+                self._idle = True
                 self._cond.wait_for(lambda: self._due or self._later)
+                self._idle = False
                 until = self._gap_end()
                 while (left := until - time.monotonic()) > 0:
                     self._cond.wait(left)

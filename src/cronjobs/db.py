@@ -40,7 +40,8 @@ _PG_UNAVAILABLE = {"57P01", "57P02", "57P03", "57014"}
 
 
 def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 30,
-                statement_timeout_seconds: float | None = None) -> Engine:
+                statement_timeout_seconds: float | None = None,
+                autocommit: bool = False) -> Engine:
     """Create an engine for `url` with the settings cronjobs relies on.
 
     SQLite: WAL journal, `foreign_keys=ON` on every connection (needed for ON DELETE
@@ -61,6 +62,8 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
         statement_timeout_seconds: the budget of short readers (the dashboard, the health
             checks): connecting, a statement and a lock wait each end after about this
             long, as "unavailable" (`_limit_connections`). None (the worker): no limit.
+        autocommit: MySQL/MariaDB: connections in autocommit mode, for statements that
+            commit themselves (`App.autocommit_engine`); ignored elsewhere.
 
     Returns: a new Engine.
     """
@@ -81,8 +84,8 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
                     "connect_args": _connect_args(url, statement_timeout_seconds)}
     if url.startswith(("mysql", "mariadb")):  # the pool's reset: `_reset_unless_committed`
         import_pymysql()
-        engine = create_engine(url, isolation_level="READ COMMITTED",
-                               pool_reset_on_return=None, **kwargs)
+        engine = create_engine(url, pool_reset_on_return=None, **kwargs,
+                               isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED")
         _setup_mysql(engine)
     else:
         engine = create_engine(url, **kwargs)

@@ -87,7 +87,9 @@ def submit(app: App, type: str, payload: dict | None = None, *,
         if created:
             send_after_commit(session, app, row["id"], values["queue"], values["scheduled_at"])
     else:
-        row, created = run_in_transaction(app.engine, lambda conn: insert_row(conn, values))
+        # One statement (and a read when the key is taken): it commits itself.
+        row, created = run_in_transaction(app.autocommit_engine,
+                                          lambda conn: insert_row(conn, values))
         if created:
             send(app, row["id"], values["queue"], delay(app, values["scheduled_at"]))
     return Dispatched(row["id"], created, row["status"], row["payload"] == values["payload"])

@@ -92,14 +92,31 @@ def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> 
 @cache
 def _connection_class() -> type:
     """`pymysql.connections.Connection`, whose `_create_ssl_ctx({})` (PREFERRED mode: no
-    `ssl_*` option) gives a `_PreferredTls` instead of a new context."""
+    `ssl_*` option) gives a `_PreferredTls` instead of a new context, and whose `commit()`
+    and `rollback()` in autocommit mode send nothing when the server's last answer said no
+    transaction is open (PyMySQL sends COMMIT / ROLLBACK anyway: a round trip for nothing;
+    SQLAlchemy calls them around every use of a connection)."""
     from pymysql.connections import Connection
+    from pymysql.constants import SERVER_STATUS
 
     class PreferredTlsConnection(Connection):
         def _create_ssl_ctx(self, sslp):
             if isinstance(sslp, dict) and not sslp:
                 return _PreferredTls(super()._create_ssl_ctx)
             return super()._create_ssl_ctx(sslp)
+
+        def commit(self):
+            if not self._no_transaction():
+                super().commit()
+
+        def rollback(self):
+            if not self._no_transaction():
+                super().rollback()
+
+        def _no_transaction(self) -> bool:
+            # autocommit mode, and the server's last answer said no transaction is open
+            return self.get_autocommit() \
+                and not self.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS
 
     return PreferredTlsConnection
 
