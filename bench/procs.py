@@ -158,7 +158,7 @@ class Drain:
 
 def wait_for(count_done: Callable[[], int], total: int, procs: Procs, *,
              max_seconds: float, start_timeout_seconds: float = 120,
-             poll_seconds: float = 0.05) -> Drain:
+             poll_seconds: float = 0.05, start_poll_seconds: float = 0.05) -> Drain:
     """Wait until `count_done()` reaches `total` or `max_seconds` after the first completion.
 
     The window starts at the first poll that sees a completed job, so process start-up
@@ -170,7 +170,9 @@ def wait_for(count_done: Callable[[], int], total: int, procs: Procs, *,
         procs: checked on every poll; a dead worker raises `WorkerDied`.
         max_seconds: longest measuring window, in seconds (the cap for slow systems).
         start_timeout_seconds: longest wait for the first completion.
-        poll_seconds: polling interval.
+        poll_seconds: polling interval in the window.
+        start_poll_seconds: polling interval until the first completion (the start-up's
+            resolution: the same for every system, whatever its window's interval).
 
     Returns:
         A `Drain` (rate = jobs completed in the window / window seconds).
@@ -185,7 +187,7 @@ def wait_for(count_done: Callable[[], int], total: int, procs: Procs, *,
         procs.check()
         if time.monotonic() > deadline:
             raise TimeoutError(f"no job completed within {start_timeout_seconds:g} s")
-        time.sleep(poll_seconds)
+        time.sleep(start_poll_seconds)
     t0 = time.monotonic()
     done, t = first, t0
     while done < total and t - t0 < max_seconds:

@@ -94,9 +94,17 @@ def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tm
 
 
 def _trackers(pid: int) -> list[psutil.Process]:
-    """The resource trackers in the process tree of `pid`, zombies too (not reaped)."""
-    return [p for p in psutil.Process(pid).children(recursive=True)
-            if is_tracker(p) or (p.status() == psutil.STATUS_ZOMBIE and p.ppid() == pid)]
+    """The resource trackers in the process tree of `pid`, and its zombie children (a
+    tracker that ended and was not reaped)."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if is_tracker(child) or (child.status() == psutil.STATUS_ZOMBIE
+                                     and child.ppid() == pid):
+                found.append(child)
+        except psutil.Error:  # ended while we looked
+            pass
+    return found
 
 
 @MARIADB
