@@ -136,8 +136,9 @@ def _limit_connections(engine: Engine, timeout: float) -> None:
 
 def _setup_mysql(engine: Engine) -> None:
     """MySQL/MariaDB: refuse a small `max_allowed_packet`; reset returned connections
-    unless just committed; PyMySQL's connections share one PREFERRED-mode TLS context
-    (`drivers.connect_pymysql`)."""
+    unless just committed; PyMySQL's connections are opened by `drivers.connect_pymysql`
+    (PREFERRED mode's TLS context built only when a server offers TLS; in autocommit mode
+    no COMMIT/ROLLBACK sent when no transaction is open)."""
     if engine.dialect.driver == "pymysql":
         event.listen(engine, "do_connect", connect_pymysql)
     _check_mysql_packet(engine)

@@ -16,7 +16,9 @@ it opens: ~18 ms of CPU each, also when the server offers no TLS (the whole cost
 local connection is ~0.4 ms). `connect_pymysql` (the engine's `do_connect` listener) opens
 PyMySQL's connections with that context built when a server first offers TLS, by PyMySQL,
 and shared by the process's later connections; a connection given `ssl_*` options or an
-`ssl` context builds its own, as PyMySQL does.
+`ssl` context builds its own, as PyMySQL does. The same connections, in autocommit mode
+(`App.autocommit_engine`), send no COMMIT or ROLLBACK when the server's last answer said no
+transaction is open: PyMySQL sends them anyway, and SQLAlchemy calls them around every use.
 """
 
 from __future__ import annotations
