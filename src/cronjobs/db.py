@@ -70,16 +70,7 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
     pool: dict = {"pool_size": pool_size, "max_overflow": pool_size,
                   "pool_timeout": pool_timeout_seconds} if pool_size else {"poolclass": NullPool}
     if url.startswith("sqlite"):
-        # Pooled like the others: opening a file, running the PRAGMAs and (for the last
-        # connection to close) checkpointing the WAL cost ~20 ms per transaction.
-        if ":memory:" in url:
-            pool = {}
-        elif pool_size:
-            pool["poolclass"] = QueuePool
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
-                               **pool)
-        _setup_sqlite(engine, statement_timeout_seconds)
-        return engine
+        return _sqlite_engine(url, pool, statement_timeout_seconds)
     kwargs: dict = {"pool_recycle": 3600, **pool,
                     "connect_args": _connect_args(url, statement_timeout_seconds)}
     if url.startswith(("mysql", "mariadb")):  # the pool's reset: `_reset_unless_committed`
@@ -91,6 +82,21 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
         engine = create_engine(url, **kwargs)
     if statement_timeout_seconds is not None:
         _limit_connections(engine, statement_timeout_seconds)
+    return engine
+
+
+def _sqlite_engine(url: str, pool: dict, timeout: float | None) -> Engine:
+    """`make_engine` for SQLite (`pool`: its pool options). Pooled like the others: opening
+    a file, running the PRAGMAs and (for the last connection to close) checkpointing the
+    WAL cost ~20 ms per transaction. An in-memory database keeps SQLAlchemy's own pool
+    (another connection would be another database)."""
+    if ":memory:" in url:
+        pool = {}
+    elif "poolclass" not in pool:  # a pool of `pool_size` (NullPool when 0)
+        pool["poolclass"] = QueuePool
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
+                           **pool)
+    _setup_sqlite(engine, timeout)
     return engine
 
 
