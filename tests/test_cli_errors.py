@@ -69,3 +69,21 @@ def test_broken_handler_file(tmp_path):
 ])
 def test_usage_errors_are_one_line(tmp_path, args, needle):
     assert needle in one_line_error(run_cli(args, env_for(tmp_path), cwd=tmp_path))
+
+
+@pytest.mark.parametrize("query,needle,code", [
+    # the server offers no TLS: PyMySQL refuses to go on without it (a database error: 1)
+    ("?ssl_verify_cert=true", "database refused the connection: (2026, ", 1),
+    # a setting that cannot be used (2)
+    ("?ssl_ca=/nonexistent/ca.pem", "the database URL's TLS settings cannot be used: ", 2),
+])
+def test_tls_settings_the_database_url_cannot_use(tmp_path, query, needle, code):
+    url = f"mysql+pymysql://root@127.0.0.1:3306/test{query}"
+    out = run_cli(["get", "1"], env_for(tmp_path, CRONJOBS_DATABASE_URL=url), cwd=tmp_path)
+    assert needle in one_line_error(out, code)
+
+
+def test_a_database_that_refuses_the_login_says_so(tmp_path):
+    url = "mysql+pymysql://nobody-cj:wrong@127.0.0.1:3306/test"
+    out = run_cli(["get", "1"], env_for(tmp_path, CRONJOBS_DATABASE_URL=url), cwd=tmp_path)
+    assert "database refused the connection: (" in one_line_error(out, 1)

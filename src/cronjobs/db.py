@@ -34,6 +34,10 @@ _PG_TRANSIENT = {"40P01", "40001", "55P03"}
 # or a lock is held now, so running it again at once would only wait as long again.
 _MYSQL_UNAVAILABLE = {1040, 1053, 1927, 1969, 2002, 2003, 2005, 2006, 2013, 2014, 2055, 3024,
                       4031}
+# The server (or the client's TLS set-up) refused the connection itself: access denied,
+# unknown database, an authentication plugin the client lacks, TLS required by the URL but
+# not offered — settings to fix, not a statement to change.
+_MYSQL_CONNECT_REFUSED = {1044, 1045, 1049, 1251, 1698, 2026}
 # admin/crash shutdown, cannot connect now (classes 08 connection and 53 resources too);
 # 57014 a statement cancelled (statement_timeout, or pg_cancel_backend).
 _PG_UNAVAILABLE = {"57P01", "57P02", "57P03", "57014"}
@@ -287,7 +291,9 @@ def our_error(exc: BaseException) -> StoreError:
     if kind == "unavailable":
         return DatabaseUnavailable(f"database unavailable: {driver_message(exc)}")
     if kind == "refused":
-        return DatabaseRefused(f"database refused the statement: {driver_message(exc)}")
+        args = getattr(getattr(exc, "orig", None), "args", ())
+        what = "connection" if args and args[0] in _MYSQL_CONNECT_REFUSED else "statement"
+        return DatabaseRefused(f"database refused the {what}: {driver_message(exc)}")
     return StoreError(f"database stayed busy: {driver_message(exc)}")
 
 

@@ -86,9 +86,19 @@ _PREFERRED_LOCK = threading.Lock()
 def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> Any:
     """SQLAlchemy `do_connect` listener: a PyMySQL connection opened with `cargs` and
     `cparams` (what the URL and `connect_args` give) whose PREFERRED-mode TLS context is
-    built only when a server offers TLS, once per process. Raises what `pymysql.connect`
-    raises."""
-    return _connection_class()(*cargs, **cparams)
+    built only when a server offers TLS, once per process.
+
+    Raises:
+        ConfigError: the TLS files the URL names cannot be read (`ssl_ca=...`, `ssl_cert=...`;
+            PyMySQL raises the `OSError` of `ssl` while it sets up, before it connects).
+        What `pymysql.connect` raises otherwise (its errors are the DBAPI's).
+    """
+    try:
+        return _connection_class()(*cargs, **cparams)
+    except OSError as exc:  # socket errors come as PyMySQL's OperationalError, not here
+        from .errors import ConfigError
+
+        raise ConfigError(f"the database URL's TLS settings cannot be used: {exc}") from None
 
 
 @cache
