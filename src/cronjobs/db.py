@@ -34,9 +34,8 @@ _PG_TRANSIENT = {"40P01", "40001", "55P03"}
 # or a lock is held now, so running it again at once would only wait as long again.
 _MYSQL_UNAVAILABLE = {1040, 1053, 1927, 1969, 2002, 2003, 2005, 2006, 2013, 2014, 2055, 3024,
                       4031}
-# The server (or the client's TLS set-up) refused the connection itself: access denied,
-# unknown database, an authentication plugin the client lacks, TLS required by the URL but
-# not offered — settings to fix, not a statement to change.
+# The connection itself refused (access denied, unknown database, an auth plugin the
+# client lacks, TLS required but not offered): settings to fix, not a statement.
 _MYSQL_CONNECT_REFUSED = {1044, 1045, 1049, 1251, 1698, 2026}
 # admin/crash shutdown, cannot connect now (classes 08 connection and 53 resources too);
 # 57014 a statement cancelled (statement_timeout, or pg_cancel_backend).
@@ -90,10 +89,8 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
 
 
 def _sqlite_engine(url: str, pool: dict, timeout: float | None) -> Engine:
-    """`make_engine` for SQLite (`pool`: its pool options). Pooled like the others: opening
-    a file, running the PRAGMAs and (for the last connection to close) checkpointing the
-    WAL cost ~20 ms per transaction. An in-memory database keeps SQLAlchemy's own pool
-    (another connection would be another database)."""
+    """`make_engine` for SQLite: pooled (opening the file, the PRAGMAs, the WAL checkpoint
+    cost ~20 ms a transaction), but in memory SQLAlchemy's own pool (one database)."""
     if ":memory:" in url:
         pool = {}
     elif "poolclass" not in pool:  # a pool of `pool_size` (NullPool when 0)
@@ -146,9 +143,7 @@ def _limit_connections(engine: Engine, timeout: float) -> None:
 
 def _setup_mysql(engine: Engine) -> None:
     """MySQL/MariaDB: refuse a small `max_allowed_packet`; reset returned connections
-    unless just committed; PyMySQL's connections are opened by `drivers.connect_pymysql`
-    (PREFERRED mode's TLS context built only when a server offers TLS; in autocommit mode
-    no COMMIT/ROLLBACK sent when no transaction is open)."""
+    unless just committed; PyMySQL's connections are `drivers.connect_pymysql`'s."""
     if engine.dialect.driver == "pymysql":
         event.listen(engine, "do_connect", connect_pymysql)
     _check_mysql_packet(engine)
@@ -291,8 +286,8 @@ def our_error(exc: BaseException) -> StoreError:
     if kind == "unavailable":
         return DatabaseUnavailable(f"database unavailable: {driver_message(exc)}")
     if kind == "refused":
-        args = getattr(getattr(exc, "orig", None), "args", ())
-        what = "connection" if args and args[0] in _MYSQL_CONNECT_REFUSED else "statement"
+        code = next(iter(getattr(getattr(exc, "orig", None), "args", ())), None)
+        what = "connection" if code in _MYSQL_CONNECT_REFUSED else "statement"
         return DatabaseRefused(f"database refused the {what}: {driver_message(exc)}")
     return StoreError(f"database stayed busy: {driver_message(exc)}")
 
