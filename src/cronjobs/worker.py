@@ -38,6 +38,7 @@ log = logging.getLogger("cronjobs.worker")
 
 STOP_CHECK_SECONDS = 1.0  # how often a worker reads the stop requests of its running jobs
 FLOW_PRUNE_SECONDS = 60.0  # how often a worker deletes ended pauses and blocks
+PASS_ON_SECONDS = 0.25  # a worker with every slot busy passes a queue's doorbell on this often
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ class WorkerProcess:
             ("stop requests", STOP_CHECK_SECONDS, self.watch_runs),
             ("ended pauses and blocks", FLOW_PRUNE_SECONDS, self.prune_flow),
         ])
+        self._passed: dict[str, float] = {}  # queue -> when a doorbell was last passed on
+        self._pass_lock = threading.Lock()
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
         self._memory_mb: float | None = None
         # The actor only rings the pool; its threads are there to acknowledge messages
@@ -163,13 +166,29 @@ class WorkerProcess:
 
     def on_message(self, queue: str, job_id: int) -> None:
         """A broker message (a consumer thread): it rings the pool, whose loop claims the
-        best due rows of `queue` for its idle slots. A worker that is recycling or
+        best due rows of `queue` for its idle slots; with every slot busy it is also passed
+        on to the broker for another worker (`_pass_on`). A worker that is recycling or
         stopping (or whose loop broke) claims nothing: it puts the message back on the
         broker for another worker; the row stays `pending`, nothing is lost."""
         if self.accepting.is_set() and not self.pool.failed.is_set():
             self.pool.ring(queue)
+            if self.pool.busy() >= self.slots and not self.app.settings.embedded_broker:
+                self._pass_on(queue, job_id)
         else:
             dispatching.send(self.app, job_id, queue)
+
+    def _pass_on(self, queue: str, job_id: int) -> None:
+        """Every slot of this worker is busy: ring `queue` once more on the broker, for a
+        worker with idle slots (this one claims when a slot frees: its pool is rung). At
+        most once per `PASS_ON_SECONDS` per queue, so doorbells do not circle between
+        workers that are all busy; one doorbell is enough, a rung worker claims until the
+        queue is drained."""
+        now = time.monotonic()
+        with self._pass_lock:
+            if now - self._passed.get(queue, float("-inf")) < PASS_ON_SECONDS:
+                return
+            self._passed[queue] = now
+        dispatching.send(self.app, job_id, queue)
 
     def start(self) -> None:
         """Start the slots and the consumer; rows left pending by a previous run are
