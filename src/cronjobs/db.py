@@ -226,8 +226,7 @@ def classify(exc: BaseException) -> str | None:
     if exc.connection_invalidated:
         return "unavailable"
     orig = exc.orig
-    args = getattr(orig, "args", ())
-    code = args[0] if args and isinstance(args[0], int) else None
+    code = _mysql_code(exc)
     if code is not None:  # MySQL/MariaDB (PyMySQL)
         if code in _MYSQL_TRANSIENT:
             return "transient"
@@ -252,6 +251,12 @@ def classify(exc: BaseException) -> str | None:
     return "refused"
 
 
+def _mysql_code(exc: BaseException) -> int | None:
+    """The MySQL/MariaDB error number of a PyMySQL error wrapped in `exc`, else None."""
+    args = getattr(getattr(exc, "orig", None), "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """True when the database cannot be reached: worth waiting for (back-off)."""
     return classify(exc) == "unavailable"
@@ -262,12 +267,8 @@ def is_duplicate_key(exc: BaseException) -> bool:
     if not isinstance(exc, DBAPIError):
         return False
     orig = exc.orig
-    args = getattr(orig, "args", ())
-    if args and args[0] == 1062:
-        return True
-    if getattr(orig, "sqlstate", None) == "23505":
-        return True
-    return "UNIQUE constraint failed" in str(orig)
+    return (_mysql_code(exc) == 1062 or getattr(orig, "sqlstate", None) == "23505"
+            or "UNIQUE constraint failed" in str(orig))
 
 
 def driver_message(exc: BaseException) -> str:
@@ -286,8 +287,7 @@ def our_error(exc: BaseException) -> StoreError:
     if kind == "unavailable":
         return DatabaseUnavailable(f"database unavailable: {driver_message(exc)}")
     if kind == "refused":
-        code = next(iter(getattr(getattr(exc, "orig", None), "args", ())), None)
-        what = "connection" if code in _MYSQL_CONNECT_REFUSED else "statement"
+        what = "connection" if _mysql_code(exc) in _MYSQL_CONNECT_REFUSED else "statement"
         return DatabaseRefused(f"database refused the {what}: {driver_message(exc)}")
     return StoreError(f"database stayed busy: {driver_message(exc)}")
 
