@@ -3,7 +3,7 @@ times while a send is under way gets one message per 8 rings (at most 16), a que
 fast gets one batch per 2 ms and one rung after a quiet gap at once, a delayed message
 keeps its own time, `flush`/`close` send what is left, a broker that is down costs a logged line and
 never an exception; listeners still hear every ring in the calling thread. A worker whose
-slots are all busy passes a doorbell on, at most every 0.25 s per queue."""
+pool is rung already passes a doorbell on, at most every 0.25 s per queue."""
 
 from __future__ import annotations
 
@@ -96,41 +96,49 @@ def test_the_memory_broker_is_rung_before_ring_returns():
     broker.close()
 
 
-def test_a_worker_with_every_slot_busy_passes_a_doorbell_on_at_most_every_quarter_second(
+def test_a_worker_rung_already_passes_a_doorbell_on_at_most_every_quarter_second(
         monkeypatch):
-    # The doorbell rings its own pool (it claims when a slot frees) and, for a worker
-    # with idle slots, goes back to the broker: once per PASS_ON_SECONDS per queue, so
-    # that doorbells do not circle between workers that are all busy.
+    # A doorbell for a queue this worker's pool is rung for already (its slots busy, or a
+    # burst's doorbells arriving before its claim) adds nothing here: it goes back to the
+    # broker for a worker with idle slots, once per PASS_ON_SECONDS per queue, so that
+    # doorbells do not circle between workers that are all busy.
     from types import SimpleNamespace
 
     from cronjobs import worker
 
-    now, sent, rung, busy = [100.0], [], [], [2]
+    now, sent, rung = [100.0], [], set()
     monkeypatch.setattr(worker.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(worker.dispatching, "send", lambda app, job_id, queue: sent.append(
         (job_id, queue)))
+
+    def ring(queue: str) -> bool:
+        new = queue not in rung
+        rung.add(queue)
+        return new
+
     accepting, failed = threading.Event(), threading.Event()
     accepting.set()
-    pool = SimpleNamespace(failed=failed, ring=rung.append, busy=lambda: busy[0])
-    me = SimpleNamespace(accepting=accepting, pool=pool, slots=2, _passed={},
-                         _pass_lock=threading.Lock(),
+    me = SimpleNamespace(accepting=accepting, pool=SimpleNamespace(failed=failed, ring=ring),
+                         _passed={}, _pass_lock=threading.Lock(),
                          app=SimpleNamespace(settings=SimpleNamespace(embedded_broker=False)))
     me._pass_on = lambda queue, job_id: worker.WorkerProcess._pass_on(me, queue, job_id)
 
     def message(queue: str, job_id: int) -> None:
         worker.WorkerProcess.on_message(me, queue, job_id)
 
-    message("a", 1)
-    message("a", 2)  # within the quarter second: not again
-    message("b", 3)  # another queue: its own
-    now[0] += worker.PASS_ON_SECONDS
-    message("a", 4)
-    busy[0] = 1  # a slot is free: this worker takes it, nothing passed on
-    now[0] += worker.PASS_ON_SECONDS
-    message("a", 5)
-    assert rung == ["a", "a", "b", "a", "a"]
-    assert sent == [(1, "a"), (3, "b"), (4, "a")]
-    me.app.settings.embedded_broker, busy[0] = True, 2  # `memory://`: no other worker
+    message("a", 1)  # rings the pool: kept
+    message("a", 2)  # rung already: passed on
+    message("a", 3)  # within the quarter second: not again
+    message("b", 4)  # another queue, newly rung: kept
+    message("b", 5)  # its own limit: passed on
     now[0] += worker.PASS_ON_SECONDS
     message("a", 6)
-    assert sent == [(1, "a"), (3, "b"), (4, "a")]
+    assert sent == [(2, "a"), (5, "b"), (6, "a")]
+    rung.discard("a")  # drained by a claim: the next doorbell rings it again, kept
+    now[0] += worker.PASS_ON_SECONDS
+    message("a", 7)
+    assert sent == [(2, "a"), (5, "b"), (6, "a")]
+    me.app.settings.embedded_broker = True  # `memory://`: no other worker
+    now[0] += worker.PASS_ON_SECONDS
+    message("a", 8)
+    assert sent == [(2, "a"), (5, "b"), (6, "a")]

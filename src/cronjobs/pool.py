@@ -104,13 +104,16 @@ class SlotPool:
         self._processes.start()
         self._loop_thread.start()
 
-    def ring(self, queue: str) -> None:
-        """Say that `queue` may have due rows (a broker message, the sweep, a retry)."""
+    def ring(self, queue: str) -> bool:
+        """Say that `queue` may have due rows (a broker message, the sweep, a retry).
+        Returns False when it was rung already and its rows are not drained yet (the ring
+        adds nothing: the loop claims that queue's rows for every slot that frees)."""
         with self._lock:
             new = queue not in self._rung
             self._rung[queue] = None
         if new:
             self._wake()
+        return new
 
     def busy(self) -> int:
         """Jobs running now."""

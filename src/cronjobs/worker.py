@@ -38,7 +38,7 @@ log = logging.getLogger("cronjobs.worker")
 
 STOP_CHECK_SECONDS = 1.0  # how often a worker reads the stop requests of its running jobs
 FLOW_PRUNE_SECONDS = 60.0  # how often a worker deletes ended pauses and blocks
-PASS_ON_SECONDS = 0.25  # a worker with every slot busy passes a queue's doorbell on this often
+PASS_ON_SECONDS = 0.25  # a worker rung already passes a queue's doorbell on at most this often
 
 
 @dataclass(frozen=True)
@@ -166,20 +166,20 @@ class WorkerProcess:
 
     def on_message(self, queue: str, job_id: int) -> None:
         """A broker message (a consumer thread): it rings the pool, whose loop claims the
-        best due rows of `queue` for its idle slots; with every slot busy it is also passed
-        on to the broker for another worker (`_pass_on`). A worker that is recycling or
+        best due rows of `queue` for its idle slots; when the pool was rung for `queue`
+        already (its slots busy, or a burst's doorbells arriving before its claim) it is
+        also passed on to the broker for another worker (`_pass_on`). A worker that is recycling or
         stopping (or whose loop broke) claims nothing: it puts the message back on the
         broker for another worker; the row stays `pending`, nothing is lost."""
         if self.accepting.is_set() and not self.pool.failed.is_set():
-            self.pool.ring(queue)
-            if self.pool.busy() >= self.slots and not self.app.settings.embedded_broker:
+            if not self.pool.ring(queue) and not self.app.settings.embedded_broker:
                 self._pass_on(queue, job_id)
         else:
             dispatching.send(self.app, job_id, queue)
 
     def _pass_on(self, queue: str, job_id: int) -> None:
-        """Every slot of this worker is busy: ring `queue` once more on the broker, for a
-        worker with idle slots (this one claims when a slot frees: its pool is rung). At
+        """This worker's pool is rung for `queue` already: ring it once more on the broker,
+        for a worker with idle slots (this one claims as its slots free). At
         most once per `PASS_ON_SECONDS` per queue, so doorbells do not circle between
         workers that are all busy; one doorbell is enough, a rung worker claims until the
         queue is drained."""
