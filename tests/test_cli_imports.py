@@ -1,9 +1,12 @@
 """Each command imports what it needs and no more (CLI start-up time): `--help` no
 SQLAlchemy or pydantic, `get` no broker, ORM or handler libraries, `tick` Dramatiq only
-when it rings a queue, none of them the dashboard or the scheduler's APScheduler."""
+when it rings a queue, none of them the dashboard or the scheduler's APScheduler; the
+garbage collector is off while a command imports its libraries."""
 
 from __future__ import annotations
 
+import gc
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +81,65 @@ def test_a_sqlite_command_loads_no_other_dialect_and_no_url_opener(
     assert {"sqlalchemy.dialects.sqlite", "handlers.HttpUptimeExecute"} <= modules
     assert not modules & {"sqlalchemy.dialects.postgresql", "psycopg", "pymysql",
                           "urllib.request", "http.client"}
+
+
+# Runs the CLI and writes what the collector did to argv[1] as JSON: the collections from
+# the start of `main` to the command's App (`_collect_from_now`), whether the collector was
+# on then and after, and whether it was on when the burst started (`_run_burst`).
+GC_PROBE = """
+import atexit, gc, json, sys
+from pathlib import Path
+out, seen = Path(sys.argv.pop(1)), {"collections": 0}
+gc.callbacks.append(lambda phase, info: phase == "stop" and seen.update(
+    collections=seen["collections"] + 1))
+from cronjobs.cli import base, main, workers
+def collect_from_now(real=base._collect_from_now):
+    seen.update(before_app=seen["collections"], on_before_app=gc.isenabled())
+    real()
+    seen["on_after_app"] = gc.isenabled()
+def run_burst(*args, real=workers._run_burst):
+    seen["on_in_burst"] = gc.isenabled()
+    real(*args)
+base._collect_from_now, workers._run_burst = collect_from_now, run_burst
+atexit.register(lambda: out.write_text(json.dumps(seen)))
+seen["collections"] = 0
+main(prog_name="cronjobs")
+"""
+
+
+def collector(args: list[str], env: dict, tmp_path: Path) -> dict:
+    """What the collector did while `cronjobs ARGS` ran (see GC_PROBE)."""
+    out = tmp_path / "gc.json"
+    done = subprocess.run([sys.executable, "-c", GC_PROBE, str(out), *args], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    return json.loads(out.read_text())
+
+
+def test_a_command_imports_with_the_collector_off_and_runs_with_it_on(db_url, tmp_path):
+    # Its imports run without a collection (each went over every object imported so far:
+    # ~35 ms of a `get`); from its App on, the collector runs as usual.
+    seen = collector(["get", "1"], cli_env(db_url), tmp_path)
+    assert seen["before_app"] == 0 and seen["on_before_app"] is False
+    assert seen["on_after_app"] is True
+
+
+def test_a_long_running_command_runs_its_loop_with_the_collector_on(db_url, tmp_path):
+    seen = collector(["worker", "--burst", "--slots", "1"], cli_env(db_url), tmp_path)
+    assert seen["before_app"] == 0 and seen["on_in_burst"] is True
+
+
+def test_main_called_in_process_leaves_the_collector_as_it_found_it(db_url):
+    from click.testing import CliRunner
+
+    from cronjobs.cli import main
+
+    assert gc.isenabled()
+    try:
+        assert CliRunner().invoke(main, ["--help"]).exit_code == 0
+        assert gc.isenabled()
+        gc.disable()
+        assert CliRunner().invoke(main, ["--help"]).exit_code == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
