@@ -26,6 +26,7 @@ parent (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import importlib
 import os
@@ -85,6 +86,9 @@ def preload() -> None:
     global _PRELOADED
     _preload_builtin_handlers()
     _PRELOADED = _preload_app()
+    if _PRELOADED is not None:  # set up here once, not by each job process
+        logs.setup(_PRELOADED.settings.log_level)
+    _libc()
     gc.freeze()
 
 
@@ -102,10 +106,21 @@ def name_process(name: str) -> None:
 
 
 def _prctl(option: int, arg: int | bytes) -> None:
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(option, arg)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library with `prctl` (loaded once, in the fork server: its job processes
+    share it); None where there is none (not Linux)."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg)
-    except (OSError, AttributeError):  # not Linux
-        pass
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl  # noqa: B018  (AttributeError where there is no prctl)
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 def _die_with_parent() -> None:

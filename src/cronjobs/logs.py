@@ -16,12 +16,19 @@ class _TraceDefault(logging.Filter):
 
 
 def setup(level: str = "INFO") -> None:
-    """Log to stderr as `time level logger [trace=<row id>] message`."""
+    """Log to stderr as `time level logger [trace=<row id>] message`, at `level` (a level
+    name) and above. Nothing is done when this process logs so already (a job process
+    forked from a fork server that set it up: a new setup writes to every logger, so to
+    pages it shares with its fork server)."""
+    root = logging.getLogger()
+    if root.level == logging.getLevelName(level.upper()) and len(root.handlers) == 1 \
+            and getattr(root.handlers[0], "cronjobs_stream", None) is sys.stderr:
+        return
     handler = logging.StreamHandler(sys.stderr)
+    handler.cronjobs_stream = sys.stderr
     handler.addFilter(_TraceDefault())
     handler.setFormatter(logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s [trace=%(trace_id)s] %(message)s"))
-    root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     for noisy in ("dramatiq", "pika", "apscheduler", "werkzeug"):

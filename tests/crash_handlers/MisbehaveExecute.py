@@ -1,7 +1,9 @@
 """Test handler that misbehaves as `payload["do"]` says: `exit` (its job process exits with
 status 3), `sleep` (a blocking `time.sleep(payload["seconds"])`), `deaf` (ignores SIGALRM,
-then sleeps: only SIGKILL stops it); anything else returns True."""
+then sleeps: only SIGKILL stops it), `log` (logs `payload["line"]` as a warning of logger
+`test.misbehave`); anything else returns True."""
 
+import logging
 import os
 import signal
 import time
@@ -16,6 +18,8 @@ class MisbehaveExecute(CronJobHandler):
 
     def handle(self, payload, job):
         do = payload.get("do")
+        if do == "log":
+            logging.getLogger("test.misbehave").warning(payload["line"])
         if do == "exit":
             os._exit(3)
         if do == "deaf":
