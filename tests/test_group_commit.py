@@ -111,3 +111,34 @@ def test_a_backlog_holds_a_small_batch_for_the_window_only(make_app):
     assert len(rows) == 2 and drained == {"default"}
     commit.add(completed(executor, rows[0]))
     assert not commit.holding(free=1, stopping=False)
+
+
+def test_while_the_database_is_down_a_stopping_worker_waits_for_outcomes_not_claims(
+        make_app, monkeypatch):
+    from cronjobs import groupcommit
+    from cronjobs.errors import DatabaseUnavailable
+
+    app = make_app(clock=FrozenClock(T0))
+    queue.dispatch("test.shape.execute", {"shape": "true"})
+    executor = Executor(app, "host:1")
+    stopped, stopping = threading.Event(), threading.Event()
+    commit = GroupCommit(executor, 4, stopped, stopping=stopping, timer=Timer())
+    (claimed,), _ = commit.cycle([("default", 1)])
+
+    def down(engine, work):
+        raise DatabaseUnavailable("database unavailable: connection refused")
+
+    monkeypatch.setattr(groupcommit, "run_in_transaction", down)
+    claim = threading.Thread(target=commit.cycle, args=([("default", 1)],))
+    claim.start()  # a claim alone, waiting 3 s for the database
+    stopping.set()
+    claim.join(2)
+    assert not claim.is_alive(), "a stopping worker claims nothing: the wait ended"
+    commit.add(completed(executor, claimed))
+    write = threading.Thread(target=commit.cycle, args=([],))
+    write.start()  # an outcome to write: waited for until the worker has stopped
+    write.join(0.5)
+    assert write.is_alive()
+    stopped.set()
+    write.join(2)
+    assert not write.is_alive() and commit.waiting() == 0

@@ -111,6 +111,29 @@ def test_sigterm_during_a_5_s_job(make_app, db_url, namespace, tmp_path, shutdow
         assert "cut off, back to pending" in log.read_text()
 
 
+def test_sigterm_stops_a_worker_whose_database_is_down_at_once(backend, namespace, tmp_path):
+    # Its loop waits for the database to claim (3 s, then 6, 12 ...): a stopping worker
+    # claims nothing, so that wait ends at SIGTERM (it took ~15 s, the loop's join).
+    from test_health_probes import closed_port
+
+    log = tmp_path / "worker.log"
+    env = cli_env(f"mysql+pymysql://root@127.0.0.1:{closed_port()}/test", namespace,
+                  broker_url=REDIS, CRONJOBS_LOG_LEVEL="INFO")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--slots", "2"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: log.read_text().count("database unavailable while writing outcomes "
+                                               "and claiming jobs") >= 2, 30,
+                 "the loop's second wait for the database", proc, log)
+    finally:
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, _tail(log)
+    assert time.monotonic() - started < 5, _tail(log)
+    assert "still running end with the process" not in log.read_text()
+
+
 @MODES
 def test_max_jobs_recycles_with_exit_0(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)

@@ -44,17 +44,21 @@ class GroupCommit:
             and `lease_seconds` go into the claim.
         slots: the worker's slots (with a backlog, a batch waits for half of them).
         stopped: set when the worker has stopped: waits for the database end.
+        stopping: set when the worker stops taking rows: a wait for the database to claim
+            (no outcome to write) ends then (default: `stopped`).
         timer: the monotonic clock of the batching window, seconds (default
             `time.monotonic`; tests give their own).
     """
 
     def __init__(self, executor: Executor, slots: int, stopped: threading.Event, *,
+                 stopping: threading.Event | None = None,
                  timer: Callable[[], float] = time.monotonic) -> None:
         self._executor = executor
         self._timer = timer
         self._engine = executor.app.engine
         self._clock = executor.app.clock
         self._stopped = stopped
+        self._stopping = stopping or stopped
         self._min_batch = max(1, slots // 2)
         self._plans: list[Finish] = []
         self._since = 0.0  # timer() when the oldest waiting plan came
@@ -101,10 +105,13 @@ class GroupCommit:
             return [], set()
         self._plans = []
         try:
+            # Outcomes are waited for until the worker has stopped; a claim alone only
+            # until it stops taking rows (a stopping worker claims nothing anyway).
             finals, rows, drained = retry_while_unavailable(
                 lambda: run_in_transaction(self._engine,
                                            lambda conn: self._transaction(conn, plans, wants)),
-                "writing outcomes and claiming jobs", give_up_seconds=None, stop=self._stopped)
+                "writing outcomes and claiming jobs", give_up_seconds=None,
+                stop=self._stopped if plans else self._stopping)
         except DatabaseUnavailable:  # stopping while the database is down
             if plans:
                 log.error("%d outcome(s) not written (database unavailable while stopping); "
@@ -169,7 +176,7 @@ class GroupCommit:
         try:
             rows, drained = retry_while_unavailable(
                 lambda: run_in_transaction(self._engine, lambda conn: self._claim(conn, wants)),
-                "claiming jobs", give_up_seconds=None, stop=self._stopped)
+                "claiming jobs", give_up_seconds=None, stop=self._stopping)
         except DatabaseUnavailable:  # stopping while the database is down
             return written, [], set()
         return written, rows, drained

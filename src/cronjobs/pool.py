@@ -77,7 +77,7 @@ class SlotPool:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._commit = GroupCommit(executor, slots, self._stopped)
+        self._commit = GroupCommit(executor, slots, self._stopped, stopping=self._stopping)
         self._threads = ThreadSlots(executor.app, executor.runtime, wake=self._wake)
         self._processes = ProcessSlots(executor.app.settings, executor.runtime, slots,
                                        report=self._add_plan, stopping=self._stopping)

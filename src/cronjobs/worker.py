@@ -316,8 +316,13 @@ class WorkerProcess:
             log.warning("shutdown: %d job(s) still running after %.0f s cut off, back to "
                         "pending: %s", len(cut), timeout_seconds, cut)
         if not self.pool.join(15):
-            log.warning("shutdown: job(s) of thread handlers still running end with the "
-                        "process: %s", self.pool.running_ids())
+            running = self.pool.running_ids()
+            if running:
+                log.warning("shutdown: job(s) of thread handlers still running end with the "
+                            "process: %s", running)
+            else:  # the loop waits for the database to write the last outcomes
+                log.warning("shutdown: the database did not come back within 15 s to take "
+                            "the last outcomes")
         self.stopped.set()
         self.housekeeper.stop()
         log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
