@@ -48,6 +48,8 @@ def test_dispatch_returns_id_and_get_reads_columns(make_app):
     ({"priority": "high"}, "priority must be an integer"),
     ({"idempotency_key": "k" * 192}, "idempotency key is 192 characters; the limit is 191"),
     ({"idempotency_key": ""}, "idempotency key must be a non-empty string"),
+    # MySQL/MariaDB compare keys without trailing spaces: refused everywhere alike.
+    ({"idempotency_key": "caseK "}, "idempotency key must not end with a space"),
     ({"parent_id": 10**9}, "parent job 1000000000 does not exist"),
     # Every limit is checked in Python, the same on every backend,
     # and no message shows SQL.
@@ -74,6 +76,16 @@ def test_a_long_job_type_is_refused_on_every_backend(make_app):
     with pytest.raises(InvalidJob, match="job type is 200 characters; the limit is 160"):
         queue.dispatch("a" * 192 + ".execute", {})
     assert count_rows(app) == 0
+
+
+def test_keys_are_compared_alike_on_every_backend(make_app):
+    # Case, a leading space and a trailing tab make another key on every backend (only a
+    # trailing space would not on MySQL/MariaDB: such keys are refused).
+    make_app()
+    keys = ["caseK", "casek", " caseK", "caseK\t"]
+    ids = [queue.dispatch("test.shape.execute", {}, idempotency_key=k) for k in keys]
+    assert len(set(ids)) == len(keys)
+    assert [queue.dispatch("test.shape.execute", {}, idempotency_key=k) for k in keys] == ids
 
 
 def test_idempotency_key_returns_existing_row(make_app):

@@ -147,7 +147,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     if title is not None:
         limits.check_name(title, "title", limits.TITLE_MAX_CHARS, allow_empty=True)
     if idempotency_key is not None:
-        limits.check_name(idempotency_key, "idempotency key", limits.KEY_MAX_CHARS)
+        limits.check_key(idempotency_key)
     if queue is not None:
         limits.check_queue(queue)
     if not isinstance(priority, int) or isinstance(priority, bool) \

@@ -9,7 +9,7 @@ refuses a statement for its size:
 |---|---|---|
 | job type, task name | 160 characters | refused (`InvalidJob` / `HandlerError`) |
 | queue name | 64 characters, `[A-Za-z0-9_.-]` | refused |
-| idempotency key | 191 characters | refused |
+| idempotency key | 191 characters, not ending with a space | refused |
 | title | 255 characters | refused |
 | limit key (a handler's `LIMIT_KEY` value) | 191 characters | refused (`InvalidJob`) |
 | reason of a pause or a block | 500 bytes | cut, with a marker |
@@ -93,6 +93,22 @@ def check_name(value: object, what: str, max_chars: int, *, allow_empty: bool = 
                          f"(got {value!r:.60}...)")
     if "\x00" in value or not _encodable(value):
         raise InvalidJob(f"{what} contains a NUL character or an invalid surrogate: {value!r:.80}")
+    return value
+
+
+def check_key(value: object) -> str:
+    """Return `value` if it is a usable idempotency key: a name (`check_name`, at most
+    `KEY_MAX_CHARS`) that does not end with a space. MySQL and MariaDB compare the key
+    column without trailing spaces (PAD SPACE), so `"k "` and `"k"` would be one key there
+    and two on PostgreSQL and SQLite.
+
+    Raises:
+        InvalidJob: naming the problem and (a prefix of) the value.
+    """
+    check_name(value, "idempotency key", KEY_MAX_CHARS)
+    if value.endswith(" "):
+        raise InvalidJob(f"idempotency key must not end with a space (MariaDB compares "
+                         f"keys without trailing spaces), got {value!r:.80}")
     return value
 
 
