@@ -41,6 +41,7 @@ def test_database_without_tables(tmp_path):
     ({"CRONJOBS_DATABASE_URL": "nonsense"}, "not a database URL: 'nonsense'"),
     ({"CRONJOBS_BROKER_URL": "ftp://x"}, "unsupported broker URL 'ftp://x'"),
     ({"CRONJOBS_DATABASE_URL": "sqlite:////no/such/dir/x.db"}, "does not exist"),
+    ({"CRONJOBS_LOG_LEVEL": "VERBOSE"}, "unknown log level 'VERBOSE' (DEBUG, INFO"),
 ])
 def test_bad_settings(tmp_path, extra, needle):
     assert needle in one_line_error(run_cli(["tasks"], env_for(tmp_path, **extra), cwd=tmp_path))

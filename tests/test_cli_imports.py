@@ -129,17 +129,21 @@ def test_a_long_running_command_runs_its_loop_with_the_collector_on(db_url, tmp_
     assert seen["before_app"] == 0 and seen["on_in_burst"] is True
 
 
-def test_main_called_in_process_leaves_the_collector_as_it_found_it(db_url):
+@pytest.mark.parametrize("args", [["--help"], ["get", "1"]])
+def test_main_called_in_process_leaves_the_collector_as_it_found_it(make_app, args):
+    # `get` builds its App (which turns the collector on for the command's work).
     from click.testing import CliRunner
 
+    from cronjobs import queue
     from cronjobs.cli import main
 
+    queue.dispatch("test.summary.execute", {}, app=make_app())
     assert gc.isenabled()
     try:
-        assert CliRunner().invoke(main, ["--help"]).exit_code == 0
+        assert CliRunner().invoke(main, args).exit_code == 0
         assert gc.isenabled()
         gc.disable()
-        assert CliRunner().invoke(main, ["--help"]).exit_code == 0
+        assert CliRunner().invoke(main, args).exit_code == 0
         assert not gc.isenabled()
     finally:
         gc.enable()

@@ -62,3 +62,33 @@ def test_a_job_process_writes_a_handlers_line_once_in_the_format(make_app, db_ur
         assert len(lines) == 1, done.stderr
         assert re.fullmatch(rf"\d{{4}}-\d\d-\d\d [\d:,]+ WARNING test\.misbehave "
                             rf"\[trace=-\] line {i}", lines[0]), lines[0]
+
+
+BURST_FROM_CODE = """
+import sys
+from cronjobs import queue
+from cronjobs.app import App
+from cronjobs.burst import run_burst
+from cronjobs.config import Settings
+app = App(Settings.load(log_level="INFO", database_url=sys.argv[1],
+                        handler_paths=tuple(sys.argv[2:])))
+job_id = queue.dispatch("test.misbehave.execute", {"do": "log", "line": "from code"}, app=app)
+code, report = run_burst(app, ["default"], 1)
+print(code, queue.get(job_id, ["status"], app=app)["status"])
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_worker_from_code_runs_jobs_whatever_log_level_the_environment_has(make_app,
+                                                                            db_url):
+    # The fork server builds its App from the environment: an unknown level there makes it
+    # build none (the job processes build the worker's), never stops it.
+    import subprocess
+
+    make_app()
+    env = cli_env(db_url, CRONJOBS_LOG_LEVEL="VERBOSE")
+    done = subprocess.run([sys.executable, "-c", BURST_FROM_CODE, db_url, SAMPLE_HANDLERS,
+                           CRASH_HANDLERS], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["0", "completed"], done.stderr
+    assert done.stderr.count("from code") == 1, done.stderr

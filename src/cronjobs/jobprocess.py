@@ -87,7 +87,10 @@ def preload() -> None:
     _preload_builtin_handlers()
     _PRELOADED = _preload_app()
     if _PRELOADED is not None:  # set up here once, not by each job process
-        logs.setup(_PRELOADED.settings.log_level)
+        try:
+            logs.setup(_PRELOADED.settings.log_level)
+        except Exception:  # never the fork server's end: each job process sets up its own
+            pass
     _libc()
     gc.freeze()
 

@@ -64,8 +64,7 @@ class Group(click.Group):
             # loaded: a quarter of `cronjobs get`). Exit handlers still run, files are
             # still flushed and closed; cyclic garbage left now is not collected.
             gc.freeze()
-            if collecting:
-                gc.enable()
+            (gc.enable if collecting else gc.disable)()
 
 
 def _is_driver_error(exc: Exception) -> bool:

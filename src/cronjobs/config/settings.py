@@ -8,6 +8,7 @@ here, in their order (`scripts/gen_reference.py`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -322,6 +323,15 @@ class Settings(BaseModel):
     @classmethod
     def _check_database(cls, value: str) -> str:
         return check_database_url(value)
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        names = logging.getLevelNamesMapping()
+        if not isinstance(value, str) or value.strip().upper() not in names:
+            raise ValueError(f"unknown log level {value!r} (DEBUG, INFO, WARNING, ERROR or "
+                             f"CRITICAL)")
+        return value.strip().upper()
 
     @field_validator("timezone")
     @classmethod
