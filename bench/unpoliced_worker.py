@@ -5,7 +5,7 @@ worker in turns, to show what flow control costs a queue that configures no limi
 Start it with `--processes 1` (more processes would be stock `cronjobs` children)."""
 
 from cronjobs import executor, store
-from cronjobs.cli import main
+from cronjobs.cli import run
 
 
 def _no_policy(app) -> store.ClaimPolicy:
@@ -15,4 +15,4 @@ def _no_policy(app) -> store.ClaimPolicy:
 
 if __name__ == "__main__":  # job processes import this module again: only patch there
     executor.flow_policy = _no_policy
-    main(prog_name="cronjobs")
+    run()  # as `cronjobs worker` runs: its own process

@@ -84,15 +84,16 @@ def test_a_sqlite_command_loads_no_other_dialect_and_no_url_opener(
 
 
 # Runs the CLI and writes what the collector did to argv[1] as JSON: the collections from
-# the start of `main` to the command's App (`_collect_from_now`), whether the collector was
-# on then and after, and whether it was on when the burst started (`_run_burst`).
+# the start of `run` (the console script's function) to the command's App
+# (`_collect_from_now`), whether the collector was on then and after, and whether it was
+# on when the burst started (`_run_burst`).
 GC_PROBE = """
 import atexit, gc, json, sys
 from pathlib import Path
 out, seen = Path(sys.argv.pop(1)), {"collections": 0}
 gc.callbacks.append(lambda phase, info: phase == "stop" and seen.update(
     collections=seen["collections"] + 1))
-from cronjobs.cli import base, main, workers
+from cronjobs.cli import base, run, workers
 def collect_from_now(real=base._collect_from_now):
     seen.update(before_app=seen["collections"], on_before_app=gc.isenabled())
     real()
@@ -103,7 +104,7 @@ def run_burst(*args, real=workers._run_burst):
 base._collect_from_now, workers._run_burst = collect_from_now, run_burst
 atexit.register(lambda: out.write_text(json.dumps(seen)))
 seen["collections"] = 0
-main(prog_name="cronjobs")
+run()
 """
 
 
@@ -130,20 +131,20 @@ def test_a_long_running_command_runs_its_loop_with_the_collector_on(db_url, tmp_
 
 
 @pytest.mark.parametrize("args", [["--help"], ["get", "1"]])
-def test_main_called_in_process_leaves_the_collector_as_it_found_it(make_app, args):
-    # `get` builds its App (which turns the collector on for the command's work).
+def test_main_called_in_process_leaves_the_collector_alone(make_app, args):
+    # Only the command's own process (`run`: the console script, `python -m cronjobs`)
+    # turns it off, on and freezes it; `main` from code (tests, embedding) does not.
     from click.testing import CliRunner
 
     from cronjobs import queue
     from cronjobs.cli import main
 
     queue.dispatch("test.summary.execute", {}, app=make_app())
-    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
     try:
-        assert CliRunner().invoke(main, args).exit_code == 0
-        assert gc.isenabled()
-        gc.disable()
-        assert CliRunner().invoke(main, args).exit_code == 0
-        assert not gc.isenabled()
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert CliRunner().invoke(main, args).exit_code == 0
+            assert gc.isenabled() is enabled and gc.get_freeze_count() == frozen
     finally:
         gc.enable()

@@ -1,5 +1,5 @@
 """`python -m cronjobs` runs the CLI."""
 
-from .cli import main
+from .cli import run
 
-main(prog_name="cronjobs")
+run()

@@ -9,6 +9,6 @@ from . import (  # noqa: F401  (each module registers its commands)
     tasks,
     workers,
 )
-from .base import main
+from .base import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

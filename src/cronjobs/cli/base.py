@@ -42,29 +42,41 @@ class Group(click.Group):
 
     def main(self, *args, **kwargs):
         """Run the CLI and exit the process; a usage error is printed as one line (no
-        usage block). The garbage collector is off until the command has imported its
-        libraries (`_app()` turns it on again, see `_collect_from_now`); it is on again,
-        if it was before, when this returns to an in-process caller."""
-        collecting = gc.isenabled()
-        gc.disable()
+        usage block)."""
         try:
-            try:
-                rv = super().main(*args, standalone_mode=False, **kwargs)
-            except click.UsageError as exc:
-                hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-                _fail(exc.format_message() + hint, EXIT_BAD_INPUT)
-            except click.exceptions.Abort:
-                _fail("aborted", 1)
-            except click.ClickException as exc:
-                _fail(exc.format_message(), exc.exit_code)
-            sys.exit(rv if isinstance(rv, int) else 0)
-        finally:
-            # The process ends now: spare it the interpreter's last garbage collections over
-            # every object of the libraries it imported (about 80 ms with SQLAlchemy
-            # loaded: a quarter of `cronjobs get`). Exit handlers still run, files are
-            # still flushed and closed; cyclic garbage left now is not collected.
-            gc.freeze()
-            (gc.enable if collecting else gc.disable)()
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            _fail(exc.format_message() + hint, EXIT_BAD_INPUT)
+        except click.exceptions.Abort:
+            _fail("aborted", 1)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+_OWN_PROCESS = False  # set by `run`: the command is this process (the collector is ours)
+
+
+def run() -> None:
+    """The `cronjobs` console script and `python -m cronjobs`: `main` as a process of its
+    own, whose garbage collector it may use as it likes (`main` called from code, tests
+    and embedding, leaves the caller's alone).
+
+    The collector is off while the command imports its libraries (several hundred
+    thousand objects: each collection would go over all of them again, ~35 ms of a `get`,
+    `dispatch`, `tick` or `health` of ~300 ms); every command turns it on again when it
+    builds its App (`_collect_from_now`). At exit it is frozen: the interpreter's last
+    collections over every object imported (~80 ms with SQLAlchemy loaded) are spared;
+    exit handlers still run, files are still flushed and closed.
+    """
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+    gc.disable()
+    try:
+        main(prog_name="cronjobs")
+    finally:
+        gc.freeze()
 
 
 def _is_driver_error(exc: Exception) -> bool:
@@ -111,15 +123,14 @@ def _app(create: bool = False, database: bool = True, pool_size: int | None = No
 
 
 def _collect_from_now() -> None:
-    """Turn the garbage collector on again (`Group.main` turned it off), over what is made
-    from now on only: every command builds its App here, once it has imported its
-    libraries. While they are imported (several hundred thousand objects), each
-    collection would go over all of them again: ~35 ms of a `cronjobs get`, `dispatch`,
-    `tick` or `health` of ~300 ms. `gc.freeze()` moves what exists now (the modules, the
+    """In the command's own process (`run`), turn the garbage collector on again over
+    what is made from now on only: every command builds its App here, once it has
+    imported its libraries. `gc.freeze()` moves what exists now (the modules, the
     settings, the App) where the collector never looks; a long-running command (`worker`,
-    `serve`) and what it forks collect as before."""
-    gc.freeze()
-    gc.enable()
+    `serve`) and what it forks collect as before. Called from code: nothing."""
+    if _OWN_PROCESS:
+        gc.freeze()
+        gc.enable()
 
 
 def _parse_time(value: str | None, name: str) -> datetime | None:
