@@ -142,3 +142,34 @@ def test_while_the_database_is_down_a_stopping_worker_waits_for_outcomes_not_cla
     stopped.set()
     write.join(2)
     assert not write.is_alive() and commit.waiting() == 0
+
+
+def test_a_transaction_retried_after_the_stop_writes_outcomes_and_claims_nothing(
+        make_app, monkeypatch):
+    # The database was down when the worker was told to stop: the transaction that gets
+    # through afterwards still carries the claim of before; it must take no row (a
+    # stopping worker would never run it: it stayed `running` until its lease ended).
+    from cronjobs import groupcommit
+    from cronjobs.errors import DatabaseUnavailable
+
+    app = make_app(clock=FrozenClock(T0))
+    ids = [queue.dispatch("test.shape.execute", {"shape": "true"}) for _ in range(2)]
+    executor = Executor(app, "host:1")
+    stopped, stopping = threading.Event(), threading.Event()
+    commit = GroupCommit(executor, 4, stopped, stopping=stopping, timer=Timer())
+    (claimed,), _ = commit.cycle([("default", 1)])
+    commit.add(completed(executor, claimed))
+    real, calls = groupcommit.run_in_transaction, []
+
+    def down_once(engine, work):
+        calls.append(1)
+        if len(calls) == 1:
+            stopping.set()  # the signal comes while the database is down
+            raise DatabaseUnavailable("database unavailable: connection refused")
+        return real(engine, work)
+
+    monkeypatch.setattr(groupcommit, "run_in_transaction", down_once)
+    rows, _ = commit.cycle([("default", 1)])  # waits out the first back-off (3 s)
+    assert rows == [] and len(calls) == 2 and commit.waiting() == 0
+    assert queue.get(ids[0], ["status"], app=app)["status"] == "completed"
+    assert queue.get(ids[1], ["status"], app=app)["status"] == "pending"

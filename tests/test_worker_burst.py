@@ -190,3 +190,40 @@ def test_stop_ends_a_job_of_a_burst(make_app, db_url, namespace):
     assert (row["status"], row["outcome_reason"], row["error"]) == (
         "failed", "stopped", "stopped by an operator (test)")
     assert LINE.search(out).group(3) == "1", out  # failed 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_burst_stopped_while_the_database_is_down_ends(make_app, monkeypatch):
+    # Its loop waited for the database to take a finished job's outcome, and nothing ever
+    # ended that wait: the process hung at exit (joining an idle job process that waited
+    # for the loop to close its pipe) and, once the database came back, claimed a row it
+    # never ran.
+    import threading
+
+    from cronjobs import groupcommit
+    from cronjobs.burst import BurstWorker
+    from cronjobs.errors import DatabaseUnavailable
+    from cronjobs.worker import Signals
+
+    app = make_app(handler_paths=(SAMPLE_HANDLERS,))
+    job_id = queue.dispatch(SHAPE, {"shape": "true"}, app=app)
+    later = queue.dispatch(SHAPE, {"shape": "true"}, app=app)
+    real, calls = groupcommit.run_in_transaction, []
+
+    def down_after_the_claim(engine, work):
+        calls.append(1)
+        if len(calls) > 1:
+            raise DatabaseUnavailable("database unavailable: connection refused")
+        return real(engine, work)
+
+    monkeypatch.setattr(groupcommit, "run_in_transaction", down_after_the_claim)
+    burst, signals = BurstWorker(app, ["default"], 1), Signals()
+    stop_later = threading.Timer(2.0, signals.stop.set)  # the job has finished by then
+    stop_later.start()
+    started = time.monotonic()
+    report = burst.run(signals, shutdown_timeout=1)
+    assert time.monotonic() - started < 30 and not report.drained
+    assert burst.pool.join(1), "the loop ended (and closed its job processes)"
+    assert len(calls) >= 2  # it tried to write the outcome
+    assert queue.get(job_id, ["status"], app=app)["status"] == "running"  # lease, then back
+    assert queue.get(later, ["status"], app=app)["status"] == "pending"

@@ -155,7 +155,8 @@ class BurstWorker:
                  isolation: str = "handler") -> None:
         self.app, self.queues, self.slots = app, queues, slots
         self.executor = _BurstExecutor(app, isolation)
-        self.pool = SlotPool(self.executor, slots, until_empty=True)
+        self.stopped = threading.Event()  # set once stopped: waits for the database end
+        self.pool = SlotPool(self.executor, slots, until_empty=True, stopped=self.stopped)
         self.executor.ring = self._ring_all
         self.housekeeper = Housekeeper([
             ("lease renewal", app.settings.lease_renew_seconds, self.executor.renew_leases),
@@ -198,7 +199,11 @@ class BurstWorker:
             signals.stop.wait(0.05)
         if not pool.emptied.is_set():
             self._stop(shutdown_timeout, signals.urgent)
-        pool.join(15)
+        if not pool.join(15):  # its loop waits for the database to take the last outcomes
+            log.warning("burst: the database did not come back within 15 s to take the last "
+                        "outcomes")
+        self.stopped.set()  # that wait ends: the loop closes its job processes
+        pool.join(5)
         self.housekeeper.stop()
         try:
             heartbeat.forget(self.app, self.executor.worker_id)

@@ -145,6 +145,8 @@ class GroupCommit:
         the transaction, after any wait for a lock (SQLite)."""
         rows: list[dict] = []
         drained: set[str] = set()
+        if self._stopping.is_set():  # a transaction retried after the stop: no new rows
+            return rows, drained
         now: datetime = self._clock.now()
         free = wants[0][1] if wants else 0
         for queue, _ in wants:

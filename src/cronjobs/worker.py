@@ -156,6 +156,7 @@ class WorkerProcess:
         ])
         self._passed: dict[str, float] = {}  # queue -> when a doorbell was last passed on
         self._pass_lock = threading.Lock()
+        self._pass_later: set[str] = set()  # queues whose doorbell is passed on when due
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
         self._memory_mb: float | None = None
         # The actor only rings the pool; its threads are there to acknowledge messages
@@ -179,15 +180,31 @@ class WorkerProcess:
 
     def _pass_on(self, queue: str, job_id: int) -> None:
         """This worker's pool is rung for `queue` already: ring it once more on the broker,
-        for a worker with idle slots (this one claims as its slots free). At
-        most once per `PASS_ON_SECONDS` per queue, so doorbells do not circle between
-        workers that are all busy; one doorbell is enough, a rung worker claims until the
-        queue is drained."""
+        for a worker with idle slots (this one claims as its slots free). At most once
+        per `PASS_ON_SECONDS` per queue, so doorbells do not circle fast between workers
+        that are all busy; one that comes sooner is passed on when that time is up (not
+        dropped: this worker's own consumer, fetching again right after a message, often
+        takes back the doorbell it passed on, and dropping that one left an idle worker
+        without any while this one had a backlog). One doorbell is enough: a rung worker
+        claims until the queue is drained."""
         now = time.monotonic()
         with self._pass_lock:
-            if now - self._passed.get(queue, float("-inf")) < PASS_ON_SECONDS:
+            if queue in self._pass_later:  # one is due to be passed on: it stands for this
+                return
+            wait = self._passed.get(queue, float("-inf")) + PASS_ON_SECONDS - now
+            if wait > 0:
+                self._pass_later.add(queue)
+                timer = threading.Timer(wait, self._pass_on_later, (queue, job_id))
+                timer.daemon = True
+                timer.start()
                 return
             self._passed[queue] = now
+        dispatching.send(self.app, job_id, queue)
+
+    def _pass_on_later(self, queue: str, job_id: int) -> None:
+        with self._pass_lock:
+            self._pass_later.discard(queue)
+            self._passed[queue] = time.monotonic()
         dispatching.send(self.app, job_id, queue)
 
     def start(self) -> None:
@@ -323,7 +340,8 @@ class WorkerProcess:
             else:  # the loop waits for the database to write the last outcomes
                 log.warning("shutdown: the database did not come back within 15 s to take "
                             "the last outcomes")
-        self.stopped.set()
+        self.stopped.set()  # that wait ends: the loop closes its job processes
+        self.pool.join(5)
         self.housekeeper.stop()
         log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
                  self.executor.worker_id, self.executor.jobs_done, self.pool.claims,
