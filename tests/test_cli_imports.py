@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,8 @@ def test_main_called_in_process_leaves_the_collector_alone(make_app, args):
 
     queue.dispatch("test.summary.execute", {}, app=make_app())
     frozen = gc.get_freeze_count()
+    root = logging.getLogger()  # the command sets logging up: put it back for later tests
+    handlers, level = root.handlers[:], root.level
     try:
         for enabled in (True, False):
             (gc.enable if enabled else gc.disable)()
@@ -148,3 +151,5 @@ def test_main_called_in_process_leaves_the_collector_alone(make_app, args):
             assert gc.isenabled() is enabled and gc.get_freeze_count() == frozen
     finally:
         gc.enable()
+        root.handlers[:] = handlers
+        root.setLevel(level)

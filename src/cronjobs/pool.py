@@ -115,6 +115,11 @@ class SlotPool:
             self._wake()
         return new
 
+    def is_rung(self, queue: str) -> bool:
+        """Whether `queue` is rung and its rows not drained yet."""
+        with self._lock:
+            return queue in self._rung
+
     def busy(self) -> int:
         """Jobs running now."""
         return self._threads.busy_count() + self._processes.busy_count()

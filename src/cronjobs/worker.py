@@ -205,7 +205,8 @@ class WorkerProcess:
         with self._pass_lock:
             self._pass_later.discard(queue)
             self._passed[queue] = time.monotonic()
-        dispatching.send(self.app, job_id, queue)
+        if self.accepting.is_set() and self.pool.is_rung(queue):  # else nobody needs it
+            dispatching.send(self.app, job_id, queue)
 
     def start(self) -> None:
         """Start the slots and the consumer; rows left pending by a previous run are
