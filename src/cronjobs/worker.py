@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import tenacity
 
-from . import dispatching, heartbeat, store
+from . import heartbeat, store
 from .app import App
 from .context import Runtime
 from .db import run_in_transaction
@@ -31,6 +31,7 @@ from .executor import Executor
 from .housekeeping import Housekeeper
 from .outcome import stopped
 from .pool import SlotPool
+from .relay import Relay
 from .runner import KILL_GRACE_SECONDS
 from .sweep import sweep
 
@@ -38,7 +39,6 @@ log = logging.getLogger("cronjobs.worker")
 
 STOP_CHECK_SECONDS = 1.0  # how often a worker reads the stop requests of its running jobs
 FLOW_PRUNE_SECONDS = 60.0  # how often a worker deletes ended pauses and blocks
-PASS_ON_SECONDS = 0.25  # a worker rung already passes a queue's doorbell on at most this often
 
 
 @dataclass(frozen=True)
@@ -154,9 +154,7 @@ class WorkerProcess:
             ("stop requests", STOP_CHECK_SECONDS, self.watch_runs),
             ("ended pauses and blocks", FLOW_PRUNE_SECONDS, self.prune_flow),
         ])
-        self._passed: dict[str, float] = {}  # queue -> when a doorbell was last passed on
-        self._pass_lock = threading.Lock()
-        self._pass_later: set[str] = set()  # queues whose doorbell is passed on when due
+        self.relay = Relay(app, self._wants_doorbell)
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
         self._memory_mb: float | None = None
         # The actor only rings the pool; its threads are there to acknowledge messages
@@ -169,44 +167,18 @@ class WorkerProcess:
         """A broker message (a consumer thread): it rings the pool, whose loop claims the
         best due rows of `queue` for its idle slots; when the pool was rung for `queue`
         already (its slots busy, or a burst's doorbells arriving before its claim) it is
-        also passed on to the broker for another worker (`_pass_on`). A worker that is recycling or
-        stopping (or whose loop broke) claims nothing: it puts the message back on the
-        broker for another worker; the row stays `pending`, nothing is lost."""
+        also passed on to the broker for another worker (`Relay.pass_on`). A worker that
+        is recycling or stopping (or whose loop broke) claims nothing: it holds the
+        doorbell and puts it back on the broker for another worker once its consumer has
+        stopped (`Relay.hold`, `Relay.put_back`); the row stays `pending`, nothing is lost."""
         if self.accepting.is_set() and not self.pool.failed.is_set():
             if not self.pool.ring(queue) and not self.app.settings.embedded_broker:
-                self._pass_on(queue, job_id)
+                self.relay.pass_on(queue, job_id)
         else:
-            dispatching.send(self.app, job_id, queue)
+            self.relay.hold(queue, job_id)
 
-    def _pass_on(self, queue: str, job_id: int) -> None:
-        """This worker's pool is rung for `queue` already: ring it once more on the broker,
-        for a worker with idle slots (this one claims as its slots free). At most once
-        per `PASS_ON_SECONDS` per queue, so doorbells do not circle fast between workers
-        that are all busy; one that comes sooner is passed on when that time is up (not
-        dropped: this worker's own consumer, fetching again right after a message, often
-        takes back the doorbell it passed on, and dropping that one left an idle worker
-        without any while this one had a backlog). One doorbell is enough: a rung worker
-        claims until the queue is drained."""
-        now = time.monotonic()
-        with self._pass_lock:
-            if queue in self._pass_later:  # one is due to be passed on: it stands for this
-                return
-            wait = self._passed.get(queue, float("-inf")) + PASS_ON_SECONDS - now
-            if wait > 0:
-                self._pass_later.add(queue)
-                timer = threading.Timer(wait, self._pass_on_later, (queue, job_id))
-                timer.daemon = True
-                timer.start()
-                return
-            self._passed[queue] = now
-        dispatching.send(self.app, job_id, queue)
-
-    def _pass_on_later(self, queue: str, job_id: int) -> None:
-        with self._pass_lock:
-            self._pass_later.discard(queue)
-            self._passed[queue] = time.monotonic()
-        if self.accepting.is_set() and self.pool.is_rung(queue):  # else nobody needs it
-            dispatching.send(self.app, job_id, queue)
+    def _wants_doorbell(self, queue: str) -> bool:
+        return self.accepting.is_set() and self.pool.is_rung(queue)
 
     def start(self) -> None:
         """Start the slots and the consumer; rows left pending by a previous run are
@@ -319,6 +291,7 @@ class WorkerProcess:
         self.accepting.clear()
         urgent = urgent or threading.Event()
         self.consumer.stop(timeout=1000)  # the actor only rings: nothing to wait for
+        self.relay.put_back()
         self.pool.stop()
         deadline = time.monotonic() + timeout_seconds
         while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
