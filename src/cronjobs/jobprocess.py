@@ -29,10 +29,14 @@ import ctypes
 import functools
 import gc
 import importlib
+import io
 import os
+import pickle
 import pkgutil
 import signal
-from multiprocessing import forkserver
+import struct
+import sys
+from multiprocessing import forkserver, process, reduction, resource_tracker, spawn, util
 from multiprocessing.connection import Connection
 
 import handlers as _builtin_handlers
@@ -47,6 +51,10 @@ from .outcome import Outcome, timeout, unsendable
 from .status import Reason
 
 READY = "ready"  # what a job process sends once it can take jobs (`runner.READY` too)
+# How a lean start (`runner`'s `_LeanPopen`) begins; multiprocessing's own start is a
+# pickle (b"\x80..."), so the fork server tells them apart by the first bytes.
+LEAN_START = b"cronjobs-job\0"
+LEAN_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
 
 
 class RuntimeLimit(BaseException):
@@ -76,6 +84,8 @@ def _preload_app() -> App | None:
 
 
 _PRELOADED: App | None = None
+_PRELOADED_KEY = b""  # `settings_key(_PRELOADED.settings)`: what a lean start compares
+_NO_RUNTIME = pickle.dumps(Runtime())  # a worker outside `cronjobs serve`
 
 
 def preload() -> None:
@@ -83,16 +93,115 @@ def preload() -> None:
     worker's settings (`preloaded()`), then move everything made so far to a generation
     the collector never scans, so a job process's collections do not touch (and copy)
     the fork server's pages."""
-    global _PRELOADED
+    global _PRELOADED, _PRELOADED_KEY
     _preload_builtin_handlers()
     _PRELOADED = _preload_app()
     if _PRELOADED is not None:  # set up here once, not by each job process
+        _PRELOADED_KEY = settings_key(_PRELOADED.settings)
         try:
             logs.setup(_PRELOADED.settings.log_level)
         except Exception:  # never the fork server's end: each job process sets up its own
             pass
     _libc()
+    forkserver._serve_one = _serve_one  # this process is a fork server: its loop calls it
     gc.freeze()
+
+
+def settings_key(settings: Settings) -> bytes:
+    """Bytes that are equal for settings of equal values, in any process: the pickle of
+    their values in field order (the pickle of the model itself holds the set of fields
+    given, whose order differs between interpreters)."""
+    return pickle.dumps(settings.__dict__)
+
+
+def _serve_one(child_r: int, fds: list[int], unused_fds: list[int],
+               handlers: dict) -> int:
+    """In a job process just forked by the fork server (multiprocessing's loop calls it
+    in place of its own `_serve_one`): what that one does, then `serve` at once for a
+    lean start. multiprocessing's start unpickles its preparation data and a `Process`
+    object with the worker's settings in every job process, which made ~1.2 MB of the
+    fork server's pages its own (of ~3.4 MB private per job process); a lean start reads
+    the settings' key (`settings_key`) and unpickles the settings only when it differs
+    from the fork server's, and the runtime only in `cronjobs serve`. Any other
+    process asked of this fork server (a thread handler of the worker that uses
+    multiprocessing's forkserver context) starts the stock way. Returns the exit code."""
+    signal.set_wakeup_fd(-1)
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    for fd in unused_fds:
+        os.close(fd)
+    server = forkserver._forkserver
+    (server._forkserver_alive_fd, resource_tracker._resource_tracker._fd,
+     *server._inherited_fds) = fds
+    source = os.fdopen(child_r, "rb", closefd=True)
+    head = source.read(len(LEAN_START))
+    if head != LEAN_START:
+        return _stock_start(head, source)
+    try:
+        sizes = LEAN_HEADER.unpack(source.read(LEAN_HEADER.size))
+        key, settings_bytes, runtime_bytes = (source.read(size) for size in sizes)
+        source.close()
+        settings = None if key == _PRELOADED_KEY and _PRELOADED is not None \
+            else pickle.loads(settings_bytes)
+        runtime = Runtime() if runtime_bytes == _NO_RUNTIME else pickle.loads(runtime_bytes)
+        process.current_process().name = "cronjobs-job"  # as multiprocessing's start names it
+        util._finalizer_registry.clear()  # what multiprocessing's start does, too
+        util._run_after_forkers()
+        serve(Connection(server._inherited_fds[0]), settings, runtime)
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        return 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+
+
+def _stock_start(head: bytes, source: io.BufferedReader) -> int:
+    """multiprocessing's own start (`spawn._main`) of a process whose first bytes were
+    read already: its preparation data and `Process` object, then its bootstrap."""
+    parent_sentinel = os.dup(source.fileno())
+    stream = io.BytesIO(head)
+    current = process.current_process()
+    current._inheriting = True
+    try:
+        preparation = reduction.pickle.load(_Chained(stream, source))
+        spawn.prepare(preparation)
+        child = reduction.pickle.load(_Chained(stream, source))
+    finally:
+        del current._inheriting
+        source.close()
+    return child._bootstrap(parent_sentinel)
+
+
+class _Chained(io.RawIOBase):
+    """Reads what is left of `first`, then from `rest` (a pickle that began in bytes
+    read already)."""
+
+    def __init__(self, first: io.BytesIO, rest: io.BufferedReader) -> None:
+        self._first, self._rest = first, rest
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._first.read(size)
+        if size < 0:
+            return data + self._rest.read()
+        return data + (self._rest.read(size - len(data)) if len(data) < size else b"")
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self._first.readline(size)
+        if line.endswith(b"\n") or 0 <= size <= len(line):
+            return line
+        return line + self._rest.readline(-1 if size < 0 else size - len(line))
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
 
 def signal_on_parent_death(signum: int) -> None:
@@ -150,15 +259,15 @@ def preloaded() -> App | None:
     return _PRELOADED
 
 
-def app_for(settings: Settings) -> App:
+def app_for(settings: Settings | None) -> App:
     """The App a job process runs jobs with: the preloaded one when `settings` equal its
-    settings, else a new App of `settings` (its own handler registry, loaded now, not
-    during the first job).
+    settings (or are None: a lean start found them equal), else a new App of `settings`
+    (its own handler registry, loaded now, not during the first job).
 
     Raises:
         HandlerError, ConfigError: the new App's handlers cannot be loaded.
     """
-    if _PRELOADED is not None and _PRELOADED.settings == settings:
+    if _PRELOADED is not None and (settings is None or _PRELOADED.settings == settings):
         return _PRELOADED  # shared with the fork server: no private copy of the registry
     app = App(settings)
     app.handlers.load()
@@ -179,13 +288,13 @@ def run_one(app: App, job: Job, max_runtime_seconds: float,
         return timeout(max_runtime_seconds, Reason.TIMEOUT_ALARM), False
 
 
-def serve(conn: Connection, settings: Settings, runtime: Runtime) -> None:
+def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None:
     """The job process's loop: receive `(job, max_runtime_seconds)`, send back
     `(job id, outcome, keep_going)`; `None` or a closed pipe ends it.
 
     Args:
         conn: the job process's end of the pipe.
-        settings: the worker's settings (see `app_for`).
+        settings: the worker's settings (see `app_for`); None: the preloaded App's.
         runtime: handed to every job's `JobContext`.
     """
     _die_with_parent()
@@ -193,7 +302,7 @@ def serve(conn: Connection, settings: Settings, runtime: Runtime) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
-    logs.setup(settings.log_level)
+    logs.setup((settings if settings is not None else _PRELOADED.settings).log_level)
     app = app_for(settings)
     conn.send(READY)
     me = os.getpid()

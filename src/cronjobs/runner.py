@@ -29,8 +29,10 @@ this module imports little (the job process's module is imported when a process 
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
+import pickle
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -51,6 +53,37 @@ KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
 READY = "ready"  # what a job process sends once it can take jobs (`jobprocess.READY`)
 _LOCK = threading.Lock()  # job processes are not started while the fork server stops
 _LIVE: set[int] = set()  # ids of the JobProcess objects not yet killed, in this process
+
+
+@functools.cache
+def _lean_process() -> type[multiprocessing.Process]:
+    """The `Process` class of job processes: multiprocessing's start by the fork server,
+    except that the fork server's child is sent the worker's settings (their key and
+    pickle) and runtime instead of multiprocessing's preparation data and `Process`
+    object (`jobprocess._serve_one` reads them), and is handed the child's end of the pipe. The
+    rest (the pid, the exit code, the sentinel, kill and join) is multiprocessing's.
+    Made on first use: importing this module imports little."""
+    from multiprocessing import forkserver, popen_forkserver, util
+
+    from .jobprocess import LEAN_HEADER, LEAN_START, settings_key
+
+    class LeanPopen(popen_forkserver.Popen):
+        def _launch(self, process_obj: multiprocessing.Process) -> None:
+            child_end, settings, runtime = process_obj._args
+            parts = (settings_key(settings), pickle.dumps(settings), pickle.dumps(runtime))
+            self._fds.append(child_end.fileno())
+            self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+            self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel,))
+            with open(w, "wb", closefd=True) as f:
+                f.write(b"".join((LEAN_START, LEAN_HEADER.pack(*map(len, parts)), *parts)))
+            self.pid = forkserver.read_signed(self.sentinel)
+
+    class LeanProcess(_CTX.Process):
+        @staticmethod
+        def _Popen(process_obj: multiprocessing.Process) -> LeanPopen:
+            return LeanPopen(process_obj)
+
+    return LeanProcess
 
 
 def start_fork_server(fork: bool = False) -> None:
@@ -182,8 +215,8 @@ class JobProcess:
         from .jobprocess import serve  # lazy: worker start-up time (see the module)
 
         self.conn, child_end = _CTX.Pipe()
-        self.process = _CTX.Process(target=serve, args=(child_end, settings, runtime),
-                                    name="cronjobs-job", daemon=True)
+        self.process = _lean_process()(target=serve, args=(child_end, settings, runtime),
+                                          name="cronjobs-job", daemon=True)
         with _LOCK:
             self.process.start()
             _LIVE.add(id(self))

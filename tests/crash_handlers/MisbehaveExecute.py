@@ -1,7 +1,8 @@
 """Test handler that misbehaves as `payload["do"]` says: `exit` (its job process exits with
 status 3), `sleep` (a blocking `time.sleep(payload["seconds"])`), `deaf` (ignores SIGALRM,
 then sleeps: only SIGKILL stops it), `log` (logs `payload["line"]` as a warning of logger
-`test.misbehave`); anything else returns True."""
+`test.misbehave`), `facts` (returns whether it runs with the fork server's preloaded App,
+its pid and multiprocessing's name of its process); anything else returns True."""
 
 import logging
 import os
@@ -18,6 +19,13 @@ class MisbehaveExecute(CronJobHandler):
 
     def handle(self, payload, job):
         do = payload.get("do")
+        if do == "facts":  # how this job process runs jobs (tests/test_lean_start.py)
+            from multiprocessing import current_process
+
+            from cronjobs.jobprocess import preloaded
+            return {"success": True, "result": {
+                "preloaded_app": preloaded() is self.context.app, "pid": os.getpid(),
+                "process_name": current_process().name}}
         if do == "log":
             logging.getLogger("test.misbehave").warning(payload["line"])
         if do == "exit":
