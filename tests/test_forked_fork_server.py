@@ -3,22 +3,26 @@ processes on MariaDB + Redis): named `cj-forkserver` for `ps`, its job processes
 rows, a SIGTERM meant for the worker (`pkill -f 'cronjobs worker'` matches the copied
 command line) leaves it serving, it ends with the worker, and one killed is replaced by
 the stock fork server (a row sent to one of its dead job processes runs again at once);
-`--processes 2` forks one per child, and its children share the one resource tracker the
-command started, which ends (reaped) when their fork servers retire. A process that
-already runs threads never forks it."""
+`--processes 2` forks one per child. No resource tracker runs for the children, their
+fork servers or job processes; a job process that leaks a shared-memory segment has it
+unlinked by a tracker of its own when it dies. A process that already runs threads never
+forks it."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 
 import psutil
 import pytest
 
-from conftest import REDIS, effect_rows
+from conftest import REDIS, SAMPLE_HANDLERS, effect_rows
 from cronjobs import queue
 from cronjobs.forkedserver import fork_fork_server
 from test_job_processes_on_demand import _fork_servers
+from test_job_slots import CRASH_HANDLERS, MISBEHAVE
 from test_worker_children import alive, children, is_tracker, running
 from test_worker_e2e import RECORD, _stop, _tail, all_completed, job_rows, wait_for
 
@@ -109,27 +113,51 @@ def _trackers(pid: int) -> list[psutil.Process]:
 
 @MARIADB
 @pytest.mark.slow
-def test_the_children_share_the_commands_resource_tracker_until_their_fork_servers_retire(
+def test_no_resource_tracker_runs_for_the_children_their_fork_servers_or_job_processes(
         make_app, db_url, namespace, tmp_path):
+    # multiprocessing's tracker is a Python interpreter of its own (~6.8 MB of PSS); the
+    # command makes a stand-in (`runner.skip_resource_tracker`) that its children inherit,
+    # with their forked fork servers, and the stock ones started after those retired.
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
     with running(db_url, namespace, log, ("--processes", "2", "--slots", "2"),
                  CRONJOBS_JOB_PROCESS_IDLE_SECONDS="1") as proc:
         kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
                         "two children", proc, log)
-        _run_rows(app, proc, log, 0, 8)
-        [tracker] = _trackers(proc.pid)  # one, the command's: no child started its own
-        assert tracker.ppid() == proc.pid
-        # Both fork servers retire after 1 s idle; each child closes its end of the tracker,
-        # which then ends and is reaped by the command (no zombie left).
+        used = _run_rows(app, proc, log, 0, 8)
+        servers = [s for k in kids for s in _fork_servers(k.pid)]
+        assert [s.name() for s in servers] == ["cj-forkserver"] * 2
+        assert used <= {c.pid for s in servers for c in s.children()}
+        assert _trackers(proc.pid) == []
         wait_for(lambda: not any(_fork_servers(k.pid) for k in kids), 30,
                  "the fork servers retired", proc, log)
-        wait_for(lambda: not _trackers(proc.pid), 10, "the tracker ended and reaped", proc, log)
-        # Later job processes: a stock fork server and a tracker of each child's own.
-        used = _run_rows(app, proc, log, 8, 8)
+        used = _run_rows(app, proc, log, 8, 8)  # stock fork servers now
         servers = [s for k in kids for s in _fork_servers(k.pid)]
+        assert servers and all(s.name() != "cj-forkserver" for s in servers)
         assert used <= {c.pid for s in servers for c in s.children()}
-        assert {t.ppid() for t in _trackers(proc.pid)} <= {k.pid for k in kids}
+        assert _trackers(proc.pid) == []
+        assert _stop(proc) == 0, _tail(log)
+
+
+@MARIADB
+def test_a_job_process_that_leaks_a_shared_memory_segment_has_it_unlinked_when_it_dies(
+        make_app, db_url, namespace, tmp_path):
+    # What the shared tracker did at the worker's end, the job process's own tracker
+    # (started when its handler registered the segment) does when that process ends.
+    app = make_app(broker_url=REDIS, handler_paths=(SAMPLE_HANDLERS, CRASH_HANDLERS))
+    log = tmp_path / "worker.log"
+    name = f"cj-test-{namespace}"
+    env = {"CRONJOBS_HANDLER_PATHS": os.pathsep.join((SAMPLE_HANDLERS, CRASH_HANDLERS))}
+    with running(db_url, namespace, log, ("--slots", "2"), **env) as proc, \
+            contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: os.path.exists(f"/dev/shm/{name}")
+                         and os.unlink(f"/dev/shm/{name}"))  # whatever happens
+        job_id = queue.dispatch(MISBEHAVE, {"do": "leak", "name": name}, app=app)
+        wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "failed", 30,
+                 "the job's process died", proc, log)
+        wait_for(lambda: not os.path.exists(f"/dev/shm/{name}"), 10,
+                 "the segment unlinked while the worker runs", proc, log)
+        assert _trackers(proc.pid) == []  # that tracker ended with its job process
         assert _stop(proc) == 0, _tail(log)
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from .jobprocess import signal_on_parent_death
-from .runner import release_resource_tracker
 from .worker import Signals, _restart_pause
 
 log = logging.getLogger("cronjobs.worker")
@@ -32,8 +31,8 @@ def run_children(child: Callable[[Signals], int], processes: int,
     by `signals`) and exits with what it returned. A child that exits 0 (recycled) is
     replaced at once; one that fails is started again after a pause growing to 30 s (back
     to 1 s when it had run for `HEALTHY_SECONDS`). SIGTERM/SIGINT are passed on; returns 0
-    once all ended. The first children share the resource tracker this process started
-    (`runner.start_resource_tracker`, `_SharedTracker`).
+    once all ended. No child starts multiprocessing's resource tracker: they inherit the
+    stand-in this process made (`runner.skip_resource_tracker`).
 
     Args:
         child: what a child runs, given the child's own `Signals`; returns its exit code.
@@ -44,7 +43,6 @@ def run_children(child: Callable[[Signals], int], processes: int,
     stop = stop or signals.stop
     fork = multiprocessing.get_context("fork")
     gc.freeze()  # what the children inherit is never scanned (nor copied) by their collector
-    tracker = _SharedTracker()
     children: list[multiprocessing.process.BaseProcess | None] = [None] * processes
     failures, restart_at, started_at = [0] * processes, [0.0] * processes, [0.0] * processes
     while not stop.is_set():
@@ -67,37 +65,9 @@ def run_children(child: Callable[[Signals], int], processes: int,
                                            name=f"cronjobs worker {i + 1}/{processes}")
                 children[i].start()
                 started_at[i] = time.monotonic()
-        tracker.tend()
         stop.wait(0.2)
     _stop_children([p for p in children if p is not None and p.exitcode is None], signals)
     return 0
-
-
-class _SharedTracker:
-    """multiprocessing's resource tracker, when this process started it: the children
-    forked first hold ends of its pipe, so this process closes its own once they run; the
-    tracker ends with the children's last end (their fork servers retired or they ended),
-    and this process reaps it then. Children forked later start their own."""
-
-    def __init__(self) -> None:
-        self.released = False
-        self.pid: int | None = None
-
-    def tend(self) -> None:
-        """Called after each round of starts: release it the first time, then reap it once
-        it has ended."""
-        if not self.released:
-            self.pid, self.released = release_resource_tracker(), True
-        elif self.pid is not None and _ended(self.pid):
-            self.pid = None
-
-
-def _ended(pid: int) -> bool:
-    """Reap `pid`, a child of this process, if it has ended; whether it has."""
-    try:
-        return os.waitpid(pid, os.WNOHANG)[0] == pid
-    except ChildProcessError:
-        return True
 
 
 def _stop_children(living: list, signals: Signals | None) -> None:

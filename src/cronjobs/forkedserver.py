@@ -37,8 +37,9 @@ def fork_fork_server() -> bool:
     Call it after the imports the job processes need and before any thread starts: the
     fork server is a copy of this process at this moment. It builds the App of the
     environment's settings and serves multiprocessing's fork requests until this process
-    ends or stops it. multiprocessing's resource tracker is started first, as for the
-    stock fork server.
+    ends or stops it. multiprocessing's resource tracker is made sure of first, as for the
+    stock fork server (the stand-in of `runner.skip_resource_tracker`, which
+    `start_fork_server` sets, starts nothing).
 
     Returns:
         True when the fork server was forked; False when it was not (another thread runs,

@@ -34,6 +34,7 @@ import os
 import pickle
 import pkgutil
 import signal
+import stat
 import struct
 import sys
 from multiprocessing import forkserver, process, reduction, resource_tracker, spawn, util
@@ -107,6 +108,16 @@ def preload() -> None:
     gc.freeze()
 
 
+def is_stand_in_tracker(fd: int) -> bool:
+    """Whether `fd`, multiprocessing's resource tracker of this process, is the stand-in
+    of `runner.skip_resource_tracker` (`/dev/null`, a character device; a tracker's is a
+    pipe)."""
+    try:
+        return stat.S_ISCHR(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
 def settings_key(settings: Settings) -> bytes:
     """Bytes that are equal for settings of equal values, in any process: the pickle of
     their values in field order (the pickle of the model itself holds the set of fields
@@ -124,15 +135,19 @@ def _serve_one(child_r: int, fds: list[int], unused_fds: list[int],
     the settings' key (`settings_key`) and unpickles the settings only when it differs
     from the fork server's, and the runtime only in `cronjobs serve`. Any other
     process asked of this fork server (a thread handler of the worker that uses
-    multiprocessing's forkserver context) starts the stock way. Returns the exit code."""
+    multiprocessing's forkserver context) starts the stock way. Either drops the stand-in
+    of a resource tracker (`runner.skip_resource_tracker`): a process that registers a
+    resource starts a tracker of its own. Returns the exit code."""
     signal.set_wakeup_fd(-1)
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
     for fd in unused_fds:
         os.close(fd)
-    server = forkserver._forkserver
-    (server._forkserver_alive_fd, resource_tracker._resource_tracker._fd,
-     *server._inherited_fds) = fds
+    server, tracker = forkserver._forkserver, resource_tracker._resource_tracker
+    (server._forkserver_alive_fd, tracker._fd, *server._inherited_fds) = fds
+    if is_stand_in_tracker(tracker._fd):  # the worker runs none: this process, if it must
+        os.close(tracker._fd)
+        tracker._fd = None
     source = os.fdopen(child_r, "rb", closefd=True)
     head = source.read(len(LEAN_START))
     if head != LEAN_START:

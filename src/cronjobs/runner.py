@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .handler import Job
 
 __all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
-           "release_resource_tracker", "start_fork_server", "start_resource_tracker",
+           "release_resource_tracker", "skip_resource_tracker", "start_fork_server",
            "stop_fork_server"]
 
 _CTX = multiprocessing.get_context("forkserver")
@@ -71,6 +71,7 @@ def _lean_process() -> type[multiprocessing.Process]:
         def _launch(self, process_obj: multiprocessing.Process) -> None:
             child_end, settings, runtime = process_obj._args
             parts = (settings_key(settings), pickle.dumps(settings), pickle.dumps(runtime))
+            skip_resource_tracker()  # also after `stop_fork_server` released a real one
             self._fds.append(child_end.fileno())
             self.sentinel, w = forkserver.connect_to_new_process(self._fds)
             self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel,))
@@ -102,15 +103,17 @@ def start_fork_server(fork: bool = False) -> None:
     from .forkedserver import fork_fork_server
 
     _main_as_module()
+    skip_resource_tracker()
     if not (fork and fork_fork_server()):
         forkserver.ensure_running()
 
 
 def stop_fork_server() -> bool:
     """Stop the fork server when no job process of this process lives (a job process dies
-    with the fork server, its parent), and with it multiprocessing's resource tracker
-    (~6 MB; of a `--processes N` child, its end of the parent's tracker, which ends with
-    the last end); the next job process starts both again.
+    with the fork server, its parent), and with it multiprocessing's resource tracker when
+    one runs (one started before `skip_resource_tracker`, or by a process of this process
+    that is not a job process; of a `--processes N` child, its end of the parent's); the
+    next job process starts the fork server again.
 
     Returns:
         True when it was running and has stopped.
@@ -122,26 +125,39 @@ def stop_fork_server() -> bool:
         if _LIVE or server._forkserver_pid is None:
             return False
         server._stop()  # closes its "alive" pipe: it exits; reaped here
+        from .jobprocess import is_stand_in_tracker
+
         tracker = resource_tracker._resource_tracker
-        if tracker._fd is not None and (tracker._pid is None or not _is_child(tracker._pid)):
+        if tracker._fd is None or is_stand_in_tracker(tracker._fd):
+            pass  # none, or the stand-in of `skip_resource_tracker`: kept
+        elif tracker._pid is None or not _is_child(tracker._pid):
             release_resource_tracker()  # the `--processes N` parent's: it ends with the last
         else:
             tracker._stop()  # this process's: closes its pipe, reaps it
         return True
 
 
-def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker now, unless it runs, and return at once.
+def skip_resource_tracker() -> None:
+    """Spare this process multiprocessing's resource tracker, unless one runs already: a
+    Python interpreter of its own (~6.8 MB of PSS) that multiprocessing starts with the
+    fork server and hands to every process the fork server starts, to unlink the named
+    semaphores and shared-memory segments they registered and leaked, once all of them
+    have ended.
 
-    The fork server needs it (it hands it to every job process) and would start it; it is
-    a new interpreter (~50 ms of CPU), so `cronjobs worker` starts it first, before it
-    imports the worker's code: it starts on the other core meanwhile. The children of
-    `worker --processes N` forked afterwards share it, as multiprocessing's forked
-    children share their parent's; `stop_fork_server` then closes only the child's end.
+    Neither the worker nor its job processes register any; a handler may. This process's
+    tracker becomes `/dev/null` (multiprocessing sees one that runs, and what it is told
+    goes nowhere); a job process handed it drops it (`jobprocess._serve_one`), so a job
+    whose handler registers such a resource starts a tracker of its own, which unlinks
+    what is left when that job process ends (also killed at MAX_RUNTIME), not when the
+    worker does. Resources registered by the worker process itself (a thread handler's)
+    are not tracked. Forked children (`--processes N`) inherit the stand-in.
     """
     from multiprocessing import resource_tracker
 
-    resource_tracker.ensure_running()
+    tracker = resource_tracker._resource_tracker
+    with tracker._lock:
+        if tracker._fd is None:
+            tracker._fd, tracker._pid = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC), None
 
 
 def release_resource_tracker() -> int | None:

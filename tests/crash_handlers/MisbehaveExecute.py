@@ -1,7 +1,8 @@
 """Test handler that misbehaves as `payload["do"]` says: `exit` (its job process exits with
 status 3), `sleep` (a blocking `time.sleep(payload["seconds"])`), `deaf` (ignores SIGALRM,
 then sleeps: only SIGKILL stops it), `log` (logs `payload["line"]` as a warning of logger
-`test.misbehave`), `facts` (returns whether it runs with the fork server's preloaded App,
+`test.misbehave`), `leak` (creates the shared-memory segment `payload["name"]`, then
+exits as `exit` does), `facts` (returns whether it runs with the fork server's preloaded App,
 its pid and multiprocessing's name of its process); anything else returns True."""
 
 import logging
@@ -28,6 +29,11 @@ class MisbehaveExecute(CronJobHandler):
                 "process_name": current_process().name}}
         if do == "log":
             logging.getLogger("test.misbehave").warning(payload["line"])
+        if do == "leak":  # a shared-memory segment left behind by a process that dies
+            from multiprocessing import shared_memory
+
+            shared_memory.SharedMemory(name=payload["name"], create=True, size=4096)
+            os._exit(3)
         if do == "exit":
             os._exit(3)
         if do == "deaf":

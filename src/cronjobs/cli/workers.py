@@ -54,9 +54,9 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     slots = _slots(slots, threads, 8)
     if burst:
         _burst_usage(processes, max_jobs, memory_limit, time_limit)
-    from ..runner import start_fork_server, start_resource_tracker
+    from ..runner import skip_resource_tracker, start_fork_server
 
-    start_resource_tracker()  # a new interpreter: it starts on the other core meanwhile
+    skip_resource_tracker()  # before `--processes N` forks: the children inherit it
     from .. import logs  # lazy: CLI start-up time
     from ..children import run_children
     from ..worker import Limits, connections_needed, run_worker
