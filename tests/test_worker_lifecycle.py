@@ -185,3 +185,84 @@ def test_heartbeats_and_workers_command(make_app, db_url, namespace, tmp_path):
     files = list((tmp_path / "logs").glob("workers-*.log"))
     assert len(files) == 1 and files[0].name == f"workers-{datetime.now(UTC):%Y-%m-%d}.log"
     assert "job 1 finish type=test.record.execute status=completed" in files[0].read_text()
+
+
+class FreezingProxy:
+    """A TCP proxy to `target` that can freeze: from `freeze()` on it forwards nothing in
+    either direction and accepts connections it never answers — a database server that
+    hangs (stopped, or a network that drops packets) while its port stays open."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import threading
+
+        self.target, self.frozen = target, threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self._held:
+            sock.close()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self._held.append(client)
+            if self.frozen.is_set():
+                continue
+            upstream = socket.create_connection(self.target)
+            self._held.append(upstream)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data or self.frozen.is_set():
+                return  # frozen: what came is dropped, and nothing more is read
+            try:
+                sink.sendall(data)
+            except OSError:
+                return
+
+
+def test_sigterm_stops_a_worker_whose_database_hangs(make_app, db_url, namespace, tmp_path):
+    # A server that accepts connections and never answers kept a stopping worker in the
+    # removal of its heartbeat for ever (no read timeout reaches every driver): it waits
+    # 5 s for it now, logs that it could not, and exits.
+    app = make_app(broker_url=REDIS)
+    proxy = FreezingProxy(("127.0.0.1", 3306))
+    url = db_url.replace("127.0.0.1:3306", f"127.0.0.1:{proxy.port}")
+    log = tmp_path / "worker.log"
+    env = cli_env(url, namespace, broker_url=REDIS, CRONJOBS_LOG_LEVEL="INFO")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cronjobs", "worker", "--slots", "2"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        job_id = queue.dispatch(RECORD, {"tag": "before"}, app=app)
+        wait_for(lambda: queue.get(job_id, ["status"], app=app)["status"] == "completed", 30,
+                 "a job through the proxy", proc, log)
+        proxy.freeze()
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, _tail(log)
+        assert time.monotonic() - started < 15, _tail(log)
+        assert "could not remove the heartbeat (no answer within 5 s)" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proxy.close()

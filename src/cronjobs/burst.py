@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 
 from . import heartbeat, store
@@ -198,28 +197,14 @@ class BurstWorker:
         while not (pool.emptied.is_set() or pool.failed.is_set() or signals.stop.is_set()):
             signals.stop.wait(0.05)
         if not pool.emptied.is_set():
-            self._stop(shutdown_timeout, signals.urgent)
-        if not pool.join(15):  # its loop waits for the database to take the last outcomes
-            log.warning("burst: the database did not come back within 15 s to take the last "
-                        "outcomes")
-        self.stopped.set()  # that wait ends: the loop closes its job processes
-        pool.join(5)
+            cut = pool.drain(shutdown_timeout, signals.urgent)
+            if cut:
+                log.warning("burst stopped: job(s) cut off, back to pending: %s", cut)
+        pool.close("burst")
         self.housekeeper.stop()
-        try:
-            heartbeat.forget(self.app, self.executor.worker_id)
-        except Exception as exc:
-            log.warning("could not remove the heartbeat (%s)", exc)
+        heartbeat.forget(self.app, self.executor.worker_id)
         return BurstReport(list(self.executor.reports), count_waiting(self.app, self.queues),
                            drained=pool.emptied.is_set())
-
-    def _stop(self, timeout_seconds: float, urgent: threading.Event) -> None:
-        self.pool.stop()
-        deadline = time.monotonic() + timeout_seconds
-        while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
-            time.sleep(0.05)
-        if self.pool.busy():
-            log.warning("burst stopped: job(s) cut off, back to pending: %s",
-                        self.pool.cut_off())
 
 
 def run_burst(app: App, queues: list[str], slots: int = 8, *, shutdown_timeout: float = 30,

@@ -6,15 +6,20 @@ view is the same from every host, whatever its clock says.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass
 
 from . import limits, store
 from .app import App
+from .bounded import within
 from .db import run_in_transaction
 
+log = logging.getLogger("cronjobs.worker")
+
 HEARTBEAT_SECONDS = 10
+FORGET_SECONDS = 5.0  # how long a stopping worker waits to remove its heartbeat
 LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 
 
@@ -54,9 +59,19 @@ def parse_job_slots(text: str | None) -> dict[int, int]:
     return out
 
 
-def forget(app: App, worker_id: str) -> None:
-    """Remove the heartbeat of a worker that stops cleanly."""
-    run_in_transaction(app.engine, lambda c: store.forget(c, worker_id))
+def forget(app: App, worker_id: str, timeout_seconds: float = FORGET_SECONDS) -> bool:
+    """Remove the heartbeat of a worker that stops cleanly, waiting at most
+    `timeout_seconds`: a database that accepts connections but never answers (a hung
+    server; no read timeout reaches every driver) must not keep a stopping worker from
+    exiting. Never raises: a failure or the timeout is logged (the row then ages into
+    the dead workers, which `cleanup` removes). Returns True when the row was removed."""
+    try:
+        within(timeout_seconds, lambda: run_in_transaction(
+            app.engine, lambda c: store.forget(c, worker_id)), name="cronjobs-forget")
+        return True
+    except Exception as exc:  # Late too
+        log.warning("could not remove the heartbeat (%s)", exc)
+        return False
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,36 @@ class SlotPool:
         self._stopping.set()
         self._wake()
 
+    def drain(self, timeout_seconds: float, urgent: threading.Event | None = None,
+              recycle_reason: str | None = None) -> list[int]:
+        """Claim nothing more (`stop`), let the running jobs finish for up to
+        `timeout_seconds` (until `urgent` is set, if sooner), then cut off the rest
+        (`cut_off`, with `recycle_reason`). Returns the ids cut off."""
+        self.stop()
+        deadline = time.monotonic() + timeout_seconds
+        while self.busy() and time.monotonic() < deadline \
+                and not (urgent is not None and urgent.is_set()):
+            time.sleep(0.05)
+        # Also when nothing looks busy: a job whose process is still starting (the fork
+        # server loading) is cut off as soon as it is sent.
+        return self.cut_off(recycle_reason)
+
+    def close(self, who: str) -> None:
+        """After `drain` (or once emptied): wait up to 15 s for the loop to write the last
+        outcomes (a database that is down), then set `stopped`, which ends that wait, and
+        give the loop 5 s more to close its job processes. `who` begins the warnings
+        (`"shutdown"`, `"burst"`)."""
+        if not self.join(15):
+            running = self.running_ids()
+            if running:
+                log.warning("%s: job(s) of thread handlers still running end with the "
+                            "process: %s", who, running)
+            else:  # the loop waits for the database to write the last outcomes
+                log.warning("%s: the database did not come back within 15 s to take the "
+                            "last outcomes", who)
+        self._stopped.set()
+        self.join(5)
+
     def cut_off(self, recycle_reason: str | None = None) -> list[int]:
         """Kill the job processes of every running job (shutdown timeout reached) and
         return their ids. Stopped by a signal (a deploy), their rows go back to `pending`

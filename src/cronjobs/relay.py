@@ -18,11 +18,13 @@ from collections.abc import Callable
 
 from . import dispatching
 from .app import App
+from .bounded import within
 from .sweep import sweep
 
 log = logging.getLogger("cronjobs.worker")
 
 PASS_ON_SECONDS = 0.25  # a worker rung already passes a queue's doorbell on at most this often
+PUT_BACK_SECONDS = 5.0  # how long a stopping worker waits to learn which queues have due rows
 
 
 class Relay:
@@ -85,16 +87,16 @@ class Relay:
                 return
         dispatching.send(self.app, job_id, queue)
 
-    def put_back(self) -> list[str]:
+    def put_back(self, timeout_seconds: float = PUT_BACK_SECONDS) -> list[str]:
         """Once the consumer has stopped: send one doorbell for each queue held that
         still has due `pending` rows, for another worker (every held queue when the
-        database cannot say). Returns the queues rung."""
+        database cannot say within `timeout_seconds`). Returns the queues rung."""
         with self._lock:
             held, self._held = self._held or {}, None
         if not held:
             return []
         try:
-            queues = sweep(self.app, list(held), idle_seconds=0)
+            queues = within(timeout_seconds, lambda: sweep(self.app, list(held), idle_seconds=0))
         except Exception as exc:  # the database is down: ring them all, claims sort it out
             log.warning("could not read which queues still have due rows (%s); putting "
                         "back a doorbell for each of %s", exc, ", ".join(held))

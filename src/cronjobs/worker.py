@@ -289,16 +289,9 @@ class WorkerProcess:
         attempt, so a job that always outlives a limit ends `failed` instead of looping."""
         self.status = "stopping"
         self.accepting.clear()
-        urgent = urgent or threading.Event()
         self.consumer.stop(timeout=1000)  # the actor only rings: nothing to wait for
         self.relay.put_back()
-        self.pool.stop()
-        deadline = time.monotonic() + timeout_seconds
-        while self.pool.busy() and time.monotonic() < deadline and not urgent.is_set():
-            time.sleep(0.05)
-        # Also when nothing looks busy: a job whose process is still starting (the fork
-        # server loading) is cut off as soon as it is sent.
-        cut = self.pool.cut_off(self.recycle_reason)
+        cut = self.pool.drain(timeout_seconds, urgent, self.recycle_reason)
         if cut and self.recycle_reason:
             log.warning("recycling: %d job(s) still running after %.0f s cut off, attempt "
                         "used (retried with backoff, or failed): %s", len(cut),
@@ -306,24 +299,12 @@ class WorkerProcess:
         elif cut:
             log.warning("shutdown: %d job(s) still running after %.0f s cut off, back to "
                         "pending: %s", len(cut), timeout_seconds, cut)
-        if not self.pool.join(15):
-            running = self.pool.running_ids()
-            if running:
-                log.warning("shutdown: job(s) of thread handlers still running end with the "
-                            "process: %s", running)
-            else:  # the loop waits for the database to write the last outcomes
-                log.warning("shutdown: the database did not come back within 15 s to take "
-                            "the last outcomes")
-        self.stopped.set()  # that wait ends: the loop closes its job processes
-        self.pool.join(5)
+        self.pool.close("shutdown")
         self.housekeeper.stop()
         log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
                  self.executor.worker_id, self.executor.jobs_done, self.pool.claims,
                  self.pool.commits)
-        try:
-            heartbeat.forget(self.app, self.executor.worker_id)
-        except Exception as exc:
-            log.warning("could not remove the heartbeat (%s)", exc)
+        heartbeat.forget(self.app, self.executor.worker_id)
 
 
 def run_worker(app: App, queues: list[str], slots: int = 8, *, limits: Limits = Limits(),
