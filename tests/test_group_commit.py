@@ -144,6 +144,45 @@ def test_while_the_database_is_down_a_stopping_worker_waits_for_outcomes_not_cla
     assert not write.is_alive() and commit.waiting() == 0
 
 
+def test_from_the_stop_a_worker_tries_its_last_outcomes_every_second(make_app, monkeypatch):
+    # An outage's back-off grows (3 s, 6 s, ... 60 s): a database back a moment after the
+    # SIGTERM waited for the next try, often after the worker's last 15 s, and those rows
+    # ran again after recover-stale. From the stop on, every STOPPING_RETRY_SECONDS.
+    import time
+
+    from cronjobs import groupcommit
+    from cronjobs.errors import DatabaseUnavailable
+
+    app = make_app(clock=FrozenClock(T0))
+    queue.dispatch("test.shape.execute", {"shape": "true"})
+    executor = Executor(app, "host:1")
+    stopped, stopping = threading.Event(), threading.Event()
+    commit = GroupCommit(executor, 4, stopped, stopping=stopping, timer=Timer())
+    (claimed,), _ = commit.cycle([("default", 1)])
+    real, back, tries = groupcommit.run_in_transaction, threading.Event(), []
+
+    def flaky(engine, work):
+        tries.append(time.monotonic())
+        if not back.is_set():
+            raise DatabaseUnavailable("database unavailable: connection refused")
+        return real(engine, work)
+
+    monkeypatch.setattr(groupcommit, "run_in_transaction", flaky)
+    commit.add(completed(executor, claimed))
+    write = threading.Thread(target=commit.cycle, args=([],))
+    write.start()
+    while len(tries) < 2:  # the first try, and the second 3 s later; the next is 6 s away
+        time.sleep(0.05)
+    stopping.set()
+    time.sleep(0.3)
+    back.set()  # the database is back just after the stop
+    write.join(2 * groupcommit.STOPPING_RETRY_SECONDS)
+    assert not write.is_alive(), tries
+    assert commit.waiting() == 0 and not stopped.is_set()
+    assert queue.get(claimed["id"], ["status"])["status"] == "completed"
+    assert len(tries) >= 4  # the one at the stop, and one a second later
+
+
 def test_a_transaction_retried_after_the_stop_writes_outcomes_and_claims_nothing(
         make_app, monkeypatch):
     # The database was down when the worker was told to stop: the transaction that gets

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 from sqlalchemy import Connection
 
@@ -31,6 +32,8 @@ from .finishing import Finish
 log = logging.getLogger("cronjobs.worker")
 
 BATCH_WINDOW_SECONDS = 0.005  # with a backlog, wait this long at most for a bigger batch
+STOPPING_RETRY_SECONDS = 1.0  # a stopping worker tries to write its last outcomes this often
+T = TypeVar("T")
 
 Wants = list[tuple[str, int]]  # (queue, rows to claim) per rung queue; all share one count
 
@@ -105,13 +108,10 @@ class GroupCommit:
             return [], set()
         self._plans = []
         try:
-            # Outcomes are waited for until the worker has stopped; a claim alone only
-            # until it stops taking rows (a stopping worker claims nothing anyway).
-            finals, rows, drained = retry_while_unavailable(
+            finals, rows, drained = self._retried(
                 lambda: run_in_transaction(self._engine,
                                            lambda conn: self._transaction(conn, plans, wants)),
-                "writing outcomes and claiming jobs", give_up_seconds=None,
-                stop=self._stopped if plans else self._stopping)
+                bool(plans))
         except DatabaseUnavailable:  # stopping while the database is down
             if plans:
                 log.error("%d outcome(s) not written (database unavailable while stopping); "
@@ -162,6 +162,29 @@ class GroupCommit:
             if len(got) < wanted and not self._executor.claim_policy.holding(conn, queue, now):
                 drained.add(queue)
         return rows, drained
+
+    def _retried(self, transaction: Callable[[], T], outcomes: bool) -> T:
+        """`transaction()`, tried again while the database is unavailable (back-off from 3 s
+        to 60 s). A claim alone is waited for only until the worker stops taking rows (a
+        stopping worker claims nothing anyway); outcomes until it has stopped, and from
+        the stop on every `STOPPING_RETRY_SECONDS`: a database back a moment after a
+        SIGTERM gets them within the worker's last 15 s, instead of after the outage's
+        back-off (up to 60 s), when their rows would have been run again.
+
+        Raises:
+            DatabaseUnavailable: still unavailable once the worker stopped (or, for a
+                claim alone, stops taking rows).
+        """
+        what = "writing outcomes and claiming jobs"
+        try:
+            return retry_while_unavailable(transaction, what, give_up_seconds=None,
+                                           stop=self._stopping)
+        except DatabaseUnavailable:
+            if not outcomes or self._stopped.is_set():
+                raise
+        return retry_while_unavailable(transaction, what, give_up_seconds=None,
+                                       stop=self._stopped, first_seconds=STOPPING_RETRY_SECONDS,
+                                       cap_seconds=STOPPING_RETRY_SECONDS)
 
     def _apart(self, plans: list[Finish], wants: Wants
                ) -> tuple[list[tuple[Finish, str]], list[dict], set[str]]:
