@@ -162,7 +162,10 @@ def _serve_one(child_r: int, fds: list[int], unused_fds: list[int],
         process.current_process().name = "cronjobs-job"  # as multiprocessing's start names it
         util._finalizer_registry.clear()  # what multiprocessing's start does, too
         util._run_after_forkers()
-        serve(Connection(server._inherited_fds[0]), settings, runtime)
+        try:
+            serve(Connection(server._inherited_fds[0]), settings, runtime)
+        finally:  # what multiprocessing's end of a process does: finalizers, children
+            util._exit_function()
         return 0
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1

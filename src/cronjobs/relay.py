@@ -73,8 +73,10 @@ class Relay:
         with self._lock:
             self._later.discard(queue)
             self._passed[queue] = time.monotonic()
-        if self._wanted(queue):  # else nobody needs it
+        if self._wanted(queue):
             dispatching.send(self.app, job_id, queue)
+        else:  # drained, or this worker stops: put back then if its queue has due rows
+            self.hold(queue, job_id)
 
     def hold(self, queue: str, job_id: int) -> None:
         """A doorbell (for row `job_id`) that reached this worker while it stops or

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .handler import Job
 
 __all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
-           "release_resource_tracker", "skip_resource_tracker", "start_fork_server",
+           "skip_resource_tracker", "start_fork_server",
            "stop_fork_server"]
 
 _CTX = multiprocessing.get_context("forkserver")
@@ -53,6 +53,7 @@ KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
 READY = "ready"  # what a job process sends once it can take jobs (`jobprocess.READY`)
 _LOCK = threading.Lock()  # job processes are not started while the fork server stops
 _LIVE: set[int] = set()  # ids of the JobProcess objects not yet killed, in this process
+_LEAN_SERVERS: set[int] = set()  # pids of the fork servers that take a lean start
 
 
 @functools.cache
@@ -62,16 +63,21 @@ def _lean_process() -> type[multiprocessing.Process]:
     pickle) and runtime instead of multiprocessing's preparation data and `Process`
     object (`jobprocess._serve_one` reads them), and is handed the child's end of the pipe. The
     rest (the pid, the exit code, the sentinel, kill and join) is multiprocessing's.
-    Made on first use: importing this module imports little."""
+    Where the fork server cannot take it (`_lean_server`), the stock start. Made on first
+    use: importing this module imports little."""
     from multiprocessing import forkserver, popen_forkserver, util
 
     from .jobprocess import LEAN_HEADER, LEAN_START, settings_key
 
     class LeanPopen(popen_forkserver.Popen):
         def _launch(self, process_obj: multiprocessing.Process) -> None:
+            if not _lean_server():  # the stock start, of a plain (picklable) Process
+                super()._launch(_CTX.Process(
+                    target=process_obj._target, args=process_obj._args,
+                    name=process_obj.name, daemon=process_obj.daemon))
+                return
             child_end, settings, runtime = process_obj._args
             parts = (settings_key(settings), pickle.dumps(settings), pickle.dumps(runtime))
-            skip_resource_tracker()  # also after `stop_fork_server` released a real one
             self._fds.append(child_end.fileno())
             self.sentinel, w = forkserver.connect_to_new_process(self._fds)
             self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel,))
@@ -85,6 +91,36 @@ def _lean_process() -> type[multiprocessing.Process]:
             return LeanPopen(process_obj)
 
     return LeanProcess
+
+
+def _ensure_fork_server() -> int:
+    """Start the fork server unless it runs (multiprocessing's own start); returns its
+    pid. One this process starts with `cronjobs.preload` in its preload list takes lean
+    starts (`_LEAN_SERVERS`); one a program started before, or with a list of its own,
+    does not."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    before = server._forkserver_pid
+    server.ensure_running()
+    pid = server._forkserver_pid
+    if pid != before and "cronjobs.preload" in (server._preload_modules or ()):
+        _LEAN_SERVERS.add(pid)
+    return pid
+
+
+def _lean_server() -> bool:
+    """Whether a job process can start lean: the fork server (started now if need be)
+    runs `jobprocess._serve_one`, and this process's main is the `cronjobs` command's. A
+    program's own main script may register handlers, which job processes get only from
+    multiprocessing's start, which imports that script again."""
+    import sys
+
+    skip_resource_tracker()
+    _main_as_module()
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return _ensure_fork_server() in _LEAN_SERVERS \
+        and getattr(spec, "name", None) == "cronjobs.__main__"
 
 
 def start_fork_server(fork: bool = False) -> None:
@@ -104,36 +140,29 @@ def start_fork_server(fork: bool = False) -> None:
 
     _main_as_module()
     skip_resource_tracker()
-    if not (fork and fork_fork_server()):
-        forkserver.ensure_running()
+    if fork and fork_fork_server():
+        _LEAN_SERVERS.add(forkserver._forkserver._forkserver_pid)
+    else:
+        _ensure_fork_server()
 
 
 def stop_fork_server() -> bool:
     """Stop the fork server when no job process of this process lives (a job process dies
-    with the fork server, its parent), and with it multiprocessing's resource tracker when
-    one runs (one started before `skip_resource_tracker`, or by a process of this process
-    that is not a job process; of a `--processes N` child, its end of the parent's); the
-    next job process starts the fork server again.
+    with the fork server, its parent); the next job process starts it again. A resource
+    tracker is left alone: none runs for the worker (`skip_resource_tracker`), and one
+    that runs was started by the program that runs the worker (stopping it unlinked that
+    program's live shared memory).
 
     Returns:
         True when it was running and has stopped.
     """
-    from multiprocessing import forkserver, resource_tracker
+    from multiprocessing import forkserver
 
     server = forkserver._forkserver  # the ones multiprocessing keeps per process
     with _LOCK:
         if _LIVE or server._forkserver_pid is None:
             return False
         server._stop()  # closes its "alive" pipe: it exits; reaped here
-        from .jobprocess import is_stand_in_tracker
-
-        tracker = resource_tracker._resource_tracker
-        if tracker._fd is None or is_stand_in_tracker(tracker._fd):
-            pass  # none, or the stand-in of `skip_resource_tracker`: kept
-        elif tracker._pid is None or not _is_child(tracker._pid):
-            release_resource_tracker()  # the `--processes N` parent's: it ends with the last
-        else:
-            tracker._stop()  # this process's: closes its pipe, reaps it
         return True
 
 
@@ -158,36 +187,6 @@ def skip_resource_tracker() -> None:
     with tracker._lock:
         if tracker._fd is None:
             tracker._fd, tracker._pid = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC), None
-
-
-def release_resource_tracker() -> int | None:
-    """Close this process's end of the resource tracker's pipe without waiting for it: it
-    ends once every process that holds an end has closed it (or ended). A later job
-    process of this process starts a tracker of its own.
-
-    Returns:
-        The tracker's pid when this process holds an end (the `--processes N` parent reaps
-        it with `os.waitpid` once it ends), else None.
-    """
-    from multiprocessing import resource_tracker
-
-    tracker = resource_tracker._resource_tracker
-    with tracker._lock:
-        fd, pid = tracker._fd, tracker._pid
-        if fd is None:
-            return None
-        tracker._fd = tracker._pid = None
-        os.close(fd)
-        return pid
-
-
-def _is_child(pid: int) -> bool:
-    """Whether `pid` is a child of this process (looked at, not reaped)."""
-    try:
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
 
 
 def _main_as_module() -> None:
