@@ -173,11 +173,7 @@ def _serve_one(child_r: int, fds: list[int], unused_fds: list[int],
         sys.excepthook(*sys.exc_info())
         return 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
+        util._flush_std_streams()
 
 
 def _stock_start(head: bytes, source: io.BufferedReader) -> int:
