@@ -113,17 +113,24 @@ def test_a_backlog_holds_a_small_batch_for_the_window_only(make_app):
     assert not commit.holding(free=1, stopping=False)
 
 
-def test_while_the_database_is_down_a_stopping_worker_waits_for_outcomes_not_claims(
-        make_app, monkeypatch):
-    from cronjobs import groupcommit
-    from cronjobs.errors import DatabaseUnavailable
-
+def stopping_commit(make_app):
+    """A group commit with one row claimed, and the worker's `stopped` and `stopping`
+    events: `(executor, commit, claimed row, stopped, stopping)`."""
     app = make_app(clock=FrozenClock(T0))
     queue.dispatch("test.shape.execute", {"shape": "true"})
     executor = Executor(app, "host:1")
     stopped, stopping = threading.Event(), threading.Event()
     commit = GroupCommit(executor, 4, stopped, stopping=stopping, timer=Timer())
     (claimed,), _ = commit.cycle([("default", 1)])
+    return executor, commit, claimed, stopped, stopping
+
+
+def test_while_the_database_is_down_a_stopping_worker_waits_for_outcomes_not_claims(
+        make_app, monkeypatch):
+    from cronjobs import groupcommit
+    from cronjobs.errors import DatabaseUnavailable
+
+    executor, commit, claimed, stopped, stopping = stopping_commit(make_app)
 
     def down(engine, work):
         raise DatabaseUnavailable("database unavailable: connection refused")
@@ -153,12 +160,7 @@ def test_from_the_stop_a_worker_tries_its_last_outcomes_every_second(make_app, m
     from cronjobs import groupcommit
     from cronjobs.errors import DatabaseUnavailable
 
-    app = make_app(clock=FrozenClock(T0))
-    queue.dispatch("test.shape.execute", {"shape": "true"})
-    executor = Executor(app, "host:1")
-    stopped, stopping = threading.Event(), threading.Event()
-    commit = GroupCommit(executor, 4, stopped, stopping=stopping, timer=Timer())
-    (claimed,), _ = commit.cycle([("default", 1)])
+    executor, commit, claimed, stopped, stopping = stopping_commit(make_app)
     real, back, tries = groupcommit.run_in_transaction, threading.Event(), []
 
     def flaky(engine, work):
