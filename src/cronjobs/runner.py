@@ -114,13 +114,21 @@ def _lean_server() -> bool:
     runs `jobprocess._serve_one`, and this process's main is the `cronjobs` command's. A
     program's own main script may register handlers, which job processes get only from
     multiprocessing's start, which imports that script again."""
+    command = _command_main()
+    if command:
+        skip_resource_tracker()
+    return _ensure_fork_server() in _LEAN_SERVERS and command
+
+
+def _command_main() -> bool:
+    """Whether this process runs a `cronjobs` command (its main is `cronjobs.__main__`,
+    also the console script's, once `_main_as_module` named it so). A program that runs a
+    worker from code keeps multiprocessing's resource tracker and its stock start."""
     import sys
 
-    skip_resource_tracker()
     _main_as_module()
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return _ensure_fork_server() in _LEAN_SERVERS \
-        and getattr(spec, "name", None) == "cronjobs.__main__"
+    return getattr(spec, "name", None) == "cronjobs.__main__"
 
 
 def start_fork_server(fork: bool = False) -> None:
@@ -138,8 +146,8 @@ def start_fork_server(fork: bool = False) -> None:
 
     from .forkedserver import fork_fork_server
 
-    _main_as_module()
-    skip_resource_tracker()
+    if _command_main():
+        skip_resource_tracker()
     if fork and fork_fork_server():
         _LEAN_SERVERS.add(forkserver._forkserver._forkserver_pid)
     else:
@@ -179,7 +187,9 @@ def skip_resource_tracker() -> None:
     whose handler registers such a resource starts a tracker of its own, which unlinks
     what is left when that job process ends (also killed at MAX_RUNTIME), not when the
     worker does. Resources registered by the worker process itself (a thread handler's)
-    are not tracked. Forked children (`--processes N`) inherit the stand-in.
+    are not tracked. Forked children (`--processes N`) inherit the stand-in. The
+    `cronjobs` commands call it; a program that runs a worker from code keeps
+    multiprocessing's tracker (its own resources may rely on it).
     """
     from multiprocessing import resource_tracker
 
