@@ -55,6 +55,7 @@ READY = "ready"  # what a job process sends once it can take jobs (`runner.READY
 # How a lean start (`runner`'s `_LeanPopen`) begins; multiprocessing's own start is a
 # pickle (b"\x80..."), so the fork server tells them apart by the first bytes.
 LEAN_START = b"cronjobs-job\0"
+LEAN_PYTHON = sys.version_info < (3, 14)  # multiprocessing's fork-server layout it relies on
 LEAN_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
 
 
@@ -104,7 +105,8 @@ def preload() -> None:
         except Exception:  # never the fork server's end: each job process sets up its own
             pass
     _libc()
-    forkserver._serve_one = _serve_one  # this process is a fork server: its loop calls it
+    if LEAN_PYTHON:  # this process is a fork server: its loop calls it
+        forkserver._serve_one = _serve_one
     gc.freeze()
 
 

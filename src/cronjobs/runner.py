@@ -114,10 +114,12 @@ def _lean_server() -> bool:
     runs `jobprocess._serve_one`, and this process's main is the `cronjobs` command's. A
     program's own main script may register handlers, which job processes get only from
     multiprocessing's start, which imports that script again."""
+    from .jobprocess import LEAN_PYTHON
+
     command = _command_main()
     if command:
         skip_resource_tracker()
-    return _ensure_fork_server() in _LEAN_SERVERS and command
+    return _ensure_fork_server() in _LEAN_SERVERS and command and LEAN_PYTHON
 
 
 def _command_main() -> bool:
