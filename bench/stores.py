@@ -107,7 +107,7 @@ def _create_database(admin: sa.Engine, name: str) -> None:
 
 def migrate_to_head(url: str) -> None:
     """Create the cronjobs tables in the database of `url` (Alembic upgrade head)."""
-    from cronjobs.db import make_engine
+    from cronjobs.engines import make_engine
     from cronjobs.migrate import upgrade
 
     engine = make_engine(url)

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import cli_env, new_database
-from cronjobs.db import make_engine
+from cronjobs.engines import make_engine
 from cronjobs.migrate import pending
 from cronjobs.models import cronjob_queue as q
 from dashboard_helpers import add_rows

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from conftest import cli_env, new_database
 from cronjobs.clock import utcnow
-from cronjobs.db import make_engine
+from cronjobs.engines import make_engine
 from cronjobs.migrate import upgrade
 from cronjobs.models import cronjob_queue as q
 from dashboard_process import Dashboard

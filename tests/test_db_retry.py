@@ -9,7 +9,8 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from cronjobs.db import make_engine, retry_while_unavailable, run_in_transaction
+from cronjobs.db import retry_while_unavailable, run_in_transaction
+from cronjobs.engines import make_engine
 from cronjobs.errors import DatabaseRefused, DatabaseUnavailable, StoreError
 from cronjobs.worker import _restart_pause
 

@@ -275,16 +275,18 @@ def test_ids_are_never_reused(make_app):
 
 def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(make_app):
     """Keyed dispatch on a connection in autocommit mode: the INSERT commits itself (no
-    BEGIN, no COMMIT round trip); a taken key still gives its holder's id. SQLite (in
-    process) keeps the transaction."""
+    BEGIN, no COMMIT round trip); a taken key still gives its holder's id. SQLite: the
+    same pool, without the BEGIN IMMEDIATE its transactions start with."""
     app = make_app()
     dialect = app.engine.dialect.name
-    on_insert = []
+    on_insert, statements = [], []
 
     def seen(conn, _cursor, statement, *_args):
+        statements.append(statement.split()[0])
         if statement.startswith("INSERT"):
             dbapi = conn.connection.dbapi_connection
             on_insert.append(dbapi.get_autocommit() if dialect == "mysql"
+                             else not dbapi.in_transaction if dialect == "sqlite"
                              else getattr(dbapi, "autocommit", None))
 
     sa.event.listen(app.autocommit_engine, "before_cursor_execute", seen)
@@ -296,10 +298,15 @@ def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(m
         ids = conn.exec_driver_sql("SELECT id FROM cronjob_queue ORDER BY id").scalars().all()
     other.dispose()
     assert ids == [first, second]
-    if dialect == "sqlite":
-        assert app.autocommit_engine is app.engine
-        return
     assert len(on_insert) == 3
+    if dialect == "sqlite":  # no transaction open at the INSERT: it commits itself
+        assert on_insert == [True] * 3 and "BEGIN" not in statements
+        statements.clear()
+        sa.event.listen(app.engine, "before_cursor_execute", seen)
+        with app.engine.begin() as conn:  # the App's other transactions keep their BEGIN
+            conn.exec_driver_sql("SELECT 1")
+        assert statements == ["BEGIN", "SELECT"]
+        return
     if dialect == "postgresql":  # psycopg: autocommit on the client, for that use only
         assert on_insert == [True] * 3
         with app.engine.connect() as conn:

@@ -8,11 +8,19 @@ worker holds its doorbells and puts them back once its consumer has stopped."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 
-from cronjobs.broker import DOORBELLS_PER_QUEUE, RING_GAP_SECONDS, ROWS_PER_RING, Broker, Doorbells
+from cronjobs.broker import (
+    DOORBELLS_PER_QUEUE,
+    RING_GAP_MAX_SECONDS,
+    RING_GAP_SECONDS,
+    ROWS_PER_RING,
+    Broker,
+    Doorbells,
+)
 
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 
@@ -65,12 +73,43 @@ def test_a_queue_rung_fast_gets_few_messages_and_one_rung_after_a_gap_goes_at_on
     assert ids[-1] == 300 and ids == sorted(ids)  # the newest row rings last
     # one message per 8 rings, one batch per gap: 300 rings, well under 100 messages
     assert len(sent) < 100, len(sent)
-    time.sleep(RING_GAP_SECONDS * 10)
+    time.sleep(RING_GAP_MAX_SECONDS * 2)
     arrived.clear()
     rung = time.monotonic()
     bells.put(301, "c", 0)
     assert arrived.wait(5) and sent[-1][0] == 301
     assert sent[-1][1] - rung < 0.5  # no gap to wait out: sent at once
+
+
+def test_the_gap_grows_while_a_queue_is_rung_in_a_tight_loop_and_shrinks_after_one_ring():
+    """Each batch that collected several rings doubles the queue's gap up to its maximum
+    (the sending thread wakes ~10x less often for a process dispatching in a loop); a
+    batch of one ring (rows rung a few ms apart) brings it back; queues are apart."""
+    sent: list[int] = []
+    times: list[float] = []
+
+    def put(job_id: int, queue: str, delay: float) -> None:
+        sent.append(job_id)
+        times.append(time.monotonic())
+
+    bells = Doorbells(put)
+    deadline = time.monotonic() + 0.5
+    job_id = 0
+    while time.monotonic() < deadline:  # ~0.5 s of rings 0.1 ms apart
+        job_id += 1
+        bells.put(job_id, "tight", 0)
+        time.sleep(0.0001)
+    assert bells.flush(10)
+    assert bells.gap_seconds("tight") == RING_GAP_MAX_SECONDS
+    assert bells.gap_seconds("other") == RING_GAP_SECONDS
+    # batches (messages sent back to back) at most one per maximum gap once it has grown:
+    # ~30 in 0.5 s, where a fixed gap of RING_GAP_SECONDS makes ~200
+    batches = 1 + sum(b - a > RING_GAP_SECONDS / 2 for a, b in itertools.pairwise(times))
+    assert sent[-1] == job_id and batches < 80, batches
+    time.sleep(RING_GAP_MAX_SECONDS * 2)
+    bells.put(job_id + 1, "tight", 0)  # alone, after a quiet gap: sent at once, a batch of one
+    assert bells.flush(10) and sent[-1] == job_id + 1
+    assert bells.gap_seconds("tight") == RING_GAP_SECONDS
 
 
 def test_ring_never_raises_with_the_broker_down_and_listeners_hear_it_at_once(caplog):

@@ -12,7 +12,7 @@ from conftest import MARIADB
 PROBE = f"""
 import sys
 import redis  # imports the cryptography package (cheap) to see whether it is installed
-from cronjobs.db import make_engine
+from cronjobs.engines import make_engine
 engine = make_engine({MARIADB + "/test"!r})
 with engine.connect() as conn:
     assert conn.exec_driver_sql("SELECT 1").scalar() == 1
@@ -21,7 +21,7 @@ print("cryptography loaded:", "cryptography.hazmat" in sys.modules)
 
 RSA = f"""
 import os, sys
-from cronjobs.db import make_engine
+from cronjobs.engines import make_engine
 make_engine({MARIADB + "/test"!r})
 assert "cryptography.hazmat" not in sys.modules
 from pymysql import _auth
@@ -64,7 +64,7 @@ def test_a_connection_to_a_server_without_tls_builds_no_tls_context(monkeypatch)
     import ssl
 
     from cronjobs import drivers
-    from cronjobs.db import make_engine
+    from cronjobs.engines import make_engine
 
     built = []
     monkeypatch.setattr(drivers, "_PREFERRED_TLS", [])

@@ -19,7 +19,7 @@ from cronsim import CronSim
 
 from conftest import SAMPLE_HANDLERS, cli_env, new_database
 from cronjobs.clock import FrozenClock
-from cronjobs.db import make_engine
+from cronjobs.engines import make_engine
 from cronjobs.migrate import upgrade
 from cronjobs.models import cronjob_queue, cronjob_slot
 from cronjobs.scheduler import tick

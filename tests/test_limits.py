@@ -148,7 +148,7 @@ def test_a_server_with_a_small_packet_limit_is_refused_at_connect(tmp_path):
     first connection with a one-line ConfigError instead."""
     import subprocess
 
-    from cronjobs.db import make_engine
+    from cronjobs.engines import make_engine
     from cronjobs.errors import ConfigError
     from test_faults import OwnMariaDB
 

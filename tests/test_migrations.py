@@ -10,7 +10,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from conftest import new_database
-from cronjobs.db import make_engine
+from cronjobs.engines import make_engine
 from cronjobs.migrate import current, downgrade, migrations_path, upgrade
 from cronjobs.models import metadata
 
