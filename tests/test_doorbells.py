@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 
+from cronjobs import broker as broker_module
 from cronjobs.broker import (
     DOORBELLS_PER_QUEUE,
     RING_GAP_MAX_SECONDS,
@@ -110,6 +111,28 @@ def test_the_gap_grows_while_a_queue_is_rung_in_a_tight_loop_and_shrinks_after_o
     bells.put(job_id + 1, "tight", 0)  # alone, after a quiet gap: sent at once, a batch of one
     assert bells.flush(10) and sent[-1] == job_id + 1
     assert bells.gap_seconds("tight") == RING_GAP_SECONDS
+
+
+def test_a_queue_rung_once_goes_at_once_while_the_thread_waits_out_another_queues_gap(
+        monkeypatch):
+    """Queue `busy` rung in a loop has grown its gap (here up to 2 s); a ring of `quiet`,
+    which had no message yet, is sent at once, not at the end of `busy`'s gap."""
+    monkeypatch.setattr(broker_module, "RING_GAP_MAX_SECONDS", 2.0)
+    sent: list[tuple[str, float]] = []
+    bells = Doorbells(lambda job_id, queue, delay: sent.append((queue, time.monotonic())))
+    job_id = 0
+    while bells.gap_seconds("busy") < 1.0:  # batches of several rings: 2, 4 ... 1,024 ms
+        job_id += 1
+        bells.put(job_id, "busy", 0)
+        time.sleep(0.0005)
+    job_id += 1
+    bells.put(job_id, "busy", 0)
+    time.sleep(0.1)  # the thread has woken for it and waits out busy's gap of >= 1 s
+    rung = time.monotonic()
+    bells.put(job_id + 1, "quiet", 0)
+    assert bells.flush(10)
+    [(_, quiet_at)] = [s for s in sent if s[0] == "quiet"]
+    assert quiet_at - rung < 0.5, quiet_at - rung
 
 
 def test_ring_never_raises_with_the_broker_down_and_listeners_hear_it_at_once(caplog):

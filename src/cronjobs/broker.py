@@ -202,7 +202,8 @@ class Doorbells:
     thread sends are sent as one message per `ROWS_PER_RING` rows rung (the latest row
     ids, at most `DOORBELLS_PER_QUEUE`), and a queue rung again within its gap after its
     last message waits out the gap first, collecting what comes meanwhile (a queue rung
-    after a quiet gap is sent at once: no added latency). The gap is `RING_GAP_SECONDS`;
+    after a quiet gap is sent at once, also while the thread waits out another queue's
+    gap: no added latency). The gap is `RING_GAP_SECONDS`;
     it doubles, up to `RING_GAP_MAX_SECONDS`, after each batch that collected more than
     one ring of the queue, and is back to `RING_GAP_SECONDS` after a batch of one: a
     process dispatching in a tight loop wakes this thread (a thread switch and a GIL
@@ -225,6 +226,7 @@ class Doorbells:
         self._later: list[tuple[int, str, float]] = []  # (job id, queue, monotonic due)
         self._sending = False
         self._idle = False  # the thread waits for a message (not out a gap, not sending)
+        self._until = 0.0  # while it waits out a gap: when that wait ends (monotonic s)
         self._thread = threading.Thread(target=self._run, name="cronjobs-doorbells",
                                         daemon=True)
         self._thread.start()
@@ -239,7 +241,10 @@ class Doorbells:
                 ids.append(job_id)
                 del ids[:-DOORBELLS_PER_QUEUE]
                 self._rung[queue] = self._rung.get(queue, 0) + 1
-            if self._idle:  # else it is waiting out a gap or sending: it takes this along
+            # Idle, or waiting out another queue's longer gap while this one is due
+            # sooner: wake it. Else it is sending, or waits for this queue's own gap: it
+            # takes this along.
+            if self._idle or self._due_at(queue, delay_seconds) < self._until:
                 self._cond.notify_all()  # (a `flush` may wait on the condition too)
 
     def gap_seconds(self, queue: str) -> float:
@@ -259,9 +264,10 @@ class Doorbells:
                 self._idle = True
                 self._cond.wait_for(lambda: self._due or self._later)
                 self._idle = False
-                until = self._gap_end()
-                while (left := until - time.monotonic()) > 0:
+                while (left := self._gap_end() - time.monotonic()) > 0:
+                    self._until = time.monotonic() + left
                     self._cond.wait(left)
+                self._until = 0.0
                 due, rung, later = self._due, self._rung, self._later
                 self._due, self._rung, self._later, self._sending = {}, {}, [], True
             for queue, ids in due.items():
@@ -279,12 +285,17 @@ class Doorbells:
                 self._sending = False
                 self._cond.notify_all()
 
+    def _due_at(self, queue: str, delay_seconds: float) -> float:
+        """When a message rung now for `queue` may be sent: at once for a delayed one or
+        a queue with no message yet, else at the end of its gap (monotonic seconds)."""
+        if delay_seconds > 0 or queue not in self._last:
+            return 0.0
+        return self._last[queue] + self._gap.get(queue, RING_GAP_SECONDS)
+
     def _gap_end(self) -> float:
         """When the due queues may be rung: now if any of them had no message within its
         gap (or a delayed message waits), else the earliest end of their gaps (monotonic
         seconds)."""
         if self._later:
             return 0.0
-        ends = [self._last[queue] + self._gap[queue] for queue in self._due
-                if queue in self._last]
-        return 0.0 if len(ends) < len(self._due) else min(ends, default=0.0)
+        return min((self._due_at(queue, 0) for queue in self._due), default=0.0)
