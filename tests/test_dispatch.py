@@ -60,6 +60,11 @@ def test_dispatch_returns_id_and_get_reads_columns(make_app):
      "idempotency key contains a NUL character or an invalid surrogate"),
     ({"payload": {"blob": "x" * 2_000_000}},
      "payload is 2,000,012 bytes of JSON; the limit is 1,000,000 bytes"),
+    # an aware time with no UTC datetime (before year 1, after 9999)
+    ({"scheduled_at": datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1)))},
+     "scheduled_at is out of range in UTC, got datetime.datetime(1, 1, 1, 0, 30"),
+    ({"scheduled_at": datetime(9999, 12, 31, 20, tzinfo=timezone(timedelta(hours=-5)))},
+     "scheduled_at is out of range in UTC"),
 ])
 def test_bad_input_is_refused_and_nothing_written(make_app, kwargs, message):
     app = make_app()

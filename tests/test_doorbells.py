@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 
@@ -82,6 +83,25 @@ def test_a_queue_rung_fast_gets_few_messages_and_one_rung_after_a_gap_goes_at_on
     assert sent[-1][1] - rung < 0.5  # no gap to wait out: sent at once
 
 
+def ring_fast(bells: Doorbells, queue: str, first_id: int, *, seconds: float | None = None,
+              gap: float | None = None) -> tuple[int, float]:
+    """Ring `queue` as fast as a loop goes (letting other threads run every 50 rings: far
+    over 500 rings a second even on a loaded machine) for `seconds`, or until its gap is
+    `gap` (failing after 20 s). Returns the last row id rung and the largest gap seen."""
+    deadline = time.monotonic() + (seconds if seconds is not None else 20)
+    job_id, largest = first_id, 0.0
+    while time.monotonic() < deadline:
+        for _ in range(50):
+            job_id += 1
+            bells.put(job_id, queue, 0)
+        time.sleep(0)
+        largest = max(largest, bells.gap_seconds(queue))
+        if gap is not None and largest >= gap:
+            return job_id, largest
+    assert gap is None, f"the gap of {queue!r} did not reach {gap} s in 20 s"
+    return job_id, largest
+
+
 def test_the_gap_grows_while_a_queue_is_rung_in_a_tight_loop_and_shrinks_after_one_ring():
     """Each batch that collected several rings doubles the queue's gap up to its maximum
     (the sending thread wakes ~10x less often for a process dispatching in a loop); a
@@ -94,14 +114,9 @@ def test_the_gap_grows_while_a_queue_is_rung_in_a_tight_loop_and_shrinks_after_o
         times.append(time.monotonic())
 
     bells = Doorbells(put)
-    deadline = time.monotonic() + 0.5
-    job_id = 0
-    while time.monotonic() < deadline:  # ~0.5 s of rings 0.1 ms apart
-        job_id += 1
-        bells.put(job_id, "tight", 0)
-        time.sleep(0.0001)
+    job_id, largest = ring_fast(bells, "tight", 0, seconds=0.5)
     assert bells.flush(10)
-    assert bells.gap_seconds("tight") == RING_GAP_MAX_SECONDS
+    assert largest == RING_GAP_MAX_SECONDS
     assert bells.gap_seconds("other") == RING_GAP_SECONDS
     # batches (messages sent back to back) at most one per maximum gap once it has grown:
     # ~30 in 0.5 s, where a fixed gap of RING_GAP_SECONDS makes ~200
@@ -113,6 +128,45 @@ def test_the_gap_grows_while_a_queue_is_rung_in_a_tight_loop_and_shrinks_after_o
     assert bells.gap_seconds("tight") == RING_GAP_SECONDS
 
 
+def test_a_steady_stream_after_a_burst_is_rung_with_the_short_gap_again():
+    """Rings 5 ms apart (slower than one per RING_GAP_SECONDS) right after a burst that
+    grew the gap: the first batch of the stream sets it back, and it stays there."""
+    bells = Doorbells(lambda job_id, queue, delay: None)
+    job_id, _ = ring_fast(bells, "q", 0, gap=RING_GAP_MAX_SECONDS)  # the burst
+    gaps = []
+    for _ in range(40):  # 0.2 s of a row every 5 ms
+        job_id += 1
+        bells.put(job_id, "q", 0)
+        time.sleep(0.005)
+        gaps.append(bells.gap_seconds("q"))
+    assert bells.flush(10)
+    assert gaps[-20:] == [RING_GAP_SECONDS] * 20, gaps
+
+
+def test_a_forked_child_does_not_wait_for_its_parents_rings_at_exit():
+    """A child forked while rings are queued has the parent's Doorbells but not its
+    thread: its flush (an exit handler) returns at once instead of after FLUSH_SECONDS."""
+    release = threading.Event()
+    bells = Doorbells(lambda job_id, queue, delay: release.wait(10))
+    bells.put(1, "q", 0)  # the thread is sending it (held)
+    bells.put(2, "q", 0)  # and this one waits
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: time its flush, report, leave without pytest's exit
+        started = time.monotonic()
+        done = bells.flush(5)
+        os.write(write, f"{done} {time.monotonic() - started:.3f}".encode())
+        os._exit(0)
+    os.close(write)
+    report = os.read(read, 100).decode()
+    os.waitpid(pid, 0)
+    os.close(read)
+    release.set()
+    assert bells.flush(10)  # the parent still sends its own
+    done, seconds = report.split()
+    assert done == "True" and float(seconds) < 1, report
+
+
 def test_a_queue_rung_once_goes_at_once_while_the_thread_waits_out_another_queues_gap(
         monkeypatch):
     """Queue `busy` rung in a loop has grown its gap (here up to 2 s); a ring of `quiet`,
@@ -120,11 +174,7 @@ def test_a_queue_rung_once_goes_at_once_while_the_thread_waits_out_another_queue
     monkeypatch.setattr(broker_module, "RING_GAP_MAX_SECONDS", 2.0)
     sent: list[tuple[str, float]] = []
     bells = Doorbells(lambda job_id, queue, delay: sent.append((queue, time.monotonic())))
-    job_id = 0
-    while bells.gap_seconds("busy") < 1.0:  # batches of several rings: 2, 4 ... 1,024 ms
-        job_id += 1
-        bells.put(job_id, "busy", 0)
-        time.sleep(0.0005)
+    job_id, _ = ring_fast(bells, "busy", 0, gap=1.0)  # 2, 4 ... 1,024 ms
     job_id += 1
     bells.put(job_id, "busy", 0)
     time.sleep(0.1)  # the thread has woken for it and waits out busy's gap of >= 1 s

@@ -203,11 +203,12 @@ class Doorbells:
     ids, at most `DOORBELLS_PER_QUEUE`), and a queue rung again within its gap after its
     last message waits out the gap first, collecting what comes meanwhile (a queue rung
     after a quiet gap is sent at once, also while the thread waits out another queue's
-    gap: no added latency). The gap is `RING_GAP_SECONDS`;
-    it doubles, up to `RING_GAP_MAX_SECONDS`, after each batch that collected more than
-    one ring of the queue, and is back to `RING_GAP_SECONDS` after a batch of one: a
-    process dispatching in a tight loop wakes this thread (a thread switch and a GIL
-    hand-over each) ~10x less often, one dispatching a row every few ms is rung as before.
+    gap: no added latency). The gap is `RING_GAP_SECONDS`; it doubles, up to
+    `RING_GAP_MAX_SECONDS`, after each batch whose rings came faster than one per
+    `RING_GAP_SECONDS` (more than 500 a second), and is back to `RING_GAP_SECONDS` after
+    any other batch: a process dispatching in a tight loop wakes this thread (a thread
+    switch and a GIL hand-over each) ~10x less often, and one dispatching a row every few
+    ms is rung as before, also right after a burst.
     A delayed message is sent on its own, for the time it was rung for. The thread starts
     with the first message.
 
@@ -253,7 +254,11 @@ class Doorbells:
             return self._gap.get(queue, RING_GAP_SECONDS)
 
     def flush(self, timeout_seconds: float) -> bool:
-        """Wait up to `timeout_seconds` until nothing is queued or being sent; True then."""
+        """Wait up to `timeout_seconds` until nothing is queued or being sent; True then.
+        In a process forked from the one that rang (no thread of its own: what it holds
+        is the parent's to send), True at once."""
+        if self.pid != os.getpid():
+            return True
         with self._cond:
             return self._cond.wait_for(
                 lambda: not (self._due or self._later or self._sending), timeout_seconds)
@@ -264,9 +269,9 @@ class Doorbells:
                 self._idle = True
                 self._cond.wait_for(lambda: self._due or self._later)
                 self._idle = False
-                while (left := self._gap_end() - time.monotonic()) > 0:
-                    self._until = time.monotonic() + left
-                    self._cond.wait(left)
+                while (until := self._gap_end()) > time.monotonic():
+                    self._until = until  # the same float `put` compares with: no wake-up
+                    self._cond.wait(until - time.monotonic())  # for this queue's own rings
                 self._until = 0.0
                 due, rung, later = self._due, self._rung, self._later
                 self._due, self._rung, self._later, self._sending = {}, {}, [], True
@@ -275,15 +280,24 @@ class Doorbells:
                 rings = min(len(ids), -(-count // ROWS_PER_RING))
                 for job_id in ids[-rings:]:
                     self._put(job_id, queue, 0)
-                self._last[queue] = time.monotonic()
-                self._gap[queue] = (min(2 * self._gap.get(queue, RING_GAP_SECONDS),
-                                        RING_GAP_MAX_SECONDS) if count > 1 else RING_GAP_SECONDS)
+                sent_at = time.monotonic()
+                self._gap[queue] = self._next_gap(queue, count, sent_at)
+                self._last[queue] = sent_at
             now = time.monotonic()
             for job_id, queue, at in later:
                 self._put(job_id, queue, max(0.0, at - now))
             with self._cond:
                 self._sending = False
                 self._cond.notify_all()
+
+    def _next_gap(self, queue: str, count: int, sent_at: float) -> float:
+        """`queue`'s gap after a batch of `count` rings sent at `sent_at`: doubled (up to
+        `RING_GAP_MAX_SECONDS`) while its rings come faster than one per
+        `RING_GAP_SECONDS` since its last message, else `RING_GAP_SECONDS` again."""
+        since = sent_at - self._last.get(queue, float("-inf"))
+        if count > 1 and since < count * RING_GAP_SECONDS:
+            return min(2 * self._gap.get(queue, RING_GAP_SECONDS), RING_GAP_MAX_SECONDS)
+        return RING_GAP_SECONDS
 
     def _due_at(self, queue: str, delay_seconds: float) -> float:
         """When a message rung now for `queue` may be sent: at once for a delayed one or

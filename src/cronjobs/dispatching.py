@@ -158,16 +158,32 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
         raise InvalidJob(f"max attempts must be an integer >= 1, got {max_attempts!r}")
     _check_id(parent_id, "parent id")
     _check_id(root_id, "root id")
-    if scheduled_at is not None and not isinstance(scheduled_at, datetime):
-        raise InvalidJob(f"scheduled_at must be a datetime, got {scheduled_at!r}")
+    scheduled_at = _scheduled_utc(scheduled_at)
     now = app.clock.now()
     return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
             "limit_key": limit_key_of(cls, payload),
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
-            "title": title, "scheduled_at": as_utc(scheduled_at) if scheduled_at else None,
+            "title": title, "scheduled_at": scheduled_at,
             "created_at": now, "updated_at": now}
+
+
+def _scheduled_utc(value: object) -> datetime | None:
+    """`scheduled_at` as naive UTC (None stays None).
+
+    Raises:
+        InvalidJob: not a datetime, or an aware one with no UTC datetime (next to year 1
+            or 9999).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidJob(f"scheduled_at must be a datetime, got {value!r}")
+    try:
+        return as_utc(value)
+    except OverflowError:
+        raise InvalidJob(f"scheduled_at is out of range in UTC, got {value!r}") from None
 
 
 def _check_id(value: object, what: str) -> None:

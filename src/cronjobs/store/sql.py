@@ -36,8 +36,6 @@ from sqlalchemy.sql import ColumnElement, Insert
 
 from ..models import UtcDateTime
 
-SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's storage format for DateTime on SQLite
-
 # The due condition on `cronjob_queue` (`{now}`: the placeholder of the claiming instant).
 _DUE = "status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {now})"
 
@@ -53,13 +51,12 @@ def ph(dialect: str, key: str) -> str:
 
 
 def bind(dialect: str, value: Any) -> Any:
-    """`value` as driver SQL binds it: SQLite gets times as SQLAlchemy stores them
-    (`SQLITE_TIME`, the year in four digits; `isoformat` writes it 3x faster than
-    `strftime`, on every dispatch)."""
+    """`value` as driver SQL binds it: SQLite gets times as SQLAlchemy stores them,
+    `YYYY-MM-DD HH:MM:SS.ffffff` with the year in four digits (`isoformat`, 3x faster
+    than `strftime`, which also writes a year below 1000 without its zeros; an aware
+    time keeps its wall clock, as before: callers pass naive UTC)."""
     if dialect == "sqlite" and isinstance(value, datetime):
-        if value.tzinfo is None:
-            return value.isoformat(" ", "microseconds")
-        return value.strftime(SQLITE_TIME)
+        return value.replace(tzinfo=None).isoformat(" ", "microseconds")
     return value
 
 
