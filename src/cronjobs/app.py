@@ -131,7 +131,7 @@ class App:
         outside the caller's transaction): no BEGIN, no COMMIT round trip.
 
         PostgreSQL: `engine` in autocommit mode (psycopg switches on the client, so the
-        pool is shared). SQLite: `engine` without its BEGIN IMMEDIATE (`db.sqlite_autocommit`;
+        pool is shared). SQLite: `engine` without its BEGIN IMMEDIATE (`engines.sqlite_autocommit`;
         the same pool, each statement its own transaction: no round trip to save, but two
         statements fewer through SQLAlchemy). MySQL/MariaDB, whose switch is a statement: a
         pool of its own whose connections are in autocommit mode

@@ -40,7 +40,7 @@ ACTOR_PREFIX = "cronjobs_run_"
 DOORBELLS_PER_QUEUE = 16  # messages per queue in one batch of the doorbell thread, at most
 ROWS_PER_RING = 8  # rows rung per message sent (a worker's default slots claim them)
 RING_GAP_SECONDS = 0.002  # a queue's messages are at least this far apart, while rung fast
-RING_GAP_MAX_SECONDS = 0.02  # ... and up to this far while every batch collects rings
+RING_GAP_MAX_SECONDS = 0.02  # ... up to this far while rung faster than one per RING_GAP
 FLUSH_SECONDS = 5.0  # how long close() and the exit of a process wait for the thread
 
 
