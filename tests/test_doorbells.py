@@ -103,9 +103,10 @@ def ring_fast(bells: Doorbells, queue: str, first_id: int, *, seconds: float | N
 
 
 def test_the_gap_grows_while_a_queue_is_rung_in_a_tight_loop_and_shrinks_after_one_ring():
-    """Each batch that collected several rings doubles the queue's gap up to its maximum
-    (the sending thread wakes ~10x less often for a process dispatching in a loop); a
-    batch of one ring (rows rung a few ms apart) brings it back; queues are apart."""
+    """Each batch whose rings came faster than one per RING_GAP_SECONDS doubles the
+    queue's gap up to its maximum (the sending thread wakes ~10x less often for a process
+    dispatching in a loop); a ring alone after a quiet gap brings it back; queues are
+    apart."""
     sent: list[int] = []
     times: list[float] = []
 
