@@ -187,5 +187,5 @@ def _setup_sqlite(engine: Engine, timeout: float | None = None) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        if not conn._execution_options.get(SQLITE_AUTOCOMMIT):
+        if not conn.get_execution_options().get(SQLITE_AUTOCOMMIT):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
