@@ -52,12 +52,15 @@ class System:
         done_sql: counts the jobs finished so far.
         times_sql: epoch seconds of every finished job.
         hard_timeout, at_least_once: what the system guarantees, in a few words.
+        copyable: its filled database is all its state (no broker), so the drains may
+            run on copies of one filled database (`bench.peers.filled`).
     """
 
     name = ""
     version = ""
     done_sql = ""
     times_sql = ""
+    copyable = False
     hard_timeout = ""
     at_least_once = ""
 
@@ -101,6 +104,7 @@ class _Peer(System):
 
     peer = ""
     python = sys.executable
+    copyable = True
 
     def prepare(self, url: str, ns: str, jobs: int) -> None:
         cmd = [self.python, "-m", "bench.peer_apps", self.peer, "--dsn", libpq_dsn(url),

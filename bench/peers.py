@@ -4,10 +4,17 @@ table, Oban for Python (Oban-py) and Procrastinate, on the same PostgreSQL in th
 Each system drains the same `--rows` pre-inserted no-op jobs (the peers' are `async def`)
 at 1x8 and 2x8 (worker processes x concurrency) in `--rounds` interleaved rounds (round 1:
 cronjobs, Oban-py, Procrastinate; round 2 the other way round). Every drain gets a fresh
-database of its own, filled with the system's own bulk call and ANALYZEd (as autovacuum
-would soon after such an insert) before the worker starts; cronjobs runs with the Redis
-broker, as in `throughput`. A drain's window opens at the first finished job and closes
-when all are done or `--max-seconds` later (the note says when the cap was hit). Measured:
+database of its own, filled with the system's own bulk call and VACUUM ANALYZEd (as
+autovacuum would soon after such an insert) before the worker starts. cronjobs runs with
+the Redis broker, as in `throughput`, and its database is filled for each drain (the fill
+rings Redis); a peer's is filled once per scenario and each drain gets a copy of it
+(`CREATE DATABASE ... TEMPLATE`: the same rows, pages and statistics; Oban-py's own fill
+took 7-14 s a drain). The VACUUM makes the two alike: a fresh fill leaves 20,000
+inserts that autovacuum's next round (within `autovacuum_naptime`, a minute) vacuums,
+maybe during the drain, where a copy starts with no such counts; and every drain starts
+on vacuumed pages (hint bits and visibility map set). A drain's window opens at the
+first finished job and closes when all are done or `--max-seconds` later (the note says
+when the cap was hit). Measured:
 
 - drain rate: from the jobs' completion times, first and last 2 % dropped (as `throughput`);
 - start-up: worker start to the first completion time;
@@ -32,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from statistics import median
 
@@ -124,16 +133,35 @@ def _settled_commits(admin: psycopg.Connection, db: str) -> int:
         time.sleep(0.3)
 
 
+@contextmanager
+def filled(system: System, rows: int) -> Iterator[str | None]:
+    """For a `copyable` system: a database filled with its `rows` no-op jobs (VACUUM ANALYZEd),
+    that `drain` copies (yields its name; dropped afterwards). Else None: `drain` fills
+    a database of its own."""
+    if not system.copyable:
+        yield None
+        return
+    with stores.pg_database() as (db, url), stores.redis_namespace() as ns:
+        _fill(system, url, ns, rows)
+        yield db
+
+
+def _fill(system: System, url: str, ns: str, rows: int) -> None:
+    system.prepare(url, ns, rows)
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
 def drain(system: System, rows: int, slots: int, processes: int, cap: float,
-          round_no: int = 1) -> DrainRun:
-    """Fill a fresh database with `rows` no-op jobs and drain them with `processes` x
-    `slots` workers of `system`; see the module docstring for what is measured."""
-    with (stores.pg_database() as (db, url), stores.redis_namespace() as ns,
+          round_no: int = 1, template: str | None = None) -> DrainRun:
+    """Drain `rows` no-op jobs with `processes` x `slots` workers of `system`, in a fresh
+    database filled with them, or a copy of `template` (`filled`); see the module
+    docstring for what is measured."""
+    t = time.monotonic()
+    with (stores.pg_database(template) as (db, url), stores.redis_namespace() as ns,
           psycopg.connect(ADMIN_DSN, autocommit=True) as admin):
-        t = time.monotonic()
-        system.prepare(url, ns, rows)
-        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
-            conn.execute("ANALYZE")
+        if template is None:
+            _fill(system, url, ns, rows)
         setup = time.monotonic() - t
         before = _settled_commits(admin, db)
         with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
@@ -295,22 +323,31 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
     idle = {s.name: idle_memory(s, slots, settle) for s in systems}
     runs: dict[str, dict[str, list[DrainRun]]] = {s.name: {lb: [] for lb in labels}
                                                for s in systems}
-    for round_no in range(1, rounds + 1):
-        order = systems if round_no % 2 else systems[::-1]
-        for processes, label in zip((1, 2), labels, strict=True):
-            for system in order:
-                d = drain(system, rows, slots, processes, cap, round_no)
-                runs[system.name][label].append(d)
-                print(f"round {round_no} {system.name} {label}: {d.rate:,.0f} jobs/s, start-up "
-                      f"{d.startup_seconds:.2f} s, {d.transactions / max(1, d.done):.2f} "
-                      f"transactions/job, PSS {d.pss_mb:.0f} MB", flush=True)
+    with ExitStack() as templates:
+        template = {s.name: templates.enter_context(filled(s, rows)) for s in systems}
+        _rounds(runs, systems, template, rows, slots, rounds, cap, labels)
     peers = systems[1:]
+
     _drain_figures(results, runs, peers, labels)
     _other_figures(results, runs, idle, peers, labels, slots)
     _peer_table(results, systems, runs, idle, skipped, labels)
     results.details = {"idle": idle, "skipped": skipped,
                        "runs": [asdict(d) for s in runs.values() for ds in s.values()
                                 for d in ds]}
+
+
+def _rounds(runs: dict, systems: list[System], template: dict[str, str | None], rows: int,
+            slots: int, rounds: int, cap: float, labels: tuple[str, str]) -> None:
+    """The interleaved drain rounds, each appended to `runs[system][label]`."""
+    for round_no in range(1, rounds + 1):
+        order = systems if round_no % 2 else systems[::-1]
+        for processes, label in zip((1, 2), labels, strict=True):
+            for system in order:
+                d = drain(system, rows, slots, processes, cap, round_no, template[system.name])
+                runs[system.name][label].append(d)
+                print(f"round {round_no} {system.name} {label}: {d.rate:,.0f} jobs/s, start-up "
+                      f"{d.startup_seconds:.2f} s, {d.transactions / max(1, d.done):.2f} "
+                      f"transactions/job, PSS {d.pss_mb:.0f} MB", flush=True)
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

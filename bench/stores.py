@@ -76,18 +76,20 @@ def database(backend: str, migrate: bool = True) -> Iterator[str]:
 
 
 @contextmanager
-def pg_database() -> Iterator[tuple[str, str]]:
+def pg_database(template: str | None = None) -> Iterator[tuple[str, str]]:
     """Yield `(name, SQLAlchemy URL)` of a fresh PostgreSQL database `bench_<random>`;
     dropped afterwards (`WITH (FORCE)`: connections left over are ended).
 
     A database of its own, not a schema in `test`: its row of `pg_stat_database` counts
     the transactions of this run only, and its backends are told apart by `datname`.
-    Empty: each system installs its own tables (`migrate_to_head` for cronjobs).
+    Empty: each system installs its own tables (`migrate_to_head` for cronjobs); or, with
+    `template` (the name of a database nobody is connected to), a copy of that database:
+    its tables, rows and planner statistics (`CREATE DATABASE ... TEMPLATE`).
     """
     name = new_name()
     admin = sa.create_engine(POSTGRES + "/test", poolclass=sa.pool.NullPool,
                              isolation_level="AUTOCOMMIT")
-    _create_database(admin, name)
+    _create_database(admin, name, template)
     url = f"{POSTGRES}/{name}"
     try:
         yield name, url
@@ -99,10 +101,11 @@ def pg_database() -> Iterator[tuple[str, str]]:
 
 @tenacity.retry(stop=tenacity.stop_after_attempt(5), wait=tenacity.wait_fixed(0.5),
                 retry=tenacity.retry_if_exception_type(sa.exc.OperationalError), reraise=True)
-def _create_database(admin: sa.Engine, name: str) -> None:
+def _create_database(admin: sa.Engine, name: str, template: str | None = None) -> None:
     """CREATE DATABASE, tried again while another session holds the template open."""
     with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}"
+                             + (f" TEMPLATE {template}" if template else ""))
 
 
 def migrate_to_head(url: str) -> None:
