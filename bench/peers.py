@@ -327,7 +327,6 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
         template = {s.name: templates.enter_context(filled(s, rows)) for s in systems}
         _rounds(runs, systems, template, rows, slots, rounds, cap, labels)
     peers = systems[1:]
-
     _drain_figures(results, runs, peers, labels)
     _other_figures(results, runs, idle, peers, labels, slots)
     _peer_table(results, systems, runs, idle, skipped, labels)
