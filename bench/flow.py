@@ -9,8 +9,8 @@
   target: >= 0.7 x).
 - The claim alone (8 rows per claim, one transaction each, one connection): without a
   policy (no condition: the claim before flow control) against the flow policy with no
-  limit configured, taken in turns (no target: it shows the probe's round trip, which the
-  drain above pays within its 5 %).
+  limit configured, taken in turns (no target: it shows what the hold condition's guard
+  costs the claim's SELECT, which the drain above pays within its 5 %).
 
 Rates of drains come from the rows' `finished_at` (first and last 2 % dropped), as in
 the throughput scenario.
@@ -112,9 +112,9 @@ def run(args: argparse.Namespace, results: report.Results) -> None:
     base, flow = claim_rates(n, seconds)
     results.add("claim of 8 rows, flow policy without limits", flow, "claims/s", baseline=base,
                 baseline_name="the claim without a policy",
-                note="one connection, one transaction per claim; the policy adds one round "
-                     "trip (the probe of the pause and block tables): the target is on the "
-                     "drain above")
+                note="one connection, one transaction per claim; the policy adds the hold "
+                     "condition to the SELECT (its guard reads the pause and block tables "
+                     "once): the target is on the drain above")
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

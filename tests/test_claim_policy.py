@@ -19,7 +19,7 @@ from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.store import ClaimPolicy
 from cronjobs.store.claim import select_sql, update_sql
-from cronjobs.store.flow import hold_sql, pause
+from cronjobs.store.flow import claim_hold_sql, pause
 from cronjobs.store.sql import name, ph
 from cronjobs.testing import drain
 from cronjobs.worker import WorkerProcess
@@ -141,9 +141,9 @@ def test_a_claim_is_one_select_and_one_update_per_terms_group(make_app, policy):
     same = [queue.dispatch(SHAPE, {"shape": "true"}) for _ in range(4)]
     executor = Executor(app, "w:1", claim_policy=policy)
     d = dialect(app)
-    # The flow policy with nothing paused or blocked (its probe of the two flow tables
-    # is not on cronjob_queue): the very SELECT of the claim without a policy.
-    select = select_sql(d, by_id=False)
+    # The flow policy, nothing paused or blocked: no statement of its own; its SELECT
+    # carries the hold condition (whose guard lets every row through).
+    select = select_sql(d, by_id=False, extra=claim_hold_sql(d) if policy is None else "")
     with statements(app) as seen, app.engine.begin() as conn:
         executor.claim_rows(conn, T0, queue="default", limit=8)
     assert seen == [select, update_sql(d, same)]
@@ -163,21 +163,24 @@ def test_drain_run_next_and_process_run_the_same_claim(make_app):
         assert len(drain(app, ["default"])) == 3
     # Besides its claims, drain reads only the counts of what it left waiting.
     claims = {s for s in seen if s.startswith("SELECT") and not s.startswith("SELECT count(*)")}
-    assert claims == {select_sql(d, by_id=False)}
+    assert claims == {select_sql(d, by_id=False, extra=claim_hold_sql(d))}
     assert len([s for s in seen if s.startswith("SELECT count(*)")]) == 2
     assert [s for s in seen if s.startswith("UPDATE cronjob_queue SET status = 'running'")] \
         == [update_sql(d, [i]) for i in ids]
     one = queue.dispatch(SHAPE, {"shape": "true"})
     with statements(app) as seen:
         assert queue.process(one) is True
-    assert seen[:2] == [select_sql(d, by_id=True), update_sql(d, [one])]
-    # Once a pause is stored (any queue), the SELECT carries the hold condition.
+    assert seen[:2] == [select_sql(d, by_id=True, extra=claim_hold_sql(d)),
+                        update_sql(d, [one])]
+    # With a pause stored (another queue), the same SELECT: the guard now defers to the
+    # per-row condition, which lets this row through.
     paused_elsewhere = queue.dispatch(SHAPE, {"shape": "true"})
     with app.engine.begin() as conn:
         pause(conn, "queue", "elsewhere", now=T0, by="test")
     with statements(app) as seen:
         assert queue.process(paused_elsewhere) is True
-    assert seen[0] == select_sql(d, by_id=True, extra=hold_sql(d))
+    assert seen[:2] == [select_sql(d, by_id=True, extra=claim_hold_sql(d)),
+                        update_sql(d, [paused_elsewhere])]
 
 
 @pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
@@ -198,4 +201,4 @@ def test_the_worker_claims_with_the_same_sql_and_its_handlers_attempts(make_app)
     row = queue.get(job_id, app=app)
     assert (row["status"], row["attempts"], row["max_attempts"]) == ("failed", 1, 1)
     claims = {s for s in seen if " ORDER BY priority, id LIMIT " in s}
-    assert claims == {select_sql(dialect(app), by_id=False)}
+    assert claims == {select_sql(dialect(app), by_id=False, extra=claim_hold_sql(dialect(app)))}

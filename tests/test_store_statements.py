@@ -17,6 +17,7 @@ from cronjobs.models import cronjob_queue as q
 from cronjobs.store import ClaimRequest
 from cronjobs.store.claim import _renew_sql, select_sql, update_sql
 from cronjobs.store.finish import finish_sql
+from cronjobs.store.flow import NO_HOLDS_STORED_SQL, claim_hold_sql, hold_sql
 from cronjobs.store.sql import due, due_sql, lease_sql, ph
 
 DIALECTS = ["mysql", "postgresql", "sqlite"]
@@ -51,6 +52,20 @@ def test_a_policy_condition_is_anded_before_the_order(dialect):
     sql = select_sql(dialect, by_id=False, extra=extra)
     assert f"{DUE.format(ph(dialect, 'now'))} AND ({extra}) ORDER BY priority, id" in sql
     assert select_sql(dialect, by_id=True, extra=extra).count(f"AND ({extra})") == 1
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_claims_hold_condition_is_one_term_whose_guard_reads_the_flow_tables_once(dialect):
+    """`claim_hold_sql` is AND-ed with a limit's exclusion (`FlowPolicy.where`): its OR
+    must be inside its own parentheses. Its guard is uncorrelated (no `cronjob_queue`
+    column in it), so the database reads it once per statement."""
+    sql = claim_hold_sql(dialect)
+    depth = 0
+    for i, char in enumerate(sql):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        assert depth > 0 or i == len(sql) - 1, f"the term closes at {i}: {sql}"
+    assert sql == f"({NO_HOLDS_STORED_SQL} OR ({hold_sql(dialect)}))"
+    assert "cronjob_queue" not in NO_HOLDS_STORED_SQL
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

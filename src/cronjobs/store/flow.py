@@ -1,14 +1,14 @@
 """Flow control's own rows: pauses (a queue, a job type, a scheduled task) and blocks (a
 job type, or one limit key of it, until a time), and what waits behind them.
 
-Every claim first asks whether either table holds a row (`holds_stored`: one round trip,
-two index probes); only then does its candidate SELECT carry the hold condition
-(`hold_sql`: one NOT EXISTS each). Both run in the claim's transaction, so a pause or a
-block made by any process holds for every worker from its next claim, with nothing
-cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them (so does
-every new pause or block), keeping the tables empty when nothing is held: the claim's
-SELECT is then the one without a policy. All times naive UTC (the injected clock's
-`now`).
+Every claim's candidate SELECT carries the hold condition (`claim_hold_sql`): a guard
+read once per statement (is either table empty of rows?) and, when a row is stored, one
+NOT EXISTS on each table per candidate (`hold_sql`). It runs in the claim's statement, so
+a pause or a block made by any process holds for every worker from its next claim, with
+nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them (so
+does every new pause or block), keeping the tables empty when nothing is held: the guard
+is then true and the SELECT reads no flow row per candidate. All times naive UTC (the
+injected clock's `now`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from ..models import cronjob_queue as q
 from .sql import bind, due, insert_ignore, ph
 
 SCOPES = ("queue", "type", "task")
-HOLDS_STORED_SQL = (f"SELECT EXISTS (SELECT 1 FROM {p.name}) OR EXISTS (SELECT 1 FROM "
-                    f"{b.name})")
+# True while no pause and no block row is stored (the guard of `claim_hold_sql`).
+NO_HOLDS_STORED_SQL = (f"(NOT EXISTS (SELECT 1 FROM {p.name}) AND NOT EXISTS (SELECT 1 FROM "
+                       f"{b.name}))")
 WHOLE_TYPE = ""  # `cronjob_block.limit_key` of a block of the whole type
 
 
@@ -186,11 +187,14 @@ def has_holds(conn: Connection, now: datetime) -> bool:
             is not None)
 
 
-def holds_stored(conn: Connection) -> bool:
-    """Whether any pause or block row is stored (live or ended, not yet pruned): one
-    round trip on two tiny tables, `HOLDS_STORED_SQL`. When none is, the claim's SELECT
-    carries no hold condition at all."""
-    return bool(conn.exec_driver_sql(HOLDS_STORED_SQL).scalar())
+def claim_hold_sql(dialect: str) -> str:
+    """The claim's hold condition (driver SQL on `cronjob_queue`, placeholder `p_now`):
+    `hold_sql` behind a guard, `NO_HOLDS_STORED_SQL`, that is true for every row while
+    neither table holds a row (live or ended, not yet pruned). The guard's two
+    uncorrelated NOT EXISTS are read once per statement, so with nothing stored the
+    candidate SELECT costs about what it costs without a condition, and the claim needs
+    no round trip of its own to learn whether anything is held."""
+    return f"({NO_HOLDS_STORED_SQL} OR ({hold_sql(dialect)}))"
 
 
 def hold_sql(dialect: str) -> str:

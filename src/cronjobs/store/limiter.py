@@ -2,9 +2,10 @@
 
 Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 
-- **pauses and blocks**: when a pause or block row is stored (`flow.holds_stored`, one
-  round trip), one NOT EXISTS each in the candidate SELECT (`flow.hold_sql`), so held
-  rows are skipped in the SELECT and the rows behind them are reached;
+- **pauses and blocks**: the candidate SELECT's hold condition (`flow.claim_hold_sql`:
+  a guard read once per statement, and while a pause or block row is stored one NOT
+  EXISTS each per candidate), so held rows are skipped in the SELECT and the rows behind
+  them are reached;
 - **limits** (a handler's CONCURRENCY / RATE_LIMIT, per LIMIT_KEY; a queue's settings):
   the claimer locks the limiter row of each limit it enforces, FOR UPDATE in name order
   (claimers of one limit take turns; one order: no deadlock), then counts the `running`
@@ -20,8 +21,8 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 
 A row without a key is in its type's keyless bucket. A claim by id (an operator's "run
 it now") honours pauses, blocks and the type's limits, not the queue's (it names no
-queue). Without limits, pauses or blocks the policy adds only the probe of the two
-flow tables: one round, no lock, the SELECT of the claim without a policy.
+queue). Without limits, pauses or blocks the policy adds only the guard of the hold
+condition to the SELECT: one round, no lock, no statement of its own.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
-from .flow import has_holds, hold_params, hold_sql, holds_stored
+from .flow import claim_hold_sql, has_holds, hold_params
 from .sql import bind, insert_ignore, lock_sql, name, ph
 
 ROUNDS = 4
@@ -80,16 +81,15 @@ class FlowPolicy(ClaimPolicy):
         self._local = threading.local()  # the budget of this thread's claim in progress
 
     def where(self, conn: Connection, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
-        """The hold condition (when a pause or block is stored), and the exclusion of
+        """The hold condition (`flow.claim_hold_sql`), and the exclusion of
         buckets at their limit: a queue's limits are locked and counted before the first
         SELECT, a handler's once a round met a row of a limited type (`accept`). See the
         module docstring."""
         dialect = name(conn)
         first = getattr(self._local, "request", None) is not request
-        if first:  # one probe per claim, whatever its rounds
-            self._local.request, self._local.stored = request, holds_stored(conn)
-        hold, held = ((hold_sql(dialect), hold_params(dialect, request.now))
-                      if self._local.stored else ("", {}))
+        if first:
+            self._local.request = request
+        hold, held = claim_hold_sql(dialect), hold_params(dialect, request.now)
         queue = self.queue_limits.get(request.queue) if request.queue else None
         if not self.type_limits and queue is None:
             self._local.budget = None
