@@ -80,7 +80,10 @@ def test_stop_kills_the_job_process_and_the_slot_runs_the_next_row(make_app):
         wait_for(lambda: queue.get(other, ["status"], app=app)["status"] == "completed", 60,
                  "the next row in the same slot")
         assert effect_rows(app, "record")[-1]["pid"] != start["pid"]
-        assert not worker.recycle.is_set() and worker.executor.jobs_done == 2
+        # The loop counts a job after its outcome's commit, which the wait above can see
+        # first: wait for the count too.
+        wait_for(lambda: worker.executor.jobs_done == 2, 10, "the second job counted")
+        assert not worker.recycle.is_set()
         wait_for(lambda: _heartbeat(app) == (1, ""), 10, "the slot reported idle")
     finally:
         worker.shutdown(10)
