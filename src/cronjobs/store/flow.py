@@ -2,7 +2,7 @@
 job type, or one limit key of it, until a time), and what waits behind them.
 
 Every claim's candidate SELECT carries the hold condition (`claim_hold_sql`): a guard
-read once per statement (is either table empty of rows?) and, when a row is stored, one
+read once per statement (are both tables empty?) and, when a row is stored, one
 NOT EXISTS on each table per candidate (`hold_sql`). It runs in the claim's statement, so
 a pause or a block made by any process holds for every worker from its next claim, with
 nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them (so
@@ -13,6 +13,7 @@ injected clock's `now`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -187,6 +188,7 @@ def has_holds(conn: Connection, now: datetime) -> bool:
             is not None)
 
 
+@functools.lru_cache(maxsize=8)
 def claim_hold_sql(dialect: str) -> str:
     """The claim's hold condition (driver SQL on `cronjob_queue`, placeholder `p_now`):
     `hold_sql` behind a guard, `NO_HOLDS_STORED_SQL`, that is true for every row while
