@@ -137,7 +137,8 @@ def run_in_transaction(engine: Engine, fn: Callable[[Connection], T], *,
 
     Deadlocks, lock wait timeouts and SQLite's busy answer are retried at once (with a
     short random pause) up to `attempts` times; so is a pooled connection the server had
-    dropped (the pool reconnects). Nothing else is retried here.
+    dropped (the pool reconnects), but not a connection that could not be opened.
+    Nothing else is retried here.
 
     Args:
         engine: the engine to connect with.
@@ -183,7 +184,14 @@ def run_in_transaction(engine: Engine, fn: Callable[[Connection], T], *,
 
 
 def _transaction(engine: Engine, fn: Callable[[Connection], T]) -> T:
-    with engine.connect() as conn:
+    try:
+        conn = engine.connect()
+    except DBAPIError as exc:
+        # Connecting failed: our error at once, so a connection that never opened (a
+        # server that accepts and never answers reads as a lost connection) is not taken
+        # for a dropped pooled one and tried again; a transient error still is.
+        raise our_error(exc) from exc
+    with conn:
         with conn.begin():
             result = fn(conn)
         if conn.dialect.name in ("mysql", "mariadb"):

@@ -107,11 +107,27 @@ def _connection_class() -> type:
     `ssl_*` option) gives a `_PreferredTls` instead of a new context, and whose `commit()`
     and `rollback()` in autocommit mode send nothing when the server's last answer said no
     transaction is open (PyMySQL sends COMMIT / ROLLBACK anyway: a round trip for nothing;
-    SQLAlchemy calls them around every use of a connection)."""
+    SQLAlchemy calls them around every use of a connection), and whose handshake gives up
+    after `connect_timeout` when no `read_timeout` is set."""
     from pymysql.connections import Connection
     from pymysql.constants import SERVER_STATUS
 
     class PreferredTlsConnection(Connection):
+        def connect(self, sock=None):
+            # PyMySQL reads the server's greeting and the authentication with its
+            # read_timeout, None unless given: a server that accepts and never answers
+            # held every command forever. The handshake is bounded by connect_timeout
+            # (PyMySQL's default 10 s, or the URL's); later reads keep the read_timeout.
+            if self._read_timeout is not None or self.connect_timeout is None:
+                return super().connect(sock)
+            self._read_timeout = self.connect_timeout
+            try:
+                super().connect(sock)
+            finally:
+                self._read_timeout = None
+            self._sock.settimeout(None)
+            self._current_timeout = None
+
         def _create_ssl_ctx(self, sslp):
             if isinstance(sslp, dict) and not sslp:
                 return _PreferredTls(super()._create_ssl_ctx)

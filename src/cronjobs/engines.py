@@ -18,6 +18,9 @@ from .errors import ConfigError
 COMMITTED = "cronjobs_committed"
 
 
+CONNECT_TIMEOUT_SECONDS = 10  # PostgreSQL's, when neither the URL nor the caller sets one
+
+
 def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 30,
                 statement_timeout_seconds: float | None = None,
                 autocommit: bool = False) -> Engine:
@@ -78,8 +81,13 @@ def _sqlite_engine(url: str, pool: dict, timeout: float | None) -> Engine:
 
 
 def _connect_args(url: str, timeout: float | None) -> dict:
-    """Driver options that bound connecting (and, for PyMySQL, reading) by `timeout`."""
+    """Driver options that bound connecting (and, for PyMySQL, reading) by `timeout`.
+    None: PostgreSQL's connecting still ends after `CONNECT_TIMEOUT_SECONDS` unless the
+    URL sets `connect_timeout` (libpq waits forever by default, also on a server that
+    accepts and never answers); PyMySQL's own default is the same 10 s (`drivers`)."""
     if timeout is None:
+        if url.startswith("postgresql") and "connect_timeout=" not in url:
+            return {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
         return {}
     if url.startswith(("mysql", "mariadb")):
         # read_timeout: a server that hangs (accepts, never answers) is given up on too.
