@@ -5,7 +5,6 @@ ran on after the other stopped is not credited with the time it ran alone."""
 from __future__ import annotations
 
 import pytest
-
 from bench.flow import common_rates
 
 

@@ -155,8 +155,8 @@ def test_migrate_creates_tables_and_is_repeatable(backend: str, tmp_path: Path) 
 @SQLITE
 def test_list_handlers_table(cli) -> None:
     names, rows = parse_table(ok(cli("list-handlers")))
-    assert names == ["TYPE", "TASK", "CLASS", "SOURCE", "FREQUENCY", "MAX_ATTEMPTS",
-                     "MAX_RUNTIME", "AVAILABLE"]
+    assert names == ["TYPE", "TASK", "CLASS", "SOURCE", "FREQUENCY", "QUEUE", "MAX_ATTEMPTS",
+                     "MAX_RUNTIME", "LIMITS", "AVAILABLE"]
     by_type = {r["TYPE"]: r for r in rows}
     assert len(by_type) == len(rows)
     uptime = by_type["http.uptime.discover"]
@@ -188,8 +188,57 @@ def test_list_handlers_json(cli) -> None:
     assert shape == {**shape, "task": "test-shape",
                      "source": str(Path(SAMPLE_HANDLERS) / "ShapeExecute.py"),
                      "frequency": "", "max_attempts": 3, "max_runtime": 120,
-                     "queue": "default", "available": True}
+                     "queue": "default", "concurrency": None, "rate_limit": None,
+                     "limit_key": None, "available": True}
     assert shape["class"].endswith("ShapeExecute")
+
+
+LIMITED = {
+    "ChatSendExecute": """
+from cronjobs import CronJobHandler
+
+
+class ChatSendExecute(CronJobHandler):
+    TYPE = "chat.send.execute"
+    QUEUE = "chat"
+    CONCURRENCY = 2
+    RATE_LIMIT = "30/s"
+    LIMIT_KEY = "chat_id"
+
+    def handle(self, payload, job):
+        return True
+""",
+    "ChatRateExecute": """
+from cronjobs import CronJobHandler
+
+
+class ChatRateExecute(CronJobHandler):
+    TYPE = "chat.rate.execute"
+    RATE_LIMIT = "5/m"
+
+    def handle(self, payload, job):
+        return True
+"""}
+
+
+@SQLITE
+def test_list_handlers_shows_each_types_flow_limits(cli, tmp_path) -> None:
+    folder = tmp_path / "limited"
+    folder.mkdir()
+    for name, source in LIMITED.items():
+        (folder / f"{name}.py").write_text(source)
+    extra = {"CRONJOBS_HANDLER_PATHS": f"{SAMPLE_HANDLERS}{os.pathsep}{folder}"}
+    _, rows = parse_table(ok(cli("list-handlers", extra_env=extra)))
+    by_type = {r["TYPE"]: r for r in rows}
+    assert by_type["chat.send.execute"]["LIMITS"] == "at most 2 running, 30/s per chat_id"
+    assert by_type["chat.send.execute"]["QUEUE"] == "chat"
+    assert by_type["chat.rate.execute"]["LIMITS"] == "5/m"
+    assert by_type["test.shape.execute"]["LIMITS"] == ""
+    listed = {r["type"]: r for r in json.loads(ok(cli("list-handlers", "--json",
+                                                      extra_env=extra)))}
+    assert {k: listed["chat.send.execute"][k] for k in ("concurrency", "rate_limit",
+                                                         "limit_key", "queue")} == {
+        "concurrency": 2, "rate_limit": "30/s", "limit_key": "chat_id", "queue": "chat"}
 
 
 # -- dispatch / get -----------------------------------------------------------------------
@@ -408,9 +457,13 @@ BAD_INPUT = {
     "payload-not-object": (ARGS, ["dispatch", T, "--payload", "[1]"], {}, ["JSON object", "[1]"]),
     "title-256": (DB, ["dispatch", T, "--title", "t" * 256], {}, ["title", "255", "256"]),
     "max-attempts-negative": (ARGS, ["dispatch", T, "--max-attempts", "-1"], {},
-                              ["max attempts", ">= 1", "-1"]),
+                              ["max attempts", "from 1 to 2**31-1", "-1"]),
     "max-attempts-zero": (ARGS, ["dispatch", T, "--max-attempts", "0"], {},
-                          ["max attempts", ">= 1", "got 0"]),
+                          ["max attempts", "from 1 to 2**31-1", "got 0"]),
+    # the column's range: refused by name on every backend, not by the database (or,
+    # on SQLite, stored)
+    "max-attempts-huge": (ARGS, ["dispatch", T, "--max-attempts", "99999999999999"], {},
+                          ["max attempts", "from 1 to 2**31-1", "got 99999999999999"]),
     "at-not-a-time": (ARGS, ["dispatch", T, "--at", "notatime"], {}, ["--at", "notatime"]),
     "at-out-of-range": (ARGS, ["dispatch", T, "--at", "0001-01-01T00:00:00+05:00"], {},
                         ["--at", "out of range", "0001-01-01T00:00:00+05:00"]),

@@ -43,8 +43,10 @@ def test_dispatch_returns_id_and_get_reads_columns(make_app):
     ({"payload": {"x": float("nan")}}, "payload is not JSON-serialisable"),
     ({"payload": [1, 2]}, "payload must be a JSON object"),
     ({"title": "x" * 256}, "title is 256 characters; the limit is 255"),
-    ({"max_attempts": -1}, "max attempts must be an integer >= 1, got -1"),
-    ({"max_attempts": 0}, "max attempts must be an integer >= 1, got 0"),
+    ({"max_attempts": -1}, "max attempts must be an integer from 1 to 2**31-1, got -1"),
+    ({"max_attempts": 0}, "max attempts must be an integer from 1 to 2**31-1, got 0"),
+    ({"max_attempts": 2**31}, "max attempts must be an integer from 1 to 2**31-1, "
+                              "got 2147483648"),
     ({"priority": "high"}, "priority must be an integer"),
     ({"idempotency_key": "k" * 192}, "idempotency key is 192 characters; the limit is 191"),
     ({"idempotency_key": ""}, "idempotency key must be a non-empty string"),

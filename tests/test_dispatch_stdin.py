@@ -107,6 +107,9 @@ BAD = {
                  "\"at\" not an ISO 8601 time: 'tomorrow'"),
     "bad priority": (b'{"type": "test.summary.execute", "priority": "high"}',
                      "priority must be an integer"),
+    "max attempts over the column's range": (
+        b'{"type": "test.summary.execute", "max_attempts": 99999999999}',
+        "max attempts must be an integer from 1 to 2**31-1, got 99999999999"),
     "not UTF-8": (b'{"type": "test.summary.execute", "title": "\xff"}', "not UTF-8"),
     "too long": (b'{"type": "test.summary.execute", "title": "'
                  + b"x" * limits.STDIN_LINE_MAX_BYTES + b'"}',

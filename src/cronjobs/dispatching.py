@@ -154,8 +154,10 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             or not -2**31 <= priority < 2**31:
         raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
     if max_attempts is not None and (not isinstance(max_attempts, int)
-                                     or isinstance(max_attempts, bool) or max_attempts < 1):
-        raise InvalidJob(f"max attempts must be an integer >= 1, got {max_attempts!r}")
+                                     or isinstance(max_attempts, bool)
+                                     or not 1 <= max_attempts < 2**31):
+        raise InvalidJob(f"max attempts must be an integer from 1 to 2**31-1, "
+                         f"got {max_attempts!r}")
     _check_id(parent_id, "parent id")
     _check_id(root_id, "root id")
     scheduled_at = _scheduled_utc(scheduled_at)
