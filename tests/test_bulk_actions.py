@@ -198,6 +198,18 @@ def test_retry_from_the_queue_takes_the_failed_rows_of_the_filter(app):
     assert "Nothing to do" in text and 'id="confirm"' not in text
 
 
+def test_an_operation_with_nothing_to_do_ends_done_and_warns_of_no_takeover(app, caplog):
+    """`cronjobs failed --retry` with no failed row: the empty snapshot is done at once,
+    and running it reports that, not "taken over by another runner"."""
+    add_row(app, type=KIND, status="completed", attempts=1)
+    started = bulk.start(app, "retry", Selection("failed", types=(KIND,)), "cli")
+    assert started.operation["status"] == "done" and started.operation["total_rows"] == 0
+    with caplog.at_level("INFO", logger="cronjobs.bulk"):
+        ended = bulk.run(app, started)
+    assert ended["status"] == "done" and ended["changed_rows"] == 0
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
 def test_a_title_filter_is_read_in_windows_of_ids(app, monkeypatch):
     monkeypatch.setattr(store.selection, "TITLE_WINDOW", 4)
     monkeypatch.setattr(bulk, "SNAPSHOT_MAX_ROWS", 6)

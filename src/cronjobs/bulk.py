@@ -250,6 +250,8 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
         The operation row at the end: `done`, or still `running` under another owner when
         it was taken over (this runner's lease had run out).
     """
+    if started.operation["status"] != "running":  # an empty snapshot is done at once
+        return started.operation
     action = ACTIONS[started.operation["action"]]
     op_id = started.operation["id"]
     who = f"{started.operation['created_by']} (operation {op_id})"
