@@ -8,7 +8,7 @@ from datetime import datetime
 
 from . import store
 from .app import App
-from .flowstate import TaskFlow, task_flows
+from .flowstate import TaskFlow, TypeLimits, task_flows
 from .overlap import policy_of
 from .slots import current_slot, describe
 from .tasks import task_infos
@@ -129,15 +129,18 @@ def task_rows(app: App) -> list[TaskRow]:
 def limits_text(flow: TaskFlow) -> str:
     """A task's limits in words, one clause per limited type: "at most 2 running per
     chat_id, 30/s" ("" when no type of it is limited)."""
-    parts = []
-    for t in flow.limited:
-        words = [f"at most {t.concurrency} running" if t.concurrency else "",
-                 t.rate_limit or ""]
-        text = ", ".join(w for w in words if w)
-        if t.limit_key:
-            text += f" per {t.limit_key}"
-        parts.append(text if len(flow.limited) == 1 else f"{t.type}: {text}")
+    parts = [type_limits_text(t) for t in flow.limited]
+    if len(parts) > 1:
+        parts = [f"{t.type}: {text}" for t, text in zip(flow.limited, parts, strict=True)]
     return "; ".join(parts)
+
+
+def type_limits_text(t: TypeLimits) -> str:
+    """One type's limits in words: "at most 2 running, 30/s per chat_id" ("" when it has
+    none; a LIMIT_KEY alone limits nothing)."""
+    words = [f"at most {t.concurrency} running" if t.concurrency else "", t.rate_limit or ""]
+    text = ", ".join(w for w in words if w)
+    return f"{text} per {t.limit_key}" if text and t.limit_key else text
 
 
 def cli_row(row: TaskRow) -> dict:

@@ -55,36 +55,42 @@ def _alembic_quiet(quiet: bool) -> Iterator[None]:
 @main.command("list-handlers")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_handlers(as_json: bool) -> None:
-    """Every registered handler: type, task, class, source, frequency, limits, available.
+    """Every registered handler: type, task, class, source, frequency, queue, attempts and
+    runtime, flow-control limits, available.
 
-    A cron macro is shown with its expansion (`@daily (0 0 * * *)`); a handler whose
-    available() is False shows "module not installed" (its task is not scheduled)."""
+    A cron macro is shown with its expansion (`@daily (0 0 * * *)`); the limits in words
+    ("at most 2 running, 30/s per chat_id"; `--json`: `concurrency`, `rate_limit`,
+    `limit_key`); a handler whose available() is False shows "module not installed" (its
+    task is not scheduled)."""
     from registry import class_name  # lazy: CLI start-up time
 
-    from ..handler import task_name  # lazy: CLI start-up time
+    from ..flowstate import type_limits  # lazy: CLI start-up time
     from ..slots import describe, expand
+    from ..taskrows import type_limits_text
 
     app = _app(database=False)
     registry = app.handlers
+    classes = registry.registered_handlers()
     rows = []
-    for job_type, cls in sorted(registry.registered_handlers().items()):
-        rows.append({"type": job_type, "task": task_name(job_type),
-                     "class": class_name(cls),
-                     "source": registry.handler_source(job_type) or "",
+    for flow in type_limits(app):
+        cls = classes[flow.type]
+        rows.append({"type": flow.type, "task": flow.task, "class": class_name(cls),
+                     "source": registry.handler_source(flow.type) or "",
                      "frequency": cls.FREQUENCY or "",
                      "expanded_frequency": expand(cls.FREQUENCY) if cls.FREQUENCY else "",
                      "max_attempts": cls.MAX_ATTEMPTS,
                      "max_runtime": cls.MAX_RUNTIME,
-                     "queue": cls.QUEUE or app.settings.default_queue,
-                     "available": bool(cls.available())})
+                     "queue": flow.queue, "concurrency": flow.concurrency,
+                     "rate_limit": flow.rate_limit, "limit_key": flow.limit_key,
+                     "available": bool(cls.available()), "limits": type_limits_text(flow)})
     if as_json:
-        click.echo(_dump(rows))
+        click.echo(_dump([{k: v for k, v in row.items() if k != "limits"} for row in rows]))
         return
     for row in rows:
         row["frequency"] = describe(row["frequency"])
         row["available"] = available_text(row["available"])
-    _table(rows, ["type", "task", "class", "source", "frequency", "max_attempts", "max_runtime",
-                  "available"])
+    _table(rows, ["type", "task", "class", "source", "frequency", "queue", "max_attempts",
+                  "max_runtime", "limits", "available"])
 
 
 def available_text(available: bool) -> str:
