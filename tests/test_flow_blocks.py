@@ -61,6 +61,31 @@ def test_retry_later_blocks_the_key_and_other_keys_run(make_app):
     assert states(app, [flood, *held]) == [("completed", 1)] * 4
 
 
+@pytest.mark.parametrize("lift", ["by type and key", "by id"])
+def test_lifting_a_block_early_releases_the_row_that_raised_it_too(make_app, lift):
+    """The row that met the flood wait waits for its block, not for a time of its own: an
+    operator who lifts the block sees that row run at once, not after the flood wait
+    (before, it stayed pending until then while later rows of its key overtook it)."""
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    app.handlers.register(FloodExecute.TYPE, FloodExecute)
+    FloodExecute.waited.clear()
+    flood = queue.dispatch(FloodExecute.TYPE, {"chat": "Z", "wait": 300}, priority=1)
+    later = queue.dispatch(FloodExecute.TYPE, {"chat": "Z"})
+    assert [r.id for r in drain(app).reports] == [flood]
+    assert states(app, [flood, later]) == [("pending", 0)] * 2
+    clock.advance(5)
+    assert len(drain(app)) == 0  # both held by the block
+    with app.engine.begin() as conn:
+        if lift == "by id":
+            block_id = store.list_blocks(conn, clock.now())[0]["id"]
+            assert store.unblock(conn, block_id) == 1
+        else:
+            assert store.unblock(conn, job_type=FloodExecute.TYPE, limit_key="Z") == 1
+    assert [r.id for r in drain(app).reports] == [flood, later]
+    assert states(app, [flood, later]) == [("completed", 1)] * 2
+
+
 def test_a_row_without_a_key_blocks_its_type_and_type_blocks_expire(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)

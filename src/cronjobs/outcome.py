@@ -328,8 +328,11 @@ def next_state(job: Job, outcome: Outcome, now: datetime, policy: Policy) -> Tra
         values.update(status=Status.PENDING, attempts=job.attempts - 1, scheduled_at=None)
         return Transition(values, Status.PENDING)
     if kind == "retry_later":
+        # With a block, the block holds the row (written with this outcome, over the same
+        # delay): it is due when the block ends or is lifted early, not a moment later.
         values.update(status=Status.PENDING, attempts=job.attempts - 1,
-                      scheduled_at=now + timedelta(seconds=outcome.delay_seconds))
+                      scheduled_at=None if outcome.block else
+                      now + timedelta(seconds=outcome.delay_seconds))
         return Transition(values, Status.PENDING, outcome.delay_seconds)
     if kind == "no_handler":
         return _no_handler(job, outcome, now, policy, values)
