@@ -77,8 +77,34 @@ def test_dry_run_counts_only_rows_that_would_go(make_app):
     set_row(app, parent, status="completed", finished_at=OLD)
     assert queue.cleanup(dry_run=True)["completed"] == 0, "its child is pending"
     set_row(app, child, status="completed", finished_at=OLD)
-    assert queue.cleanup(dry_run=True)["completed"] == 1, "the child first, the parent later"
+    assert queue.cleanup(dry_run=True)["completed"] == 2, "the child, then the parent"
     assert ids_left(app) == {parent, child}
+    assert queue.cleanup()["completed"] == 2, "what the dry run counted"
+
+
+def test_dry_run_counts_what_the_cleanup_then_deletes_in_a_tree(make_app):
+    """A dry run is the whole cleanup's count, also in trees: a finished subtree past its
+    retention goes whole; a subtree with a row that stays (pending, or finished within
+    its retention) keeps that row's ancestors, whatever their age."""
+    app = make_app(clock=FrozenClock(T0))
+    root = queue.dispatch("test.shape.execute", {})
+    done = queue.dispatch("test.shape.execute", {}, parent_id=root)
+    grandchild = queue.dispatch("test.shape.execute", {}, parent_id=done)
+    kept_root = queue.dispatch("test.shape.execute", {})
+    kept_mid = queue.dispatch("test.shape.execute", {}, parent_id=kept_root)
+    young = queue.dispatch("test.shape.execute", {}, parent_id=kept_mid)
+    sibling = queue.dispatch("test.shape.execute", {}, parent_id=kept_root)
+    live_parent = queue.dispatch("test.shape.execute", {})
+    queue.dispatch("test.shape.execute", {}, parent_id=live_parent)  # stays pending
+    for job_id in (root, done, grandchild, kept_root, kept_mid, sibling, live_parent):
+        set_row(app, job_id, status="completed", finished_at=OLD)
+    set_row(app, young, status="failed", finished_at=T0)  # within its retention
+    set_row(app, sibling, status="cancelled", finished_at=OLD)
+    dry = queue.cleanup(dry_run=True)
+    assert dry == {"completed": 3, "failed": 0, "cancelled": 1}, dry
+    assert queue.cleanup() == dry
+    assert not {root, done, grandchild, sibling} & ids_left(app)
+    assert {kept_root, kept_mid, young, live_parent} <= ids_left(app)
 
 
 def test_a_cancelled_run_with_children_is_kept(make_app):

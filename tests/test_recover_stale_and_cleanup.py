@@ -80,7 +80,7 @@ def test_cleanup_respects_retention_and_batches(make_app):
             set_row(app, job_id, status=status, finished_at=T0 - timedelta(days=age_days))
             ids.setdefault((status, age_days), []).append(job_id)
     dry = queue.cleanup(dry_run=True)
-    assert dry == {"completed": 3, "failed": 3, "cancelled": 2}, "dry run counts one batch"
+    assert dry == {"completed": 5, "failed": 4, "cancelled": 2}, "dry run counts every batch"
     assert queue.cleanup() == {"completed": 5, "failed": 4, "cancelled": 2}
     with app.engine.connect() as conn:
         left = sorted(r[0] for r in conn.execute(sa.select(q.c.id)))

@@ -170,7 +170,8 @@ def cleanup(retention: dict | None = None, *, dry_run: bool = False,
         retention: days per status, e.g. `{"completed": 7, "failed": 30, "cancelled": 7}`
             (missing keys use the settings). Completed rows keep their idempotency keys
             taken until they are deleted.
-        dry_run: count what would be deleted (the first batch per status), delete nothing.
+        dry_run: count what a cleanup would delete now (every batch, parents after their
+            children: `store.count_prunable`), delete nothing.
         progress: called after each batch (one transaction of at most
             `cleanup_batch_size` rows per status) with the counts so far, a new dict
             `{"completed": n, "failed": n, "cancelled": n}` (`cronjobs cleanup` draws its

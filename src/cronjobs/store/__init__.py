@@ -46,7 +46,14 @@ from .flow import (
 from .insert import insert_job, insert_jobs
 from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
 from .limiter import FlowPolicy
-from .maintenance import due_pending, pending_by_queue, prune, prune_slots, rescue_stale
+from .maintenance import (
+    count_prunable,
+    due_pending,
+    pending_by_queue,
+    prune,
+    prune_slots,
+    rescue_stale,
+)
 from .runtime import (
     buffer_slot,
     claim_slot,
@@ -68,6 +75,7 @@ __all__ = [
     "JOB_COLUMNS", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs", "count_children",
     "delete_job", "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs",
     "renew_leases", "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
+    "count_prunable",
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, case, exists, func, select
+from sqlalchemy import Connection, and_, case, exists, func, or_, select
 from sqlalchemy import alias as aliased  # Core: the same SQL as the ORM's, without the ORM
 
 from .. import limits
@@ -110,9 +110,12 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
     Call repeatedly until it returns zeros; each call holds locks for one batch only.
 
     Returns:
-        `{"completed": n, "failed": n, "cancelled": n}` rows deleted (or that would be,
-        with `dry_run`, counted up to `batch`).
+        `{"completed": n, "failed": n, "cancelled": n}` rows deleted; with `dry_run`, what
+        a whole cleanup would delete now (`count_prunable`), nothing deleted.
     """
+    if dry_run:
+        return count_prunable(conn, now, completed_days=completed_days,
+                              failed_days=failed_days, cancelled_days=cancelled_days)
     counts = {}
     for status, days in ((Status.COMPLETED, completed_days), (Status.FAILED, failed_days),
                          (Status.CANCELLED, cancelled_days)):
@@ -121,8 +124,8 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
         stmt = (select(q.c.id).where(q.c.status == status, q.c.finished_at < cutoff,
                                      ~exists().where(child.c.parent_id == q.c.id))
                 .order_by(q.c.id).limit(batch))
-        ids = [r[0] for r in conn.execute(stmt if dry_run else skip_locked(conn, stmt))]
-        if ids and not dry_run:
+        ids = [r[0] for r in conn.execute(skip_locked(conn, stmt))]
+        if ids:
             # One range over the parent index, filtered here: MariaDB turns an IN list of
             # 1,000 values into a derived table and scans the whole index for it (75 ms a
             # batch at 1,000,000 rows against ~1 ms for the range).
@@ -133,6 +136,37 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
             if ids:
                 conn.execute(q.delete().where(q.c.id.in_(ids)))
         counts[status.value] = len(ids)
+    return counts
+
+
+def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
+                   failed_days: float, cancelled_days: float) -> dict[str, int]:
+    """The rows a whole cleanup would delete at `now` (naive UTC), per status, without
+    deleting any: every finished row past its status's retention (days) except the
+    ancestors of a row that stays (a pending or running row, or one within its
+    retention), which `prune` never reaches, since a parent goes only after its last
+    child. One statement (a recursive CTE over the kept rows' ancestors).
+
+    Returns:
+        `{"completed": n, "failed": n, "cancelled": n}`.
+    """
+    def past(table):
+        return or_(*[and_(table.c.status == status, table.c.finished_at
+                          < now - timedelta(days=days))
+                     for status, days in ((Status.COMPLETED, completed_days),
+                                          (Status.FAILED, failed_days),
+                                          (Status.CANCELLED, cancelled_days))])
+
+    up = aliased(q)
+    kept = (select(q.c.parent_id.label("id"))
+            .where(q.c.parent_id.is_not(None), or_(q.c.finished_at.is_(None), ~past(q)))
+            .cte("kept", recursive=True))
+    kept = kept.union(select(up.c.parent_id).where(up.c.id == kept.c.id,
+                                                   up.c.parent_id.is_not(None)))
+    rows = conn.execute(select(q.c.status, func.count()).where(
+        past(q), q.c.id.not_in(select(kept.c.id))).group_by(q.c.status))
+    counts = {Status.COMPLETED.value: 0, Status.FAILED.value: 0, Status.CANCELLED.value: 0}
+    counts.update({str(status): n for status, n in rows})
     return counts
 
 
