@@ -129,6 +129,24 @@ def test_the_cli_refuses_an_unknown_type_and_accepts_it_with_remote(make_app, db
     assert count_rows(app) == 2
 
 
+@pytest.mark.parametrize("bad", ["other thing", "x\ny", "<script>alert(1)</script>",
+                                 "billing", "billing.invoice", "billing.invoice.run"])
+def test_a_remote_type_must_have_a_handlers_shape(make_app, db_url, namespace, bad):
+    """A type another codebase runs is still a handler's TYPE (dotted, ending in
+    .discover or .execute): any other name makes a row no worker could ever run."""
+    app = make_app(remote_types=("billing*", "*thing", "x*", "<*"))
+    message = f"job type {bad!r} must be dotted and end in .discover or .execute"
+    for call in (lambda: queue.dispatch(bad, {}, known_type=False),
+                 lambda: queue.dispatch(bad, {}),  # matched by a remote_types pattern
+                 lambda: queue.dispatch_many([{"type": bad, "known_type": False}])):
+        with pytest.raises(InvalidJob, match=re.escape(message)):
+            call()
+    refused = run_cli(["dispatch", bad, "--remote"], cli_env(db_url, namespace))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [f"error: {message}, as a handler's TYPE"]
+    assert count_rows(app) == 0
+
+
 def test_a_worker_that_lacks_the_handler_puts_the_row_back_then_fails_it(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock, unknown_type_grace_seconds=60,

@@ -38,6 +38,7 @@ from .app import App
 from .clock import as_utc
 from .db import run_in_transaction
 from .errors import InvalidJob
+from .handler import STAGES
 from .status import Status
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
@@ -143,6 +144,11 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     cls = app.resolve(type)
     if cls is None and known_type:
         check_type(app, type)
+    if cls is None and (type.rpartition(".")[2] not in STAGES or "." not in type):
+        # a remote type (`known_type=False`, `--remote`, `remote_types`) is another
+        # codebase's handler's TYPE: the same shape, or no worker could ever run the row
+        raise InvalidJob(f"job type {type!r:.80} must be dotted and end in .discover or "
+                         f".execute, as a handler's TYPE")
     payload_json = _payload_json(payload)
     if title is not None:
         limits.check_name(title, "title", limits.TITLE_MAX_CHARS, allow_empty=True)
