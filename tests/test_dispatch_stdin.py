@@ -132,15 +132,35 @@ def test_a_bad_line_inserts_nothing_and_names_its_number(make_app, db_url, tmp_p
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
-def test_a_missing_parent_stops_at_its_batch(make_app, db_url, tmp_path):
+def test_a_missing_parent_is_refused_by_its_line_before_any_insert(make_app, db_url, tmp_path):
+    app = make_app()
+    parent = good(1)[0]
+    out = dispatch(db_url, tmp_path, jsonl([parent]))
+    rows = good(2500)
+    rows[10]["parent"] = int(out.stdout)  # exists
+    rows[1500]["parent"] = rows[2400]["parent"] = 10**12
+    out = dispatch(db_url, tmp_path, jsonl(rows))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == "error: line 1501: parent job 1000000000000 does not exist\n"
+    assert len(table(app)) == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
+def test_a_parent_gone_after_the_check_stops_at_its_batch(make_app, capsys):
+    """The database still refuses a batch whose parent went away after the check (a
+    cleanup in between): the batches before it stay, their ids printed."""
+    from cronjobs import queue
+    from cronjobs.cli import stdin
+
     app = make_app()
     rows = good(2500)
-    rows[1500]["parent"] = 10**12  # found only when its batch (lines 1,001-2,000) is inserted
-    out = dispatch(db_url, tmp_path, jsonl(rows))
-    assert out.returncode == 2
-    assert out.stderr.startswith("error: lines 1001-2000: ") and out.stderr.endswith(
-        "; not inserted, the 1,000 row(s) of the lines before were (ids printed)\n"), out.stderr
-    ids = [int(x) for x in out.stdout.split()]
+    rows[1500]["parent"] = 10**12
+    lines = [(n, json.dumps(r).encode()) for n, r in enumerate(rows, start=1)]
+    with pytest.raises(Exception, match="^lines 1001-2000: ") as caught:
+        stdin._insert(app, queue, iter(lines), len(rows), remote=False, quiet=False)
+    assert str(caught.value).endswith(
+        "; not inserted, the 1,000 row(s) of the lines before were (ids printed)")
+    ids = [int(x) for x in capsys.readouterr().out.split()]
     assert ids == [r["id"] for r in table(app)] and len(ids) == 1000
 
 

@@ -142,6 +142,32 @@ def check_line(app, number: int, job: dict) -> None:
         raise InvalidJob(f"line {number}: {exc}") from None
 
 
+def check_parents(app, parents: dict[int, int]) -> None:
+    """Refuse the lines whose parent row does not exist, before any row is inserted.
+
+    Args:
+        parents: `{parent id: the first line naming it}`.
+
+    Raises:
+        InvalidJob: `line N: parent job ID does not exist`, for the first such line (a
+            parent deleted after this check still stops its batch, as the database
+            refuses it).
+    """
+    from sqlalchemy import select  # lazy: CLI start-up time (with `--stdin` only)
+
+    from ..models import cronjob_queue as q
+
+    ids, found = sorted(parents), set()
+    with app.engine.connect() as conn:
+        for start in range(0, len(ids), BATCH_ROWS):
+            found.update(conn.execute(select(q.c.id).where(
+                q.c.id.in_(ids[start:start + BATCH_ROWS]))).scalars())
+    missing = [parent for parent in ids if parent not in found]
+    if missing:
+        first = min(missing, key=parents.__getitem__)
+        raise InvalidJob(f"line {parents[first]}: parent job {first} does not exist")
+
+
 def batches(lines: Iterator[tuple[int, bytes]], remote: bool
             ) -> Iterator[tuple[int, int, list[dict]]]:
     """`(first line, last line, jobs)` of at most `BATCH_ROWS` jobs each."""
@@ -169,10 +195,14 @@ def dispatch_lines(app, stream: IO[bytes], *, remote: bool, quiet: bool) -> int:
 
     lines = Lines(stream)
     try:
-        count = 0
+        count, parents = 0, {}
         for number, line in lines.first():
-            check_line(app, number, parse_line(number, line, remote))
+            job = parse_line(number, line, remote)
+            check_line(app, number, job)
+            if job.get("parent_id") is not None:
+                parents.setdefault(job["parent_id"], number)
             count += 1
+        check_parents(app, parents)
         done = _insert(app, queue, lines.again(), count, remote=remote, quiet=quiet)
     finally:
         lines.close()
