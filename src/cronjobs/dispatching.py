@@ -140,15 +140,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     Raises:
         InvalidJob: naming the bad argument and its value.
     """
-    limits.check_name(type, "job type", limits.TYPE_MAX_CHARS)
-    cls = app.resolve(type)
-    if cls is None and known_type:
-        check_type(app, type)
-    if cls is None and (type.rpartition(".")[2] not in STAGES or "." not in type):
-        # a remote type (`known_type=False`, `--remote`, `remote_types`) is another
-        # codebase's handler's TYPE: the same shape, or no worker could ever run the row
-        raise InvalidJob(f"job type {type!r:.80} must be dotted and end in .discover or "
-                         f".execute, as a handler's TYPE")
+    cls = _handler_of(app, type, known_type)
     payload_json = _payload_json(payload)
     if title is not None:
         limits.check_name(title, "title", limits.TITLE_MAX_CHARS, allow_empty=True)
@@ -212,6 +204,25 @@ def limit_key_of(cls: type | None, payload: dict | None) -> str | None:
     if key is not None:
         limits.check_name(key, "limit key", limits.LIMIT_KEY_MAX_CHARS)
     return key
+
+
+def _handler_of(app: App, job_type: str, known_type: bool) -> type | None:
+    """The handler class of `job_type` here, or None for a remote type (`known_type=False`,
+    `--remote`, `remote_types`): another codebase's handler's TYPE, so of the same shape
+    (dotted, ending in .discover or .execute), or no worker could ever run the row.
+
+    Raises:
+        InvalidJob: a bad name, an unknown type (`check_type`), a remote type of
+            another shape.
+    """
+    limits.check_name(job_type, "job type", limits.TYPE_MAX_CHARS)
+    cls = app.resolve(job_type)
+    if cls is None and known_type:
+        check_type(app, job_type)
+    if cls is None and (job_type.rpartition(".")[2] not in STAGES or "." not in job_type):
+        raise InvalidJob(f"job type {job_type!r:.80} must be dotted and end in .discover or "
+                         f".execute, as a handler's TYPE")
+    return cls
 
 
 def check_type(app: App, type: str) -> None:
