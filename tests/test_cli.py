@@ -355,6 +355,20 @@ def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:
     assert skipped["http-uptime"] == "running"  # its 12:00 run is still pending
 
 
+@SQLITE
+def test_tick_warns_of_a_now_far_ahead_of_the_clock(cli) -> None:
+    """`tick --now` in the future records its slots as run (the tasks start again only
+    once the clock passes it): said on standard error, the tick still runs."""
+    far = (datetime.now(UTC) + timedelta(days=400)).strftime("%Y-%m-%dT%H:%M")
+    done = cli("tick", "--now", far)
+    started, _ = tick_lines(ok(done))
+    assert started
+    assert done.stderr.startswith("warning: --now is 400 days ahead of the clock: the slots "
+                                  "it starts are recorded as run"), done.stderr
+    soon = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
+    assert "warning" not in cli("tick", "--now", soon).stderr
+
+
 @BOTH
 def test_tasks_list_disable_enable_and_run(cli, engine) -> None:
     names, rows = parse_table(ok(cli("tasks")))

@@ -8,12 +8,22 @@ from .base import Group, _app, _dump, _parse_time, _table, main
 
 
 @main.command()
-@click.option("--now", help="Tick for this ISO 8601 instant instead of the clock (UTC if naive).")
+@click.option("--now", help="Tick for this ISO 8601 instant instead of the clock (UTC if "
+                            "naive). A future instant records its slots as run: those "
+                            "tasks start again only once the clock passes it (use a copy "
+                            "of the database to try one).")
 def tick(now: str | None) -> None:
     """Start every due task once (for a system cron line `* * * * * cronjobs tick`)."""
     from ..scheduler import tick as do_tick  # lazy: CLI start-up time
 
-    report = do_tick(_parse_time(now, "--now"), app=_app())
+    at = _parse_time(now, "--now")
+    app = _app()
+    if at is not None and (ahead := (at - app.clock.now()).total_seconds()) > 3600:
+        span = f"{ahead / 86400:,.0f} days" if ahead >= 2 * 86400 else f"{ahead / 3600:.1f} hours"
+        click.echo(f"warning: --now is {span} ahead of the clock: the "
+                   f"slots it starts are recorded as run, and those tasks start again only "
+                   f"once the clock passes {at:%Y-%m-%d %H:%M} UTC", err=True)
+    report = do_tick(at, app=app)
     for task, slot, job_id in report.started:
         click.echo(f"started {task} slot {slot} as job {job_id}")
     for task, reason in sorted(report.skipped.items()):
