@@ -103,7 +103,12 @@ def view(app: App) -> WorkersView:
     now = app.clock.now()
 
     def read(conn) -> tuple[list[dict], dict]:
-        return store.list_workers(conn, LIVE_SECONDS), store.pending_by_queue(conn, now)
+        rows = store.list_workers(conn, LIVE_SECONDS)
+        held = store.running_by_worker(conn, [r["id"] for r in rows if not r["live"]])
+        for row in rows:  # a dead worker's last report is stale: what it still holds
+            if not row["live"]:
+                row["current_jobs"] = ",".join(map(str, held.get(row["id"], []))) or None
+        return rows, store.pending_by_queue(conn, now)
 
     rows, pending = run_in_transaction(app.engine, read)
     live = [r for r in rows if r["live"]]

@@ -69,7 +69,7 @@ from .runtime import (
     update_task_status,
 )
 from .sql import database_now, db_now
-from .workers import beat, forget, list_workers, prune_workers
+from .workers import beat, forget, list_workers, prune_workers, running_by_worker
 
 __all__ = [
     "JOB_COLUMNS", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs", "count_children",
@@ -78,7 +78,8 @@ __all__ = [
     "count_prunable",
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
-    "forget", "list_workers", "prune_workers", "database_now", "db_now", "lock_runtime",
+    "forget", "list_workers", "prune_workers", "running_by_worker", "database_now", "db_now",
+    "lock_runtime",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
     "queues", "secrets", "selection", "stops", "views", "FlowPolicy", "held",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
+from ..models import cronjob_queue as q
 from ..models import cronjob_worker as w
 from .sql import db_now
 
@@ -40,6 +41,20 @@ def list_workers(conn: Connection, live_seconds: float) -> list[dict]:
         row["age_seconds"] = max(0.0, (now - row["last_seen_at"]).total_seconds())
         row["live"] = row["age_seconds"] <= live_seconds
     return rows
+
+
+def running_by_worker(conn: Connection, worker_ids: list[str]) -> dict[str, list[int]]:
+    """`{worker id: ids of the rows running under it}` for `worker_ids` (rows a dead
+    worker still holds until recover-stale takes them back), ids ascending."""
+    if not worker_ids:
+        return {}
+    out: dict[str, list[int]] = {}
+    for job_id, worker_id in conn.execute(
+            select(q.c.id, q.c.worker_id).where(q.c.status == "running",
+                                                q.c.worker_id.in_(worker_ids))
+            .order_by(q.c.id)):
+        out.setdefault(worker_id, []).append(job_id)
+    return out
 
 
 def prune_workers(conn: Connection, older_than_seconds: float) -> int:
