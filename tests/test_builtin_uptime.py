@@ -5,6 +5,7 @@ without following it), expected text, timeouts, and its Results tab."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import threading
 import time
@@ -150,9 +151,24 @@ def test_checks_from_toml_and_from_the_environment(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="uptime_checks.*not a JSON list"):
         Settings.load({"CRONJOBS_UPTIME_CHECKS": "https://d.example/"})
     with pytest.raises(ConfigError, match="expect_stauts"):
-        Settings.load({"CRONJOBS_UPTIME_CHECKS": '[{"url": "x", "expect_stauts": 200}]'})
+        Settings.load({"CRONJOBS_UPTIME_CHECKS":
+                       '[{"url": "https://x.example/", "expect_stauts": 200}]'})
     with pytest.raises(ConfigError, match="uptime_expect_status='99'"):
         Settings.load({"CRONJOBS_UPTIME_EXPECT_STATUS": "99"})
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ("not a url", "is not an http:// or https:// URL with a host"),
+    ("ftp://files.example/x", "is not an http:// or https:// URL with a host"),
+    ("https://", "is not an http:// or https:// URL with a host"),
+    ("https://a.example:99999/", "is not a URL that can be read"),
+])
+def test_a_url_the_check_could_never_get_is_refused_at_start(bad, reason):
+    """Refused when the settings are read (exit 2 in the CLI), not at the check's run."""
+    with pytest.raises(ConfigError, match=re.escape(f"{bad!r} {reason}")):
+        Settings.load({"CRONJOBS_UPTIME_URLS": f"https://ok.example/,{bad}"})
+    with pytest.raises(ConfigError, match=re.escape(f"{bad!r} {reason}")):
+        Settings.load({"CRONJOBS_UPTIME_CHECKS": json.dumps([{"url": bad}])})
 
 
 def test_results_tab_is_an_escaped_table_in_english_and_turkish():

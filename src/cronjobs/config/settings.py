@@ -20,7 +20,13 @@ from ..errors import ConfigError, InvalidJob
 from ..limits import check_queue
 from .sources import read_sources
 from .tables import QueueSettings, TaskSettings, UptimeCheck
-from .urls import MEMORY_BROKER, check_broker_url, check_database_url, hide_password
+from .urls import (
+    MEMORY_BROKER,
+    check_broker_url,
+    check_database_url,
+    check_http_url,
+    hide_password,
+)
 
 
 class Settings(BaseModel):
@@ -129,8 +135,9 @@ class Settings(BaseModel):
     # -- built-in handlers: http-uptime, tls-certexpiry, db-backup ----------------------
     uptime_urls: tuple[str, ...] = Field(
         (),
-        description="URLs the `http-uptime` task checks every minute; comma-separated in the "
-                    "variable, a list in TOML. `cronjobs serve` checks its own `/health` when "
+        description="URLs the `http-uptime` task checks every minute (http:// or https://, "
+                    "with a host); comma-separated in the variable, a list in TOML. "
+                    "`cronjobs serve` checks its own `/health` when "
                     "neither this nor `uptime_checks` is set.")
     uptime_expect: str | None = Field(
         None, description="Text every page of `uptime_urls` must contain.")
@@ -286,6 +293,11 @@ class Settings(BaseModel):
         if isinstance(value, str):
             return tuple(u.strip() for u in value.split(",") if u.strip())
         return value
+
+    @field_validator("uptime_urls")
+    @classmethod
+    def _check_uptime_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_http_url(u) for u in value)
 
     @field_validator("queues", mode="before")
     @classmethod

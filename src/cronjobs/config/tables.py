@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..flowrules import check_concurrency, parse_rate
 from ..slots import check_frequency
+from .urls import check_http_url
 
 
 class TaskSettings(BaseModel):
@@ -55,6 +56,11 @@ class UptimeCheck(BaseModel):
         description="HTTP status it must answer with; unset means any 2xx (a 3xx is checked "
                     "without following the redirect).")
     expect_text: str | None = Field(None, description="Text the body must contain.")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return check_http_url(value)
 
 
 class QueueSettings(BaseModel):

@@ -40,6 +40,23 @@ def check_broker_url(value: str) -> str:
     return value
 
 
+def check_http_url(value: str) -> str:
+    """`value` when it is a URL the uptime checks can GET: http:// or https:// with a host.
+
+    Raises:
+        ValueError: naming the value (`'not a url'`, `ftp://...`, `https://` with no host,
+            a port that is not a number from 0 to 65535).
+    """
+    try:
+        parts = urlsplit(value)
+        _ = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{value!r:.120} is not a URL that can be read ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r:.120} is not an http:// or https:// URL with a host")
+    return value
+
+
 def check_database_url(value: str) -> str:
     """`value` when it is a SQLAlchemy URL of a database and driver cronjobs speaks.
 
