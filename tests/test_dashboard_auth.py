@@ -177,6 +177,12 @@ def test_listening_beyond_loopback_needs_a_token(tmp_path):
         assert app.settings.dashboard_token is None  # passed on explicitly, settings untouched
         assert ensure_token(app, "localhost") == (token, True)  # the one kept in the database
         assert ensure_token(configured, "0.0.0.0") == (TOKEN, False)
+        short = App(Settings(database_url=url, dashboard_token="short"))
+        with pytest.raises(ConfigError, match="on 0.0.0.0 with a token of 5 characters: "
+                                              "use at least 16"):
+            ensure_token(short, "0.0.0.0")
+        assert ensure_token(short, "127.0.0.1") == ("short", False)  # loopback: as before
+        short.close()
     finally:
         app.close()
         configured.close()

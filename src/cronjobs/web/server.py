@@ -29,6 +29,7 @@ def is_loopback(host: str) -> bool:
 
 
 TOKEN_SECRET = "dashboard_token"  # the name of the generated token in `cronjob_secret`
+PUBLIC_TOKEN_MIN_CHARS = 16  # a configured token beyond loopback (the generated one: 24)
 
 
 def ensure_token(app: App, host: str) -> tuple[str, bool]:
@@ -44,11 +45,17 @@ def ensure_token(app: App, host: str) -> tuple[str, bool]:
         token (to be printed), False when it was configured.
 
     Raises:
-        ConfigError: `host` is not loopback and no token is configured; or the database
-            cannot keep the token (not migrated, unreachable).
+        ConfigError: `host` is not loopback and no token is configured, or a token of
+            fewer than `PUBLIC_TOKEN_MIN_CHARS` characters; or the database cannot keep
+            the token (not migrated, unreachable).
     """
-    if app.settings.dashboard_token:
-        return app.settings.dashboard_token, False
+    token = app.settings.dashboard_token
+    if token and not is_loopback(host) and len(token) < PUBLIC_TOKEN_MIN_CHARS:
+        raise ConfigError(f"refusing to serve the dashboard on {host} with a token of "
+                          f"{len(token)} characters: use at least {PUBLIC_TOKEN_MIN_CHARS} "
+                          f"(e.g. python -c 'import secrets; print(secrets.token_urlsafe(18))')")
+    if token:
+        return token, False
     if not is_loopback(host):
         raise ConfigError(f"refusing to serve the dashboard on {host} without a token: set "
                           f"CRONJOBS_DASHBOARD_TOKEN (or listen on 127.0.0.1)")
