@@ -83,6 +83,9 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
             report.skipped[info.task] = "lost-race"
             continue
         last = info.runtime["last_slot"]
+        skipped = info.runtime.get("last_skipped_slot")
+        if last is not None and skipped is not None and len(skipped) == len(last):
+            last = max(last, skipped)  # a slot recorded as skipped was not missed
         if last is not None:
             missed = slots_between(info.frequency, last, slot, app.settings.timezone)
             if missed:
