@@ -86,6 +86,49 @@ def test_lifting_a_block_early_releases_the_row_that_raised_it_too(make_app, lif
     assert states(app, [flood, later]) == [("completed", 1)] * 2
 
 
+@pytest.mark.parametrize("lift", ["by id", "by type and key"])
+def test_lifting_a_block_rings_the_queue_of_the_rows_it_held(make_app, lift):
+    """The flooded row has no doorbell of its own (its block holds it): lifting the block
+    rings its queue, so an idle worker claims it at once, not at the next sweep."""
+    from cronjobs import operator
+
+    clock = FrozenClock(T0)
+    app = make_app(clock=clock)
+    app.handlers.register(FloodExecute.TYPE, FloodExecute)
+    FloodExecute.waited.clear()
+    flood = queue.dispatch(FloodExecute.TYPE, {"chat": "Q", "wait": 600})
+    assert [r.id for r in drain(app).reports] == [flood]
+    rung = []
+    app.broker.listen(lambda job_id, name, delay: rung.append((job_id, name)))
+    with app.engine.begin() as conn:
+        [block] = store.list_blocks(conn, clock.now())
+    if lift == "by id":
+        assert operator.unblock(app, block["id"]) is True
+        assert operator.unblock(app, block["id"]) is False  # gone: nothing rung again
+    else:
+        assert operator.unblock(app, job_type=FloodExecute.TYPE, limit_key="Q") is True
+    assert rung == [(flood, "default")]
+
+
+def test_resuming_a_queue_rings_it_and_a_type_rings_its_rows_queues(make_app):
+    from cronjobs import operator
+
+    app = make_app(clock=FrozenClock(T0))
+    app.handlers.register(FloodExecute.TYPE, FloodExecute)
+    first = queue.dispatch(FloodExecute.TYPE, {"chat": "R"})
+    other = queue.dispatch(FloodExecute.TYPE, {"chat": "R"}, queue="side")
+    rung = []
+    app.broker.listen(lambda job_id, name, delay: rung.append((job_id, name)))
+    with app.engine.begin() as conn:
+        store.pause(conn, "queue", "default", now=T0, by="test")
+        store.pause(conn, "type", FloodExecute.TYPE, now=T0, by="test")
+    assert operator.resume(app, "queue", "default") is True
+    assert rung == [(first, "default")]
+    assert operator.resume(app, "type", FloodExecute.TYPE) is True
+    assert sorted(rung[1:]) == [(first, "default"), (other, "side")]
+    assert operator.resume(app, "queue", "default") is False and len(rung) == 3
+
+
 def test_a_row_without_a_key_blocks_its_type_and_type_blocks_expire(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)

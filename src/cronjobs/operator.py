@@ -1,6 +1,7 @@
-"""Operator actions on one row, for the dashboard's buttons and the CLI: retry, cancel,
-stop (a running job). Many rows at once (Retry all, `cronjobs failed --retry`) are a
-bulk operation: `cronjobs.bulk`."""
+"""Operator actions for the dashboard's buttons and the CLI: on one row, retry, cancel,
+stop (a running job); lifting a pause or a block, which rings the queues it released.
+Many rows at once (Retry all, `cronjobs failed --retry`) are a bulk operation:
+`cronjobs.bulk`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from . import dispatching, store
 from .app import App
 from .db import run_in_transaction
 from .errors import JobNotFound, JobStateError
+from .handler import task_name
 from .status import Status
 
 log = logging.getLogger("cronjobs.operator")
@@ -71,6 +73,54 @@ def stop(app: App, job_id: int, who: str = "operator") -> dict:
     log.info("job %s: stop requested by %s (attempt %s on worker %s)", job_id, who,
              row["attempts"], row["worker_id"], extra={"trace_id": job_id})
     return row
+
+
+def resume(app: App, scope: str, name: str) -> bool:
+    """Lift the pause of queue, type or task `name` (`scope`) and ring the queues whose
+    due rows it held (they wait for no doorbell of their own).
+
+    Returns:
+        True if a pause was lifted, False if there was none.
+
+    Raises:
+        InvalidJob: a bad scope or name (`store.resume`'s).
+    """
+    lifted = run_in_transaction(app.engine, lambda c: store.resume(c, scope, name))
+    if lifted:
+        types = None if scope == "queue" else [name] if scope == "type" else [
+            t for t in app.handlers.registered_handlers() if task_name(t) == name]
+        ring_due(app, queue=name if scope == "queue" else None, types=types)
+    return bool(lifted)
+
+
+def unblock(app: App, block_id: int | None = None, *, job_type: str | None = None,
+            limit_key: str | None = None) -> bool:
+    """Lift block `block_id` (or that of `job_type` and `limit_key`, `store.unblock`) and
+    ring the queues of the type's due rows: the row that met the flood wait waits for its
+    block, with no doorbell of its own.
+
+    Returns:
+        True if a block was lifted, False if there was none.
+    """
+    def lift(conn) -> str | None:
+        kind = job_type if block_id is None else store.flow.block_type(conn, block_id)
+        done = store.unblock(conn, block_id, job_type=job_type, limit_key=limit_key)
+        return kind if done else None
+
+    lifted = run_in_transaction(app.engine, lift)
+    if lifted is not None:
+        ring_due(app, types=[lifted])
+    return lifted is not None
+
+
+def ring_due(app: App, *, queue: str | None = None, types: list[str] | None = None) -> None:
+    """Ring each queue that holds due rows of `queue` or of `types`, once (after a
+    commit that released them)."""
+    now = app.clock.now()
+    with app.engine.connect() as conn:
+        queues = store.flow.due_queues(conn, now, queue=queue, types=types)
+    for name, job_id in queues.items():
+        dispatching.send(app, job_id, name)
 
 
 def _refuse(app: App, job_id: int, needed: str, verb: str) -> None:

@@ -108,13 +108,11 @@ def pause(queue: str | None, job_type: str | None, task: str | None, duration: s
 @_targets("resume")
 def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
     """Lift the pause of a queue, a job type or a task; its rows start in their order."""
-    from .. import store
-    from ..db import run_in_transaction
+    from .. import operator  # lazy: CLI start-up time
 
     scope, name = _target(queue, job_type, task)
-    app = _app()
-    count = run_in_transaction(app.engine, lambda c: store.resume(c, scope, name))
-    click.echo(f"resumed {scope} {name}" if count else f"{scope} {name} was not paused")
+    lifted = operator.resume(_app(), scope, name)
+    click.echo(f"resumed {scope} {name}" if lifted else f"{scope} {name} was not paused")
 
 
 @main.command()
@@ -125,17 +123,14 @@ def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
 def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None:
     """Lift a block (a flood wait) before it ends: by its id (`cronjobs limits`) or by
     --type and --key."""
-    from .. import store
-    from ..db import run_in_transaction
+    from .. import operator  # lazy: CLI start-up time
 
     if (block_id is None) == (job_type is None) or (key is not None and job_type is None):
         raise click.UsageError("give a block id, or --type (with --key for one key)")
     if job_type == "" or key == "":
         raise click.UsageError(f"--{'type' if job_type == '' else 'key'} must not be empty "
                                f"(omit --key to lift the block of the whole type)")
-    app = _app()
-    count = run_in_transaction(app.engine, lambda c: store.unblock(
-        c, block_id, job_type=job_type, limit_key=key))
+    count = operator.unblock(_app(), block_id, job_type=job_type, limit_key=key)
     what = f"block {block_id}" if block_id else f"block of {job_type}" + (
         f" key {key}" if key else "")
     click.echo(f"lifted {what}" if count else f"no {what}")

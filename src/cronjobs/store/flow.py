@@ -181,6 +181,24 @@ def prune_expired(conn: Connection, now: datetime) -> dict[str, int]:
     return {"pauses": pauses, "blocks": blocks, "starts": starts}
 
 
+def block_type(conn: Connection, block_id: int) -> str | None:
+    """The job type of block `block_id`, or None when there is no such block."""
+    return conn.execute(select(b.c.type).where(b.c.id == int(block_id))).scalar()
+
+
+def due_queues(conn: Connection, now: datetime, *, queue: str | None = None,
+               types: list[str] | None = None) -> dict[str, int]:
+    """`{queue: the lowest id of its due pending rows}` of `queue`, or of the rows of
+    `types`: the queues to ring once a pause or a block is lifted (its rows wait for
+    no doorbell of their own)."""
+    stmt = select(q.c.queue, func.min(q.c.id)).where(due(now)).group_by(q.c.queue)
+    if queue is not None:
+        stmt = stmt.where(q.c.queue == queue)
+    if types is not None:
+        stmt = stmt.where(q.c.type.in_(types))
+    return {name: int(job_id) for name, job_id in conn.execute(stmt)}
+
+
 def has_holds(conn: Connection, now: datetime) -> bool:
     """Whether any pause or block is live at `now` (naive UTC): two tiny reads."""
     return (conn.execute(select(p.c.name).where(_live_pause(now)).limit(1)).first() is not None

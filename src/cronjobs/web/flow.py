@@ -13,7 +13,7 @@ from datetime import timedelta
 from flask import Blueprint, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
-from .. import limits, store
+from .. import limits, operator, store
 from ..errors import InvalidJob
 from ..flowstate import held_now, queue_limits, type_limits
 from .view import cronjobs_app, handler_registry
@@ -143,10 +143,8 @@ def resume():
     except InvalidJob as exc:
         return _page(_("Refused: %(reason)s", reason=str(exc)), 400)
     name = request.form.get("name", "")
-    app = cronjobs_app()
     try:
-        with app.engine.begin() as conn:
-            lifted = store.flow.resume(conn, scope, name)
+        lifted = operator.resume(cronjobs_app(), scope, name)
     except InvalidJob as exc:
         return _page(_("Refused: %(reason)s", reason=str(exc)), 400)
     if not lifted:
@@ -161,9 +159,7 @@ def unblock():
         block_id = _block_id(request.form)
     except InvalidJob as exc:
         return _page(_("Refused: %(reason)s", reason=str(exc)), 400)
-    app = cronjobs_app()
-    with app.engine.begin() as conn:
-        lifted = store.flow.unblock(conn, block_id)
+    lifted = operator.unblock(cronjobs_app(), block_id)
     if not lifted:
         return _page(_("No block #%(id)s (it may have ended).", id=block_id), 404)
     return redirect(url_for("flow.index"), 303)
