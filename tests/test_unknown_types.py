@@ -130,12 +130,16 @@ def test_the_cli_refuses_an_unknown_type_and_accepts_it_with_remote(make_app, db
 
 
 @pytest.mark.parametrize("bad", ["other thing", "x\ny", "<script>alert(1)</script>",
-                                 "billing", "billing.invoice", "billing.invoice.run"])
+                                 "billing", "billing.invoice", "billing.invoice.run",
+                                 "a.b\n.execute", "a.<b>.execute", ".execute", "a..execute",
+                                 " a.b.execute", "a/b.execute", "x.\u202e.execute",
+                                 "a.b.execute "])
 def test_a_remote_type_must_have_a_handlers_shape(make_app, db_url, namespace, bad):
     """A type another codebase runs is still a handler's TYPE (dotted, ending in
     .discover or .execute): any other name makes a row no worker could ever run."""
-    app = make_app(remote_types=("billing*", "*thing", "x*", "<*"))
-    message = f"job type {bad!r} must be dotted and end in .discover or .execute"
+    app = make_app(remote_types=("billing*", "*thing", "x*", "<*", "a*", ".*", " *"))
+    message = (f"job type {bad!r} must be dotted names of letters, digits, _ and - ending "
+               f"in .discover or .execute")
     for call in (lambda: queue.dispatch(bad, {}, known_type=False),
                  lambda: queue.dispatch(bad, {}),  # matched by a remote_types pattern
                  lambda: queue.dispatch_many([{"type": bad, "known_type": False}])):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,7 +39,6 @@ from .app import App
 from .clock import as_utc
 from .db import run_in_transaction
 from .errors import InvalidJob
-from .handler import STAGES
 from .status import Status
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
@@ -206,10 +206,15 @@ def limit_key_of(cls: type | None, payload: dict | None) -> str | None:
     return key
 
 
+# A type no handler here knows (run by another codebase): a handler's TYPE, in ASCII names.
+REMOTE_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.(?:discover|execute)")
+
+
 def _handler_of(app: App, job_type: str, known_type: bool) -> type | None:
     """The handler class of `job_type` here, or None for a remote type (`known_type=False`,
     `--remote`, `remote_types`): another codebase's handler's TYPE, so of the same shape
-    (dotted, ending in .discover or .execute), or no worker could ever run the row.
+    (`REMOTE_TYPE`: dotted, ending in .discover or .execute), or no worker could ever run
+    the row.
 
     Raises:
         InvalidJob: a bad name, an unknown type (`check_type`), a remote type of
@@ -219,9 +224,9 @@ def _handler_of(app: App, job_type: str, known_type: bool) -> type | None:
     cls = app.resolve(job_type)
     if cls is None and known_type:
         check_type(app, job_type)
-    if cls is None and (job_type.rpartition(".")[2] not in STAGES or "." not in job_type):
-        raise InvalidJob(f"job type {job_type!r:.80} must be dotted and end in .discover or "
-                         f".execute, as a handler's TYPE")
+    if cls is None and not REMOTE_TYPE.fullmatch(job_type):
+        raise InvalidJob(f"job type {job_type!r:.80} must be dotted names of letters, digits, "
+                         f"_ and - ending in .discover or .execute, as a handler's TYPE")
     return cls
 
 
