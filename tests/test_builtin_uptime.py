@@ -158,10 +158,14 @@ def test_checks_from_toml_and_from_the_environment(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("bad, reason", [
-    ("not a url", "is not an http:// or https:// URL with a host"),
+    ("not-a-url", "is not an http:// or https:// URL with a host"),
+    ("not a url", "contains a space or a control character"),
     ("ftp://files.example/x", "is not an http:// or https:// URL with a host"),
     ("https://", "is not an http:// or https:// URL with a host"),
     ("https://a.example:99999/", "is not a URL that can be read"),
+    ("https://exa mple.com/", "contains a space or a control character"),
+    ("http://a.com/\nx", "contains a space or a control character"),
+    ("http://127.0.0.1:0/", "names port 0"),
 ])
 def test_a_url_the_check_could_never_get_is_refused_at_start(bad, reason):
     """Refused when the settings are read (exit 2 in the CLI), not at the check's run."""

@@ -45,15 +45,20 @@ def check_http_url(value: str) -> str:
 
     Raises:
         ValueError: naming the value (`'not a url'`, `ftp://...`, `https://` with no host,
-            a port that is not a number from 0 to 65535).
+            a space or a control character, a port that is not a number from 1 to 65535).
     """
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"{value!r:.120} contains a space or a control character (write "
+                         f"a space in a path or query as %20)")
     try:
         parts = urlsplit(value)
-        _ = parts.port
+        port = parts.port
     except ValueError as exc:
         raise ValueError(f"{value!r:.120} is not a URL that can be read ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{value!r:.120} is not an http:// or https:// URL with a host")
+    if port == 0:
+        raise ValueError(f"{value!r:.120} names port 0, which nothing can listen on")
     return value
 
 
