@@ -218,6 +218,17 @@ class ChatRateExecute(CronJobHandler):
 
     def handle(self, payload, job):
         return True
+""",
+    "ChatKeyExecute": """
+from cronjobs import CronJobHandler
+
+
+class ChatKeyExecute(CronJobHandler):
+    TYPE = "chat.key.execute"
+    LIMIT_KEY = "acct"
+
+    def handle(self, payload, job):
+        return True
 """}
 
 
@@ -233,6 +244,7 @@ def test_list_handlers_shows_each_types_flow_limits(cli, tmp_path) -> None:
     assert by_type["chat.send.execute"]["LIMITS"] == "at most 2 running, 30/s per chat_id"
     assert by_type["chat.send.execute"]["QUEUE"] == "chat"
     assert by_type["chat.rate.execute"]["LIMITS"] == "5/m"
+    assert by_type["chat.key.execute"]["LIMITS"] == "key acct"  # blocks per key, no limit
     assert by_type["test.shape.execute"]["LIMITS"] == ""
     listed = {r["type"]: r for r in json.loads(ok(cli("list-handlers", "--json",
                                                       extra_env=extra)))}

@@ -23,7 +23,8 @@ def test_a_dead_worker_shows_the_rows_it_still_holds(make_app):
         conn.execute(w.insert().values(
             id="gone:1", host="gone", pid=1, queues="default", status="running",
             started_at=OLD, last_seen_at=OLD + timedelta(minutes=5), jobs_done=7,
-            current_jobs=",".join(map(str, ids[:3]))))
+            current_jobs=",".join(map(str, ids[:3])),
+            job_slots=",".join(f"{job_id}:{slot}" for slot, job_id in enumerate(ids[:3]))))
         conn.execute(q.update().where(q.c.id.in_([ids[0], ids[2]])).values(
             status="running", worker_id="gone:1", started_at=OLD))
         conn.execute(q.update().where(q.c.id == ids[1]).values(
@@ -31,10 +32,12 @@ def test_a_dead_worker_shows_the_rows_it_still_holds(make_app):
     seen = view(app)
     assert [r["id"] for r in seen.dead] == ["gone:1"] and seen.live == []
     assert seen.dead[0]["current_jobs"] == f"{ids[0]},{ids[2]}"
+    assert seen.dead[0]["job_slots"] == f"{ids[0]}:0,{ids[2]}:2"
     with app.engine.begin() as conn:  # recover-stale took them back
         conn.execute(q.update().where(q.c.worker_id == "gone:1").values(
             status="pending", worker_id=None))
     assert view(app).dead[0]["current_jobs"] is None
+    assert view(app).dead[0]["job_slots"] is None
     with app.engine.connect() as conn:  # the stored heartbeat itself is left as it was
         assert conn.execute(sa.select(w.c.current_jobs)).scalar_one() == ",".join(
             map(str, ids[:3]))

@@ -107,7 +107,11 @@ def view(app: App) -> WorkersView:
         held = store.running_by_worker(conn, [r["id"] for r in rows if not r["live"]])
         for row in rows:  # a dead worker's last report is stale: what it still holds
             if not row["live"]:
-                row["current_jobs"] = ",".join(map(str, held.get(row["id"], []))) or None
+                still = held.get(row["id"], [])
+                row["current_jobs"] = ",".join(map(str, still)) or None
+                row["job_slots"] = ",".join(
+                    pair for pair in (row.get("job_slots") or "").split(",")
+                    if pair and int(pair.split(":")[0]) in still) or None
         return rows, store.pending_by_queue(conn, now)
 
     rows, pending = run_in_transaction(app.engine, read)

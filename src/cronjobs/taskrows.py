@@ -136,11 +136,14 @@ def limits_text(flow: TaskFlow) -> str:
 
 
 def type_limits_text(t: TypeLimits) -> str:
-    """One type's limits in words: "at most 2 running, 30/s per chat_id" ("" when it has
-    none; a LIMIT_KEY alone limits nothing)."""
+    """One type's limits in words: "at most 2 running, 30/s per chat_id"; a LIMIT_KEY
+    alone (it limits nothing, but a `RetryLater(block="key")` blocks per key): "key
+    chat_id"; "" when it has none."""
     words = [f"at most {t.concurrency} running" if t.concurrency else "", t.rate_limit or ""]
     text = ", ".join(w for w in words if w)
-    return f"{text} per {t.limit_key}" if text and t.limit_key else text
+    if t.limit_key:
+        return f"{text} per {t.limit_key}" if text else f"key {t.limit_key}"
+    return text
 
 
 def cli_row(row: TaskRow) -> dict:

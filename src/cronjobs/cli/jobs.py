@@ -52,9 +52,10 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
     status 2 and one line naming its number, and nothing is inserted. Then the rows are
     inserted 1,000 per transaction and their ids printed one per line, in input order
     (a line whose key is taken gives the id of the row holding it); a progress bar shows
-    on a terminal. Blank lines are skipped; a line is at most 2,000,000 bytes. Only a
-    parent that does not exist is found at insert time: that batch is not inserted, the
-    batches before it are (their ids printed)."""
+    on a terminal. Blank lines are skipped; a line is at most 2,000,000 bytes. A parent
+    that does not exist is refused by its line before any insert too; only a parent
+    deleted after that look stops its batch: that batch is not inserted, the batches
+    before it are (their ids printed)."""
     if from_stdin:
         _refuse_with_stdin(ctx, job_type)
         from .stdin import dispatch_lines  # lazy: CLI start-up time

@@ -188,8 +188,9 @@ def dispatch_lines(app, stream: IO[bytes], *, remote: bool, quiet: bool) -> int:
     `quiet`, the count). Returns how many rows were dispatched.
 
     Raises:
-        InvalidJob: a bad line (nothing inserted), or a batch the database refused (a
-            parent that does not exist: the batches before it stay, their ids printed).
+        InvalidJob: a bad line or a missing parent (nothing inserted), or a batch the
+            database refused (a parent deleted after the look: the batches before it stay,
+            their ids printed).
     """
     from .. import queue  # lazy: CLI start-up time
 
