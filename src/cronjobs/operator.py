@@ -86,10 +86,11 @@ def resume(app: App, scope: str, name: str) -> bool:
         InvalidJob: a bad scope or name (`store.resume`'s).
     """
     lifted = run_in_transaction(app.engine, lambda c: store.resume(c, scope, name))
-    if lifted:
-        types = None if scope == "queue" else [name] if scope == "type" else [
-            t for t in app.handlers.registered_handlers() if task_name(t) == name]
-        ring_due(app, queue=name if scope == "queue" else None, types=types)
+    if lifted and scope == "queue":
+        ring_due(app, queue=name)
+    elif lifted:
+        ring_due(app, types=[name] if scope == "type" else [
+            t for t in app.handlers.registered_handlers() if task_name(t) == name])
     return bool(lifted)
 
 
@@ -114,8 +115,8 @@ def unblock(app: App, block_id: int | None = None, *, job_type: str | None = Non
 
 
 def ring_due(app: App, *, queue: str | None = None, types: list[str] | None = None) -> None:
-    """Ring each queue that holds due rows of `queue` or of `types`, once (after a
-    commit that released them)."""
+    """Ring `queue` if it holds due rows, or each queue that holds due rows of `types`,
+    once (after a commit that released them: `store.flow.due_queues`)."""
     now = app.clock.now()
     with app.engine.connect() as conn:
         queues = store.flow.due_queues(conn, now, queue=queue, types=types)

@@ -188,14 +188,16 @@ def block_type(conn: Connection, block_id: int) -> str | None:
 
 def due_queues(conn: Connection, now: datetime, *, queue: str | None = None,
                types: list[str] | None = None) -> dict[str, int]:
-    """`{queue: the lowest id of its due pending rows}` of `queue`, or of the rows of
-    `types`: the queues to ring once a pause or a block is lifted (its rows wait for
-    no doorbell of their own)."""
-    stmt = select(q.c.queue, func.min(q.c.id)).where(due(now)).group_by(q.c.queue)
+    """`{queue: the id of one of its due pending rows}`: `queue` if it has one, else the
+    queues of the due rows of `types` (the lowest id of each): the queues to ring once a
+    pause or a block is lifted (its rows wait for no doorbell of their own). One row of
+    the queue is read (its backlog may be long); a type's due rows are grouped."""
     if queue is not None:
-        stmt = stmt.where(q.c.queue == queue)
-    if types is not None:
-        stmt = stmt.where(q.c.type.in_(types))
+        first = conn.execute(select(q.c.id).where(q.c.queue == queue, due(now)).limit(1)
+                             ).scalar()
+        return {} if first is None else {queue: int(first)}
+    stmt = (select(q.c.queue, func.min(q.c.id)).where(due(now), q.c.type.in_(types or []))
+            .group_by(q.c.queue))
     return {name: int(job_id) for name, job_id in conn.execute(stmt)}
 
 
