@@ -193,51 +193,32 @@ def test_list_handlers_json(cli) -> None:
     assert shape["class"].endswith("ShapeExecute")
 
 
+# Handlers with flow-control limits: class name -> (TYPE, its other constants).
 LIMITED = {
-    "ChatSendExecute": """
-from cronjobs import CronJobHandler
+    "ChatSendExecute": ("chat.send.execute", 'QUEUE = "chat"\n    CONCURRENCY = 2\n'
+                                             '    RATE_LIMIT = "30/s"\n    LIMIT_KEY = "chat_id"'),
+    "ChatRateExecute": ("chat.rate.execute", 'RATE_LIMIT = "5/m"'),
+    "ChatKeyExecute": ("chat.key.execute", 'LIMIT_KEY = "acct"'),
+}
+HANDLER = """from cronjobs import CronJobHandler
 
 
-class ChatSendExecute(CronJobHandler):
-    TYPE = "chat.send.execute"
-    QUEUE = "chat"
-    CONCURRENCY = 2
-    RATE_LIMIT = "30/s"
-    LIMIT_KEY = "chat_id"
-
-    def handle(self, payload, job):
-        return True
-""",
-    "ChatRateExecute": """
-from cronjobs import CronJobHandler
-
-
-class ChatRateExecute(CronJobHandler):
-    TYPE = "chat.rate.execute"
-    RATE_LIMIT = "5/m"
+class {name}(CronJobHandler):
+    TYPE = "{type}"
+    {constants}
 
     def handle(self, payload, job):
         return True
-""",
-    "ChatKeyExecute": """
-from cronjobs import CronJobHandler
-
-
-class ChatKeyExecute(CronJobHandler):
-    TYPE = "chat.key.execute"
-    LIMIT_KEY = "acct"
-
-    def handle(self, payload, job):
-        return True
-"""}
+"""
 
 
 @SQLITE
 def test_list_handlers_shows_each_types_flow_limits(cli, tmp_path) -> None:
     folder = tmp_path / "limited"
     folder.mkdir()
-    for name, source in LIMITED.items():
-        (folder / f"{name}.py").write_text(source)
+    for name, (job_type, constants) in LIMITED.items():
+        (folder / f"{name}.py").write_text(HANDLER.format(name=name, type=job_type,
+                                                          constants=constants))
     extra = {"CRONJOBS_HANDLER_PATHS": f"{SAMPLE_HANDLERS}{os.pathsep}{folder}"}
     _, rows = parse_table(ok(cli("list-handlers", extra_env=extra)))
     by_type = {r["TYPE"]: r for r in rows}
