@@ -283,10 +283,14 @@ def test_ids_are_never_reused(make_app):
 def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(make_app):
     """Keyed dispatch on a connection in autocommit mode: the INSERT commits itself (no
     BEGIN, no COMMIT round trip); a taken key still gives its holder's id. SQLite: the
-    same pool, without the BEGIN IMMEDIATE its transactions start with."""
+    same pool, without the BEGIN IMMEDIATE its transactions start with; a new row is one
+    statement on the driver's connection, a taken key's read goes through SQLAlchemy."""
     app = make_app()
     dialect = app.engine.dialect.name
-    on_insert, statements = [], []
+    on_insert, statements, traced = [], [], []
+    if dialect == "sqlite":  # every statement the driver runs, SQLAlchemy's or not
+        sa.event.listen(app.engine, "checkout",
+                        lambda dbapi, *_: dbapi.set_trace_callback(traced.append))
 
     def seen(conn, _cursor, statement, *_args):
         statements.append(statement.split()[0])
@@ -305,15 +309,18 @@ def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(m
         ids = conn.exec_driver_sql("SELECT id FROM cronjob_queue ORDER BY id").scalars().all()
     other.dispose()
     assert ids == [first, second]
-    assert len(on_insert) == 3
     if dialect == "sqlite":  # no transaction open at the INSERT: it commits itself
-        assert on_insert == [True] * 3 and "BEGIN" not in statements
+        # Two new rows, then the taken key: the driver's INSERT found it taken, the
+        # general path inserts again (nothing) and reads the holder.
+        assert [t.split()[0] for t in traced] == ["INSERT"] * 4 + ["SELECT"]
+        assert on_insert == [True] and "BEGIN" not in statements
         statements.clear()
         sa.event.listen(app.engine, "before_cursor_execute", seen)
         with app.engine.begin() as conn:  # the App's other transactions keep their BEGIN
             conn.exec_driver_sql("SELECT 1")
         assert statements == ["BEGIN", "SELECT"]
         return
+    assert len(on_insert) == 3
     if dialect == "postgresql":  # psycopg: autocommit on the client, for that use only
         assert on_insert == [True] * 3
         with app.engine.connect() as conn:
@@ -325,3 +332,35 @@ def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(m
                 "SHOW SESSION STATUS WHERE Variable_name IN ('Com_commit', 'Com_rollback', "
                 "'Com_begin')").all())
         assert sent == {"Com_begin": "0", "Com_commit": "0", "Com_rollback": "0"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_sqlite_new_rows_on_the_driver_connection_commit_and_fall_back(make_app, db_url):
+    """SQLite's keyed dispatch inserts a new row on the pool's driver connection. On an
+    engine of the caller's (the driver's own implicit BEGIN) the row is still committed;
+    a row the database refuses, or a busy database, takes the general path, which maps
+    the error or waits; nothing half-written is left."""
+    from cronjobs.app import App, use
+
+    app = make_app()
+    theirs = App(app.settings, engine=sa.create_engine(db_url, poolclass=sa.pool.NullPool),
+                 handlers=app.handlers)
+    use(theirs)
+    try:
+        new = queue.dispatch("test.shape.execute", {"n": 1}, idempotency_key="theirs")
+        assert queue.dispatch("test.shape.execute", {"n": 1}, idempotency_key="theirs") == new
+    finally:
+        use(app)
+        theirs.close()
+    other = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    with other.connect() as conn:  # committed: another connection sees it
+        assert conn.exec_driver_sql("SELECT id FROM cronjob_queue").scalars().all() == [new]
+    with pytest.raises(InvalidJob, match="parent job 12345 does not exist"):
+        queue.dispatch("test.shape.execute", {}, parent_id=12345, idempotency_key="orphan")
+    with other.connect() as conn:  # a writer holds the database for 0.3 s
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        import threading
+        threading.Timer(0.3, conn.rollback).start()
+        waited = queue.dispatch("test.shape.execute", {"n": 2}, idempotency_key="waited")
+    other.dispose()
+    assert count_rows(app) == 2 and queue.get(waited)["status"] == "pending"

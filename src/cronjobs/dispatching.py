@@ -88,9 +88,14 @@ def submit(app: App, type: str, payload: dict | None = None, *,
         if created:
             send_after_commit(session, app, row["id"], values["queue"], values["scheduled_at"])
     else:
-        # One statement (and a read when the key is taken): it commits itself.
-        row, created = run_in_transaction(app.autocommit_engine,
-                                          lambda conn: insert_row(conn, values))
+        # One statement (and a read when the key is taken): it commits itself. SQLite's
+        # new row goes straight to the driver; a taken key or an error takes the general path.
+        row = (store.insert_new_sqlite(app.engine, values)
+               if app.engine.dialect.name == "sqlite" else None)
+        created = row is not None
+        if row is None:
+            row, created = run_in_transaction(app.autocommit_engine,
+                                              lambda conn: insert_row(conn, values))
         if created:
             send(app, row["id"], values["queue"], delay(app, values["scheduled_at"]))
     return Dispatched(row["id"], created, row["status"], row["payload"] == values["payload"])

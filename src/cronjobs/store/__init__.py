@@ -43,7 +43,7 @@ from .flow import (
     resume,
     unblock,
 )
-from .insert import insert_job, insert_jobs
+from .insert import insert_job, insert_jobs, insert_new_sqlite
 from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
 from .limiter import FlowPolicy
 from .maintenance import (
@@ -74,8 +74,8 @@ from .workers import beat, forget, list_workers, prune_workers, running_by_worke
 __all__ = [
     "JOB_COLUMNS", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs", "count_children",
     "delete_job", "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs",
-    "renew_leases", "select_by_key", "due_pending", "pending_by_queue", "prune", "prune_slots",
-    "count_prunable",
+    "insert_new_sqlite", "renew_leases", "select_by_key", "due_pending", "pending_by_queue",
+    "prune", "prune_slots", "count_prunable",
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "running_by_worker", "database_now", "db_now",

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ..db import is_duplicate_key
@@ -46,13 +46,53 @@ def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
     for _ in range(5):
         new_id = _insert_one(conn, values)
         if new_id is not None:
-            return {"id": new_id, "status": values.get("status", Status.PENDING),
-                    "payload": values.get("payload")}, True
+            return _new_row(new_id, values), True
         existing = select_by_key(conn, key)
         if existing is not None:
             return existing, False
         # The holder of the key was deleted between our insert and our read: try again.
     raise InvalidJob(f"idempotency key {key!r} kept changing hands; giving up")
+
+
+def insert_new_sqlite(engine: Engine, values: dict) -> dict | None:
+    """SQLite: insert one row in a statement that commits itself, on the pool's driver
+    connection: no SQLAlchemy connection, transaction or result objects, ~35 % of a keyed
+    dispatch's time on SQLite, where the statement never leaves the process (the other
+    databases' round trip hides them). Called outside any transaction.
+
+    Args:
+        engine: a SQLite engine (its connections in the driver's autocommit mode, as
+            `engines.make_engine` makes them; an implicit transaction is committed here).
+        values: column values as `dispatching.build_row` makes them.
+
+    Returns:
+        The new row, as `insert_job` gives it; None when nothing was inserted: the key is
+        taken, or the driver raised (busy past its timeout, a missing parent, no table).
+        The caller then takes the general path, `insert_job` in `db.run_in_transaction`,
+        which reads the key's holder, retries a busy database, or raises the mapped error.
+    """
+    sql = _insert_sql("sqlite", tuple(values), values.get("idempotency_key") is not None)
+    params = {f"v_{c}": bind("sqlite", v) for c, v in values.items()}
+    try:
+        raw = engine.raw_connection()
+    except DBAPIError:
+        return None
+    try:
+        driver = raw.driver_connection
+        try:
+            cursor = driver.execute(sql, params)
+            if driver.in_transaction:  # an engine of the caller's: the driver's own BEGIN
+                driver.commit()
+        except engine.dialect.loaded_dbapi.Error:
+            return None
+        return _new_row(cursor.lastrowid, values) if cursor.rowcount == 1 else None
+    finally:
+        raw.close()
+
+
+def _new_row(new_id: int, values: dict) -> dict:
+    return {"id": new_id, "status": values.get("status", Status.PENDING),
+            "payload": values.get("payload")}
 
 
 def insert_jobs(conn: Connection, rows: Sequence[dict]) -> list[int]:
@@ -85,7 +125,9 @@ def _insert_sql(dialect: str, columns: tuple[str, ...], keyed: bool) -> str:
            f"VALUES ({', '.join(p('v_' + c) for c in columns)})")
     if dialect == "mysql":
         return sql
-    return sql + (" ON CONFLICT (idempotency_key) DO NOTHING" if keyed else "") + " RETURNING id"
+    sql += " ON CONFLICT (idempotency_key) DO NOTHING" if keyed else ""
+    # SQLite: the cursor's lastrowid and rowcount, cheaper than a result row to fetch.
+    return sql if dialect == "sqlite" else sql + " RETURNING id"
 
 
 def _insert_one(conn: Connection, values: dict) -> int | None:
@@ -103,9 +145,12 @@ def _insert_one(conn: Connection, values: dict) -> int | None:
     columns = tuple(values)
     sql = _insert_sql(dialect, columns, values.get("idempotency_key") is not None)
     params = {f"v_{c}": bind(dialect, v) for c, v in values.items()}
-    if dialect != "mysql":
+    if dialect == "postgresql":
         row = conn.exec_driver_sql(sql, params).first()
         return row[0] if row else None
+    if dialect == "sqlite":
+        result = conn.exec_driver_sql(sql, params)
+        return result.lastrowid if result.rowcount == 1 else None
     try:
         return conn.exec_driver_sql(sql, params).lastrowid
     except IntegrityError as exc:
