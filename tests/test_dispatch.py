@@ -311,9 +311,9 @@ def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(m
     assert ids == [first, second]
     if dialect == "sqlite":  # no transaction open at the INSERT: it commits itself
         # Two new rows, then the taken key: the driver's INSERT found it taken, the
-        # general path inserts again (nothing) and reads the holder.
-        assert [t.split()[0] for t in traced] == ["INSERT"] * 4 + ["SELECT"]
-        assert on_insert == [True] and "BEGIN" not in statements
+        # general path reads the holder.
+        assert [t.split()[0] for t in traced] == ["INSERT"] * 3 + ["SELECT"]
+        assert on_insert == [] and statements == ["SELECT"]
         statements.clear()
         sa.event.listen(app.engine, "before_cursor_execute", seen)
         with app.engine.begin() as conn:  # the App's other transactions keep their BEGIN
@@ -364,3 +364,39 @@ def test_sqlite_new_rows_on_the_driver_connection_commit_and_fall_back(make_app,
         waited = queue.dispatch("test.shape.execute", {"n": 2}, idempotency_key="waited")
     other.dispose()
     assert count_rows(app) == 2 and queue.get(waited)["status"] == "pending"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_sqlite_driver_path_keeps_the_errors_and_the_ids_of_the_general_path(make_app,
+                                                                              tmp_path):
+    """What the driver's connection raises before any insert (a file that cannot be
+    opened, no pooled connection free) is the same error as on the general path; a taken
+    key uses up one id, as an insert that finds it taken always did (the holder is read,
+    not inserted for again)."""
+    from cronjobs.app import App
+    from cronjobs.engines import make_engine
+    from cronjobs.errors import DatabaseUnavailable
+
+    app = make_app()
+    queue.dispatch("test.shape.execute", {}, idempotency_key="held")
+    with app.engine.connect() as conn:
+        before = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence").scalar_one()
+    for _ in range(3):
+        queue.dispatch("test.shape.execute", {}, idempotency_key="held")
+    with app.engine.connect() as conn:
+        after = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence").scalar_one()
+    assert after - before == 3  # one per taken key, not two
+    (tmp_path / "a-directory.db").mkdir()
+    unopenable = App(app.settings, handlers=app.handlers,
+                     engine=make_engine(f"sqlite:///{tmp_path / 'a-directory.db'}"))
+    with pytest.raises(DatabaseUnavailable, match="unable to open database file"):
+        queue.dispatch("test.shape.execute", {}, app=unopenable)
+    unopenable.close()
+    small = App(app.settings, handlers=app.handlers,
+                engine=make_engine(app.settings.database_url, pool_size=1,
+                                   pool_timeout_seconds=0.2))
+    with small.engine.connect(), small.engine.connect():  # the pool and its overflow
+        with pytest.raises(DatabaseUnavailable):
+            queue.dispatch("test.shape.execute", {}, app=small)
+    small.close()
+    assert count_rows(app) == 1

@@ -90,12 +90,12 @@ def submit(app: App, type: str, payload: dict | None = None, *,
     else:
         # One statement (and a read when the key is taken): it commits itself. SQLite's
         # new row goes straight to the driver; a taken key or an error takes the general path.
-        row = (store.insert_new_sqlite(app.engine, values)
-               if app.engine.dialect.name == "sqlite" else None)
+        row, taken = (store.insert_new_sqlite(app.engine, values)
+                      if app.engine.dialect.name == "sqlite" else (None, False))
         created = row is not None
         if row is None:
-            row, created = run_in_transaction(app.autocommit_engine,
-                                              lambda conn: insert_row(conn, values))
+            row, created = run_in_transaction(
+                app.autocommit_engine, lambda conn: insert_row(conn, values, taken=taken))
         if created:
             send(app, row["id"], values["queue"], delay(app, values["scheduled_at"]))
     return Dispatched(row["id"], created, row["status"], row["payload"] == values["payload"])
@@ -275,9 +275,9 @@ def _payload_json(payload: Any) -> str:
     return payload_json
 
 
-def insert_row(conn, values: dict) -> tuple[dict, bool]:
+def insert_row(conn, values: dict, *, taken: bool = False) -> tuple[dict, bool]:
     """Insert one row (`build_row`'s values) in the caller's transaction, or find the row
-    that holds its idempotency key.
+    that holds its idempotency key (read first when `taken`: see `store.insert_job`).
 
     Returns:
         `(row, created)`: `row` has `id`, `status`, `payload`; `created` is False when the
@@ -287,7 +287,7 @@ def insert_row(conn, values: dict) -> tuple[dict, bool]:
         InvalidJob: a missing parent, or another constraint the database refused.
     """
     try:
-        return store.insert_job(conn, values)
+        return store.insert_job(conn, values, taken=taken)
     except IntegrityError as exc:
         if values["parent_id"] is not None:
             raise InvalidJob(f"parent job {values['parent_id']} does not exist") from None

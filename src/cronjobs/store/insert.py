@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from ..db import is_duplicate_key
+from ..db import is_duplicate_key, our_error
 from ..errors import InvalidJob
 from ..models import cronjob_queue as q
 from ..status import Status
@@ -25,12 +26,14 @@ from .sql import bind, name, ph
 TABLE = q.name
 
 
-def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
+def insert_job(conn: Connection, values: dict, *, taken: bool = False) -> tuple[dict, bool]:
     """Insert one row, or find the row that holds its idempotency key.
 
     Args:
         conn: a connection inside the caller's transaction.
         values: column values (payload already JSON text, times naive UTC).
+        taken: the caller found the key taken a moment ago (`insert_new_sqlite`): its
+            holder is read first (an insert finding the key taken would burn an id).
 
     Returns:
         `(row, created)`: `row` has `id`, `status` and `payload` of the new or existing
@@ -43,8 +46,8 @@ def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
         InvalidJob: the key's holder kept being deleted between our insert and our read.
     """
     key = values.get("idempotency_key")
-    for _ in range(5):
-        new_id = _insert_one(conn, values)
+    for attempt in range(5):
+        new_id = None if taken and attempt == 0 else _insert_one(conn, values)
         if new_id is not None:
             return _new_row(new_id, values), True
         existing = select_by_key(conn, key)
@@ -54,7 +57,7 @@ def insert_job(conn: Connection, values: dict) -> tuple[dict, bool]:
     raise InvalidJob(f"idempotency key {key!r} kept changing hands; giving up")
 
 
-def insert_new_sqlite(engine: Engine, values: dict) -> dict | None:
+def insert_new_sqlite(engine: Engine, values: dict) -> tuple[dict | None, bool]:
     """SQLite: insert one row in a statement that commits itself, on the pool's driver
     connection: no SQLAlchemy connection, transaction or result objects, ~35 % of a keyed
     dispatch's time on SQLite, where the statement never leaves the process (the other
@@ -66,26 +69,37 @@ def insert_new_sqlite(engine: Engine, values: dict) -> dict | None:
         values: column values as `dispatching.build_row` makes them.
 
     Returns:
-        The new row, as `insert_job` gives it; None when nothing was inserted: the key is
-        taken, or the driver raised (busy past its timeout, a missing parent, no table).
-        The caller then takes the general path, `insert_job` in `db.run_in_transaction`,
-        which reads the key's holder, retries a busy database, or raises the mapped error.
+        `(row, taken)`: the new row (as `insert_job` gives it) and False; `(None, True)`
+        when the key is taken; `(None, False)` when the driver raised (the file cannot be
+        opened, busy past its timeout, a missing parent, no table). Without a row the
+        caller takes the general path, `insert_job(..., taken=taken)` in
+        `db.run_in_transaction`, which reads the key's holder, retries a busy database,
+        or raises the mapped error.
+
+    Raises:
+        DatabaseUnavailable: no pooled connection came free within the pool's timeout
+            (the general path would wait for it once more).
     """
     sql = _insert_sql("sqlite", tuple(values), values.get("idempotency_key") is not None)
     params = {f"v_{c}": bind("sqlite", v) for c, v in values.items()}
+    driver_error = engine.dialect.loaded_dbapi.Error
     try:
-        raw = engine.raw_connection()
-    except DBAPIError:
-        return None
+        raw = engine.raw_connection()  # the pool raises the driver's own errors unwrapped
+    except sa_exc.TimeoutError as exc:
+        raise our_error(exc) from exc
+    except (DBAPIError, driver_error):
+        return None, False
     try:
         driver = raw.driver_connection
         try:
             cursor = driver.execute(sql, params)
             if driver.in_transaction:  # an engine of the caller's: the driver's own BEGIN
                 driver.commit()
-        except engine.dialect.loaded_dbapi.Error:
-            return None
-        return _new_row(cursor.lastrowid, values) if cursor.rowcount == 1 else None
+        except driver_error:
+            return None, False
+        if cursor.rowcount == 1:
+            return _new_row(cursor.lastrowid, values), False
+        return None, True
     finally:
         raw.close()
 
