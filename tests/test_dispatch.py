@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -338,8 +339,8 @@ def test_a_dispatch_outside_a_transaction_is_one_statement_that_commits_itself(m
 def test_sqlite_new_rows_on_the_driver_connection_commit_and_fall_back(make_app, db_url):
     """SQLite's keyed dispatch inserts a new row on the pool's driver connection. On an
     engine of the caller's (the driver's own implicit BEGIN) the row is still committed;
-    a row the database refuses, or a busy database, takes the general path, which maps
-    the error or waits; nothing half-written is left."""
+    a row the database refuses takes the general path, which maps the error; a database
+    held by another writer for a moment is waited out; nothing half-written is left."""
     from cronjobs.app import App, use
 
     app = make_app()
@@ -359,7 +360,6 @@ def test_sqlite_new_rows_on_the_driver_connection_commit_and_fall_back(make_app,
         queue.dispatch("test.shape.execute", {}, parent_id=12345, idempotency_key="orphan")
     with other.connect() as conn:  # a writer holds the database for 0.3 s
         conn.exec_driver_sql("BEGIN IMMEDIATE")
-        import threading
         threading.Timer(0.3, conn.rollback).start()
         waited = queue.dispatch("test.shape.execute", {"n": 2}, idempotency_key="waited")
     other.dispose()
