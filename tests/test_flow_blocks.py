@@ -140,6 +140,9 @@ def test_a_row_without_a_key_blocks_its_type_and_type_blocks_expire(make_app):
     assert blocks(app, T0) == [(FloodExecute.TYPE, None, T0 + timedelta(seconds=60),
                                 "FloodWait")]
     assert states(app, [keyed]) == [("pending", 0)]
+    # its log line says what is blocked: the type (it has no key), not "the key"
+    assert "(blocks the type: the row has no limit key)" in queue.get(
+        keyless, ["process_logs"], app=app)["process_logs"]
     clock.advance(60)
     assert {r.id for r in drain(app).reports} == {keyless, keyed}
     assert blocks(app, clock.now()) == []

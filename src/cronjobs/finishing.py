@@ -58,6 +58,15 @@ def task_run(job: Job) -> bool:
     return "slot" in job.payload or bool(job.payload.get("manual"))
 
 
+def _blocks(job: Job, block: str | None) -> str:
+    """What a RetryLater's block holds, for the row's log line (`write_block` decides)."""
+    if not block:
+        return ""
+    if block == "key" and job.limit_key is None:
+        return " (blocks the type: the row has no limit key)"
+    return f" (blocks the {block})"
+
+
 def write_block(conn: Connection, plan: Finish) -> dict:
     """Block the row's limit key (or its type: `block="type"`, or a row without a key)
     until the plan's row is due again, in the caller's transaction (`store.block`:
@@ -98,7 +107,7 @@ class OutcomeWriter:
         stamp = now.strftime("%Y-%m-%d %H:%M:%S")
         line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts or '—'} on "
                                f"{self.worker_id}: {move.status} in {duration_ms:.0f} ms - "
-                               f"{result.log}") + "\n"
+                               f"{result.log}{_blocks(job, result.block)}") + "\n"
         values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
         return Finish(job, result, move.status, move.delay_seconds, values, duration_ms, now)
 

@@ -140,9 +140,9 @@ def _from_dict(value: dict, handler: CronJobHandler) -> Outcome:
 def from_exception(exc: BaseException) -> Outcome:
     """Interpret an exception raised by `handle()`."""
     if isinstance(exc, RetryLater):
+        # What the block holds (the key, or the type of a row without one) is said where
+        # the row is known: `finishing.OutcomeWriter.plan`.
         text = f"retry later in {exc.delay_seconds:g} s" + (f": {exc.reason}" if exc.reason else "")
-        if exc.block:
-            text += f" (blocks the {exc.block})"
         return Outcome("retry_later", delay_seconds=exc.delay_seconds, log=text,
                        block=exc.block, block_reason=exc.reason)
     error = f"{type(exc).__name__}: {exc}"
