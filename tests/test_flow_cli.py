@@ -34,14 +34,19 @@ def test_pause_limits_resume_and_unblock(make_app, db_url, namespace):
         assert store.is_task_paused(conn, "nightly-report", now)
         block = store.block(conn, "test.shape.execute", "4711", now=now,
                             until=now + timedelta(minutes=5), reason="FloodWait 300")
+    assert run_cli(["pause", "--queue", "mail"], env).returncode == 0  # open-ended
     text = run_cli(["limits"], env)
     assert text.returncode == 0, text.stderr
-    assert "PAUSES: 1" in text.stdout and "quiet" in text.stdout
+    assert "PAUSES: 2" in text.stdout and "quiet" in text.stdout
+    assert "(until resumed)" in text.stdout  # not "resumed", which reads as done
     assert "BLOCKS: 1" in text.stdout and "FloodWait 300" in text.stdout
+    blocks_header = text.stdout.split("BLOCKS: 1")[1].splitlines()[1]
+    assert "CREATED_AT" in blocks_header and "UNTIL" in blocks_header
     data = json.loads(run_cli(["limits", "--json"], env).stdout)
-    assert [(p["scope"], p["name"], p["reason"]) for p in data["pauses"]] == [
-        ("task", "nightly-report", "quiet")]
-    assert "@" in data["pauses"][0]["created_by"] and data["pauses"][0]["until"].endswith("Z")
+    assert sorted((p["scope"], p["name"], p["reason"]) for p in data["pauses"]) == [
+        ("queue", "mail", None), ("task", "nightly-report", "quiet")]
+    timed = next(p for p in data["pauses"] if p["scope"] == "task")
+    assert "@" in timed["created_by"] and timed["until"].endswith("Z")
     assert [(b["id"], b["limit_key"]) for b in data["blocks"]] == [(block["id"], "4711")]
     assert run_cli(["unblock", str(block["id"])], env).stdout.strip() == \
         f"lifted block {block['id']}"
@@ -62,7 +67,9 @@ def test_bad_input_is_one_line_and_exit_2(make_app, db_url, namespace):
             (["pause", "--queue", "a b"], "queue name 'a b' may only contain"),
             (["resume", "--queue", "x" * 70], "queue name is 70 characters"),
             (["unblock"], "give a block id, or --type"),
-            (["unblock", "--key", "4711"], "give a block id, or --type")):
+            (["unblock", "--key", "4711"], "give a block id, or --type"),
+            (["pause", "--queue", "mail", "--reason", "é" * 251], "reason is 502 bytes; the "
+                                                                   "limit is 500")):
         assert needle in one_line_error(run_cli(args, env)), args
     with app.engine.begin() as conn:
         assert store.list_pauses(conn, app.clock.now()) == []

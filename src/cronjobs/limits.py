@@ -12,7 +12,7 @@ refuses a statement for its size:
 | idempotency key | 191 characters, not ending with a space | refused |
 | title | 255 characters | refused |
 | limit key (a handler's `LIMIT_KEY` value) | 191 characters | refused (`InvalidJob`) |
-| reason of a pause or a block | 500 bytes | cut, with a marker |
+| reason of a pause or a block | 500 bytes | an operator's refused; a handler's cut, with a marker |
 | worker id | 128 characters | host name shortened |
 | payload (JSON) | 1,000,000 bytes, nested at most 100 levels | refused (`InvalidJob`) |
 | one line of `cronjobs dispatch --stdin` | 2,000,000 bytes | refused, nothing inserted |
@@ -123,6 +123,20 @@ def check_queue(value: object) -> str:
         raise InvalidJob(f"queue name {value!r} may only contain letters, digits, '_', '.' "
                          f"and '-' (and must start with a letter or digit)")
     return value
+
+
+def check_flow_reason(reason: str | None) -> str | None:
+    """Return an operator's reason for a pause (`cronjobs pause --reason`, the dashboard's
+    form) if it fits `FLOW_REASON_MAX_BYTES` of UTF-8; a handler's block reason is cut
+    instead (`store.flow`), an operator is told.
+
+    Raises:
+        InvalidJob: naming its size and the limit, in bytes.
+    """
+    size = 0 if reason is None else len(reason.encode("utf-8", "surrogatepass"))
+    if size > FLOW_REASON_MAX_BYTES:
+        raise InvalidJob(f"reason is {size} bytes; the limit is {FLOW_REASON_MAX_BYTES}")
+    return reason
 
 
 def check_json_size(text: str, what: str, max_bytes: int) -> str:

@@ -91,9 +91,11 @@ def pause(queue: str | None, job_type: str | None, task: str | None, duration: s
 
     from .. import store
     from ..db import run_in_transaction
+    from ..limits import check_flow_reason
 
     scope, name = _target(queue, job_type, task)
     seconds = parse_duration(duration) if duration is not None else None
+    check_flow_reason(reason)
     app = _app()
     now = app.clock.now()
     until = now + timedelta(seconds=seconds) if seconds is not None else None
@@ -151,12 +153,12 @@ def limits(as_json: bool) -> None:
     if as_json:
         click.echo(_dump({"pauses": pauses, "blocks": blocks, "limits": configured}))
         return
-    _section("pauses", [dict(p, until=_time(p["until"]) or "resumed", created_at=_time(
+    _section("pauses", [dict(p, until=_time(p["until"]) or "(until resumed)", created_at=_time(
         p["created_at"]), reason=p["reason"] or "") for p in pauses],
         ["scope", "name", "until", "created_by", "created_at", "reason"])
     _section("blocks", [dict(b, limit_key=b["limit_key"] or "(whole type)", until=_time(
-        b["until"]), reason=b["reason"] or "") for b in blocks],
-        ["id", "type", "limit_key", "until", "reason"])
+        b["until"]), created_at=_time(b["created_at"]), reason=b["reason"] or "")
+        for b in blocks], ["id", "type", "limit_key", "until", "created_at", "reason"])
     _section("limits", [{k: "" if v is None else v for k, v in row.items()} for row in configured],
              ["scope", "name", "concurrency", "rate_limit", "limit_key"])
 

@@ -65,10 +65,7 @@ def pause_form(form) -> dict:
     known = _targets(app)[scope]
     if name not in known:
         raise InvalidJob(f"unknown {scope} {name[:80]!r}; known: {', '.join(known[:20])}")
-    reason = (form.get("reason") or "").strip() or None
-    if reason is not None and len(reason.encode()) > limits.FLOW_REASON_MAX_BYTES:
-        raise InvalidJob(f"reason is {len(reason.encode())} bytes; the limit is "
-                         f"{limits.FLOW_REASON_MAX_BYTES}")
+    reason = limits.check_flow_reason((form.get("reason") or "").strip() or None)
     return {"scope": scope, "name": name, "for": parse_duration(form.get("for")),
             "reason": reason}
 
