@@ -181,6 +181,6 @@ def main() -> None:
 
 def _table(rows: list[dict], columns: list[str]) -> None:
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
-    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
     for row in rows:
-        click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in columns))
+        click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
