@@ -142,12 +142,15 @@ def test_buffer_one_starts_exactly_one_run_once_the_family_ends(make_app):
     app, clock = setup(make_app, BufferDiscover)
     at(clock, 0)
     drain(app, ["ovd"])
-    assert at(clock, 1).skipped["ov-buffer"] == "buffered"  # slot 09:01 waits
+    report = at(clock, 1)
+    assert report.skipped["ov-buffer"] == "buffered"  # slot 09:01 waits
+    assert report.buffered == {"ov-buffer"}  # the one that waits, not one dropped
     assert runtime(app, "ov-buffer")["buffered_slot"] == "202603020901"
     assert runtime(app, "ov-buffer")["skipped_count"] == 0
     for minute in (2, 3):  # a second waiting slot is skipped: at most one waits
         report = at(clock, minute)
         assert started(report, "ov-buffer") == [] and report.skipped["ov-buffer"] == "buffered"
+        assert report.buffered == set()
     state = runtime(app, "ov-buffer")
     assert (state["skipped_count"], state["last_skipped_slot"], state["last_skip_reason"],
             state["buffered_slot"]) == (2, "202603020903", "buffered", "202603020901")
@@ -229,3 +232,24 @@ def test_a_bad_overlap_is_refused_when_the_handler_loads(make_app):
 ])
 def test_decide(policy, runtime_row, live, expected):
     assert decide(policy, runtime_row, "s1", live) == expected
+
+
+def test_cli_tick_tells_the_buffered_slot_from_a_dropped_one(make_app):
+    """`cronjobs tick`: the slot that waits as the buffered run is "buffered"; a later one,
+    dropped because a slot waits already, is "skipped"."""
+    from click.testing import CliRunner
+
+    from cronjobs.cli import main
+
+    app, clock = setup(make_app, BufferDiscover)
+    at(clock, 0)
+    drain(app, ["ovd"])
+    out = []
+    for minute in (1, 2):
+        clock.set(T0 + timedelta(minutes=minute))
+        result = CliRunner().invoke(main, ["tick", "--now", f"{clock.now():%Y-%m-%dT%H:%M}"])
+        assert result.exit_code == 0, result.output
+        out.append([line for line in result.output.splitlines()  # not the log's lines
+                    if line.startswith(("buffered ov-buffer", "skipped ov-buffer"))])
+    assert out == [["buffered ov-buffer: its slot starts when the previous run is done"],
+                   ["skipped ov-buffer: buffered (a buffered slot waits already)"]]

@@ -51,11 +51,14 @@ class TickReport:
             as the task's buffered run, or is skipped because one waits already),
             `skipped` (the current slot was recorded as skipped by an earlier tick); `paused`
             (the task is paused: `cronjobs pause --task`; the slot is recorded as skipped).
+        buffered: the tasks of `skipped` whose `buffered` slot is the one that waits (it
+            starts when the previous run's family ends), not one dropped.
     """
 
     now: datetime
     started: list[tuple[str, str, int]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    buffered: set[str] = field(default_factory=set)
 
 
 def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
@@ -76,6 +79,8 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     overlap.record(app, held, now)
     for h in held:
         report.skipped[h.info.task] = h.decision.reason
+        if h.decision.action in (overlap.BUFFER, overlap.WAIT):
+            report.buffered.add(h.info.task)
     started = _start_all(app, due, now)
     for info, slot in due:
         job_id = started.get(info.task)

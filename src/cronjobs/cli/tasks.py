@@ -27,7 +27,11 @@ def tick(now: str | None) -> None:
     for task, slot, job_id in report.started:
         click.echo(f"started {task} slot {slot} as job {job_id}")
     for task, reason in sorted(report.skipped.items()):
-        note = " (module not installed)" if reason == "unavailable" else ""
+        if task in report.buffered:
+            click.echo(f"buffered {task}: its slot starts when the previous run is done")
+            continue
+        note = {"unavailable": " (module not installed)",
+                "buffered": " (a buffered slot waits already)"}.get(reason, "")
         click.echo(f"skipped {task}: {reason}{note}")
 
 
