@@ -109,12 +109,15 @@ class BurstReport:
 
     def line(self) -> str:
         """The one-line summary the command prints, e.g. `burst: ran 100 (completed 99,
-        failed 1, retried 0); waiting 5 (scheduled later 5, held 0)`."""
+        failed 1, retried 0); waiting 5 (scheduled later 5, held 0)`. A burst stopped
+        before done says `due now N` for the rows due now: it did not try them all, so
+        they are not all held."""
         other = self.ran - self.completed - self.failed - self.retried
         ran = (f"ran {self.ran} (completed {self.completed}, failed {self.failed}, "
                f"retried {self.retried}" + (f", other {other}" if other else "") + ")")
+        due = "held" if self.drained else "due now"
         waiting = (f"waiting {self.waiting.total} (scheduled later "
-                   f"{self.waiting.scheduled_later}, held {self.waiting.held})")
+                   f"{self.waiting.scheduled_later}, {due} {self.waiting.held})")
         return f"burst: {ran}; {waiting}" + ("" if self.drained else "; stopped before done")
 
 
