@@ -53,7 +53,7 @@ def pause(conn: Connection, scope: str, name: str, *, now: datetime,
     Raises:
         InvalidJob: a bad scope, name, `by`, or an `until` not after `now`.
     """
-    _check_target(scope, name)
+    check_target(scope, name)
     by = limits.check_name(by, "pause author", limits.FLOW_BY_MAX_CHARS)
     prune_expired(conn, now)
     if until is not None and until <= now:
@@ -78,7 +78,7 @@ def resume(conn: Connection, scope: str, name: str) -> int:
     Raises:
         InvalidJob: a bad scope or name.
     """
-    _check_target(scope, name)
+    check_target(scope, name)
     return conn.execute(delete(p).where(p.c.scope == scope, p.c.name == name)).rowcount
 
 
@@ -294,7 +294,15 @@ def _live_pause(now: datetime):
     return or_(p.c.until_at.is_(None), p.c.until_at > now)
 
 
-def _check_target(scope: str, name: str) -> None:
+def check_target(scope: str, name: str) -> None:
+    """Refuse a pause target that could never be valid: a scope other than `queue`, `type`
+    or `task`, or a name that breaks its rules (`limits.check_queue`, `check_name`).
+    Whether any handler has the name is the caller's concern (a pause of a name only
+    other workers run still holds).
+
+    Raises:
+        InvalidJob: naming the problem and the value.
+    """
     if scope not in SCOPES:
         raise InvalidJob(f"pause scope must be one of {', '.join(SCOPES)}, got {scope!r:.40}")
     if scope == "queue":

@@ -52,22 +52,23 @@ def _targets(app) -> dict[str, list[str]]:
 
 
 def pause_form(form) -> dict:
-    """The pause a form asks for: `{"scope", "name", "for": timedelta | None, "reason"}`.
+    """The pause a form asks for: `{"scope", "name", "for": timedelta | None, "reason",
+    "unknown": bool}`. A name no handler of this dashboard has is paused all the same (as
+    `cronjobs pause` does: the workers that run it may have handlers this process has
+    not); `unknown` says so, for the confirmation page's warning.
 
     Raises:
-        InvalidJob: an unknown scope, a name this system does not know in that scope, a
-            bad duration, or a reason over its limit.
+        InvalidJob: an unknown scope, a name that breaks the naming rules, a bad duration,
+            or a reason over its limit.
     """
     app = cronjobs_app()
     scope, name = form.get("scope", ""), (form.get("name") or "").strip()
     if scope not in SCOPES:
         raise InvalidJob(f"scope must be queue, type or task, got {scope[:40]!r}")
-    known = _targets(app)[scope]
-    if name not in known:
-        raise InvalidJob(f"unknown {scope} {name[:80]!r}; known: {', '.join(known[:20])}")
+    store.flow.check_target(scope, name)
     reason = limits.check_flow_reason((form.get("reason") or "").strip() or None)
     return {"scope": scope, "name": name, "for": parse_duration(form.get("for")),
-            "reason": reason}
+            "reason": reason, "unknown": name not in _targets(app)[scope]}
 
 
 def _page(error: str | None = None, code: int = 200, form=None):
@@ -97,21 +98,23 @@ def confirm():
         return _page(_("Refused: %(reason)s", reason=f"action must be pause, resume or "
                                                       f"unblock, got {action[:40]!r}"), 400)
     try:
-        fields = _confirm_fields(action, request.form)
+        fields, unknown = _confirm_fields(action, request.form)
     except InvalidJob as exc:
         return _page(_("Refused: %(reason)s", reason=str(exc)), 400, request.form)
-    return render_template("flow_confirm.html", action=action, fields=fields)
+    return render_template("flow_confirm.html", action=action, fields=fields, unknown=unknown)
 
 
-def _confirm_fields(action: str, form) -> dict:
-    """The fields the confirmation page carries on, checked."""
+def _confirm_fields(action: str, form) -> tuple[dict, bool]:
+    """The fields the confirmation page carries on, checked, and whether a pause names
+    what no handler of this dashboard has (the page warns: a typo?)."""
     if action == "pause":
         wanted = pause_form(form)
         return {"scope": wanted["scope"], "name": wanted["name"],
-                "for": (form.get("for") or "").strip(), "reason": wanted["reason"] or ""}
+                "for": (form.get("for") or "").strip(),
+                "reason": wanted["reason"] or ""}, wanted["unknown"]
     if action == "resume":
-        return {"scope": _scope(form), "name": form.get("name", "")}
-    return {"block": str(_block_id(form))}
+        return {"scope": _scope(form), "name": form.get("name", "")}, False
+    return {"block": str(_block_id(form))}, False
 
 
 @bp.post("/flow/pause")
