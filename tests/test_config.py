@@ -124,6 +124,26 @@ def test_unknown_task_key_suggests_the_right_name(in_tmp):
     assert "did you mean frequency?" in str(info.value)
 
 
+@pytest.mark.parametrize(("where", "text", "says"), [
+    ("env", '{"mail": {"concurency": 1}}',
+     "queues.mail.concurency=1: unknown key 'concurency' (did you mean concurrency?); the "
+     "keys are concurrency, rate_limit"),
+    ("toml", "[queues.mail]\nburst = 3\n",
+     "queues.mail.burst=3: unknown key 'burst'; the keys are concurrency, rate_limit"),
+    ("toml", '[[uptime_checks]]\nurl = "http://example.com/"\nexpect_stats = 200\n',
+     "unknown key 'expect_stats' (did you mean expect_status?)"),
+])
+def test_unknown_key_of_a_table_setting_suggests_the_right_name(in_tmp, where, text, says):
+    if where == "env":
+        environ = {"CRONJOBS_QUEUES": text}
+    else:
+        toml(in_tmp / "cronjobs.toml", text)
+        environ = {}
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ=environ)
+    assert says in str(info.value)
+
+
 @pytest.mark.parametrize("source", ["env", "toml"])
 def test_bad_time_zone_names_the_value(in_tmp, source):
     if source == "env":

@@ -227,7 +227,8 @@ def test_queue_limits_from_the_toml_file_and_the_environment(tmp_path):
     for value, message in (('{"mail": {"rate_limit": "5/d"}}', "rate_limit must look like"),
                            ('{"mail": {"concurrency": 0}}', "concurrency must be an integer"),
                            ('{"a b": {}}', "queue name 'a b' may only contain"),
-                           ('{"mail": {"limit": 1}}', "Extra inputs are not permitted"),
+                           ('{"mail": {"limit": 1}}',
+                            r"unknown key 'limit' \(did you mean rate_limit\?\)"),
                            ("nope", "must be a JSON object of queue tables")):
         with pytest.raises(ConfigError, match=message):
             Settings.load({"CRONJOBS_QUEUES": value})

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError, InvalidJob
 from ..limits import check_queue
-from .sources import read_sources
+from .sources import read_sources, unknown_key
 from .tables import QueueSettings, TaskSettings, UptimeCheck
 from .urls import (
     MEMORY_BROKER,
@@ -27,6 +27,9 @@ from .urls import (
     check_http_url,
     hide_password,
 )
+
+# The settings that are tables of a model: an unknown key in one gets a "did you mean".
+_TABLES = {"queues": QueueSettings, "tasks": TaskSettings, "uptime_checks": UptimeCheck}
 
 
 class Settings(BaseModel):
@@ -390,7 +393,7 @@ class Settings(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            message = err["msg"].removeprefix("Value error, ")
+            message = unknown_key(err, _TABLES) or err["msg"].removeprefix("Value error, ")
             shown = err.get("input")
             if field in ("database_url", "broker_url") and isinstance(shown, str):
                 shown = hide_password(shown)  # the message must not print a password

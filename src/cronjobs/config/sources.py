@@ -39,9 +39,27 @@ def read_sources(environ: Mapping[str, str], fields: list[str],
     return values
 
 
-def _hint(name: str, choices: list[str]) -> str:
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """` (did you mean X?)` for the choice closest to `name`, or an empty string."""
     close = difflib.get_close_matches(name, choices, n=1)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_key(error: Mapping[str, Any], tables: Mapping[str, Any]) -> str | None:
+    """The message of a validation error for an unknown key in a setting made of tables
+    (`queues.<name>`, `tasks.<task>`, `uptime_checks[n]`): the key, a "did you mean" hint
+    and the keys there are. None for any other error.
+
+    Args:
+        error: one of pydantic's `ValidationError.errors()`.
+        tables: setting name -> the pydantic model of its tables.
+    """
+    loc = error.get("loc") or ()
+    table = tables.get(str(loc[0])) if loc else None
+    if error.get("type") != "extra_forbidden" or table is None:
+        return None
+    key, known = str(loc[-1]), list(table.model_fields)
+    return f"unknown key {key!r}{did_you_mean(key, known)}; the keys are {', '.join(known)}"
 
 
 def _read_env(environ: Mapping[str, str], fields: list[str]) -> dict[str, Any]:
@@ -51,7 +69,7 @@ def _read_env(environ: Mapping[str, str], fields: list[str]) -> dict[str, Any]:
         if not key.startswith(ENV_PREFIX):
             continue
         if key not in env_names:
-            raise ConfigError(f"unknown variable {key}{_hint(key, env_names)}; every "
+            raise ConfigError(f"unknown variable {key}{did_you_mean(key, env_names)}; every "
                               f"{ENV_PREFIX}* name is a cronjobs setting (a handler's own "
                               f"settings need a prefix of their own)")
         if key != ENV_PREFIX + "CONFIG":
@@ -66,7 +84,7 @@ def _read_toml(path: Path, fields: list[str], task_keys: list[str]) -> dict[str,
         raise ConfigError(f"cannot read {path}: {exc}") from None
     for key in data:
         if key not in fields:
-            raise ConfigError(f"unknown key {key!r} in {path}{_hint(key, fields)}")
+            raise ConfigError(f"unknown key {key!r} in {path}{did_you_mean(key, fields)}")
     for table_key in ("queues",):
         if not isinstance(data.get(table_key, {}), dict):
             raise ConfigError(f"{table_key!r} in {path} must be a table of [{table_key}.<name>] "
@@ -80,6 +98,6 @@ def _read_toml(path: Path, fields: list[str], task_keys: list[str]) -> dict[str,
         for key in table:
             if key not in task_keys:
                 raise ConfigError(
-                    f"unknown key {key!r} in [tasks.{task}] of {path}{_hint(key, task_keys)}"
+                    f"unknown key {key!r} in [tasks.{task}] of {path}{did_you_mean(key, task_keys)}"
                 )
     return data
