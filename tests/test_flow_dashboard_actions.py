@@ -239,3 +239,34 @@ def test_rows_held_by_a_full_queue_or_type_limit_are_counted_per_reason(make_app
     assert [(h["queue"], h["type"], h["reason"], h["rows"]) for h in held] == [
         ("broadcast", ChatSendExecute.TYPE, "limited", 1),  # key A has its 2 running
         ("parked", KIND, "limited", 2)]
+
+
+@SQLITE
+def test_the_job_page_says_what_holds_a_pending_row(make_app):
+    """A pending row's page names the pauses and blocks holding it (with a link to the
+    Pauses & blocks page); the start and worker of an earlier attempt read as the last."""
+    from cronjobs import queue
+    from cronjobs.models import cronjob_queue as q
+
+    app = flow_app(make_app)
+    client = web_client(app)
+    login(client)
+    row = queue.dispatch(ChatSendExecute.TYPE, {"chat_id": 7})
+    other = queue.dispatch(ChatSendExecute.TYPE, {"chat_id": 8})
+    now = app.clock.now()
+    with app.engine.begin() as conn:
+        block = store.block(conn, ChatSendExecute.TYPE, "7", now=now,
+                            until=now + timedelta(minutes=5), reason="FloodWait 300")
+        store.flow.pause(conn, "queue", "broadcast", now=now, until=None, reason=None,
+                         by="test@host")
+        conn.execute(q.update().where(q.c.id == row).values(  # as an earlier attempt left it
+            started_at=now - timedelta(seconds=30), worker_id="w1"))
+    page = " ".join(client.get(f"/jobs/{row}").get_data(as_text=True).split())
+    held = page[page.index('id="held-by"'):].split("</td>")[0]
+    assert "pause of queue broadcast</a> until resumed" in held
+    assert f"block #{block['id']}</a> until" in held
+    assert "<th>Last started</th>" in page and "<th>Last worker</th>" in page
+    page = " ".join(client.get(f"/jobs/{other}").get_data(as_text=True).split())
+    held = page[page.index('id="held-by"'):].split("</td>")[0]
+    assert "pause of queue broadcast" in held and "block #" not in held  # key 8: not held
+    assert "<th>Started</th>" in page and "Last started" not in page

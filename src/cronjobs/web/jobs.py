@@ -152,12 +152,14 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
     """What the Job page shows of row `job_id` (404 when there is none).
 
     Returns:
-        `{row, tab, summary, children, child_counts, handler_known, live, refresh}`:
+        `{row, tab, summary, children, child_counts, handler_known, live, refresh, holds}`:
         `live` while the row or one of its children is pending or running (the page
         polls), `refresh` while it runs or is due within a minute (the page reloads
-        itself every 2 s when JavaScript is off).
+        itself every 2 s when JavaScript is off), `holds` the pauses and blocks that hold
+        a pending row now (`_holds`).
     """
     app = cronjobs_app()
+    now = app.clock.now()
     with app.engine.connect() as conn:
         row = page_row(conn, job_id)
         if row is None:
@@ -166,14 +168,27 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
         kid_counts = store.views.children_counts(conn, [job_id]).get(job_id, {})
         cls = app.resolve(row["type"])
         summary = _summary(conn, cls, row) if tab == "results" else None
-    now = app.clock.now()
+        holds = _holds(conn, row, now) if row["status"] == Status.PENDING else []
     busy_kids = any(kid_counts.get(s) for s in LIVE)
     refresh = row["status"] == Status.RUNNING or busy_kids or (
         row["status"] == Status.PENDING and (row["scheduled_at"] is None
                                         or row["scheduled_at"] <= now + timedelta(seconds=60)))
     return {"row": row, "tab": tab, "summary": summary, "children": kids,
             "child_counts": kid_counts, "handler_known": cls is not None,
-            "live": row["status"] in LIVE or busy_kids, "refresh": refresh}
+            "live": row["status"] in LIVE or busy_kids, "refresh": refresh, "holds": holds}
+
+
+def _holds(conn, row: dict, now) -> list[dict]:
+    """The pauses (of the row's queue or type) and blocks (of its type: its limit key or
+    the whole type) that hold pending `row` at `now` (naive UTC): `{"kind": "pause",
+    "scope", "name", "until"}` or `{"kind": "block", "id", "until"}`; `until` None: until
+    resumed. Both tables hold a handful of rows."""
+    holds = [{"kind": "pause", "scope": p["scope"], "name": p["name"], "until": p["until"]}
+             for p in store.flow.list_pauses(conn, now)
+             if (p["scope"], p["name"]) in (("queue", row["queue"]), ("type", row["type"]))]
+    return holds + [{"kind": "block", "id": b["id"], "until": b["until"]}
+                    for b in store.flow.list_blocks(conn, now)
+                    if b["type"] == row["type"] and b["limit_key"] in (None, row["limit_key"])]
 
 
 @bp.get("/jobs/<id:job_id>")
