@@ -132,6 +132,8 @@ def test_unknown_task_key_suggests_the_right_name(in_tmp):
      "queues.mail.burst=3: unknown key 'burst'; the keys are concurrency, rate_limit"),
     ("toml", '[[uptime_checks]]\nurl = "http://example.com/"\nexpect_stats = 200\n',
      "unknown key 'expect_stats' (did you mean expect_status?)"),
+    ("toml", '[[uptime_checks]]\nulr = "http://example.com/"\n',  # not "url: Field required"
+     "unknown key 'ulr' (did you mean url?); the keys are url, expect_status, expect_text"),
 ])
 def test_unknown_key_of_a_table_setting_suggests_the_right_name(in_tmp, where, text, says):
     if where == "env":

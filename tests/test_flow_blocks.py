@@ -141,8 +141,9 @@ def test_a_row_without_a_key_blocks_its_type_and_type_blocks_expire(make_app):
                                 "FloodWait")]
     assert states(app, [keyed]) == [("pending", 0)]
     # its log line says what is blocked: the type (it has no key), not "the key"
-    assert "(blocks the type: the row has no limit key)" in queue.get(
-        keyless, ["process_logs"], app=app)["process_logs"]
+    logged = queue.get(keyless, ["process_logs"], app=app)["process_logs"]
+    assert "(blocks the type: the row has no limit key)" in logged
+    assert "attempt 1/3 (not counted) on " in logged  # a RetryLater gives its attempt back
     clock.advance(60)
     assert {r.id for r in drain(app).reports} == {keyless, keyed}
     assert blocks(app, clock.now()) == []

@@ -105,3 +105,23 @@ def test_a_pause_of_an_unknown_name_warns_and_an_empty_key_or_huge_id_is_refused
         run_cli(["unblock", "--type", "test.shape.execute", "--key", ""], env))
     assert "--type must not be empty" in one_line_error(run_cli(["unblock", "--type", ""], env))
     assert "not in the range" in one_line_error(run_cli(["unblock", str(2**63)], env))
+
+
+def test_limits_lists_a_type_with_a_limit_key_alone(make_app):
+    """A LIMIT_KEY without CONCURRENCY or RATE_LIMIT limits nothing, but its flood-wait
+    blocks are per key: `cronjobs limits` lists it, as `list-handlers` does."""
+    from cronjobs import CronJobHandler
+    from cronjobs.cli.flow import configured_limits
+
+    class KeyOnlyExecute(CronJobHandler):
+        TYPE = "test.keyonly.execute"
+        LIMIT_KEY = "acct"
+
+        def handle(self, payload, job):
+            return True
+
+    app = make_app()
+    app.handlers.register(KeyOnlyExecute.TYPE, KeyOnlyExecute)
+    assert {"scope": "type", "name": KeyOnlyExecute.TYPE, "concurrency": None,
+            "rate_limit": None, "limit_key": "acct"} in configured_limits(app)
+    assert all(row["name"] != "test.shape.execute" for row in configured_limits(app))

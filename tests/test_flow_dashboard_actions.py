@@ -264,9 +264,14 @@ def test_the_job_page_says_what_holds_a_pending_row(make_app):
     page = " ".join(client.get(f"/jobs/{row}").get_data(as_text=True).split())
     held = page[page.index('id="held-by"'):].split("</td>")[0]
     assert "pause of queue broadcast</a> until resumed" in held
-    assert f"block #{block['id']}</a> until" in held
+    assert f"block #{block['id']} of key 7</a> ends <time" in held and "in 5 min.</time>" in held
     assert "<th>Last started</th>" in page and "<th>Last worker</th>" in page
     page = " ".join(client.get(f"/jobs/{other}").get_data(as_text=True).split())
     held = page[page.index('id="held-by"'):].split("</td>")[0]
     assert "pause of queue broadcast" in held and "block #" not in held  # key 8: not held
+    with app.engine.begin() as conn:
+        whole = store.block(conn, ChatSendExecute.TYPE, None, now=now,
+                            until=now + timedelta(minutes=1), reason="FloodWait 60")
+    page = " ".join(client.get(f"/jobs/{other}").get_data(as_text=True).split())
+    assert f"block #{whole['id']} of the whole type</a>" in page
     assert "<th>Started</th>" in page and "Last started" not in page

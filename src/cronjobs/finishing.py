@@ -105,9 +105,12 @@ class OutcomeWriter:
             log.warning("job %s: %.300s", job.id, result.error, extra={"trace_id": job.id})
             move = next_state(job, result, now, self._policy)
         stamp = now.strftime("%Y-%m-%d %H:%M:%S")
-        line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts or '—'} on "
-                               f"{self.worker_id}: {move.status} in {duration_ms:.0f} ms - "
-                               f"{result.log}{_blocks(job, result.block)}") + "\n"
+        # A RetryLater or a cut-off gives the attempt back: the line says so.
+        back = " (not counted)" if move.values.get("attempts") == job.attempts - 1 else ""
+        line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts or '—'}"
+                               f"{back} on {self.worker_id}: {move.status} in "
+                               f"{duration_ms:.0f} ms - {result.log}"
+                               f"{_blocks(job, result.block)}") + "\n"
         values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
         return Finish(job, result, move.status, move.delay_seconds, values, duration_ms, now)
 

@@ -165,17 +165,14 @@ def limits(as_json: bool) -> None:
 
 def configured_limits(app) -> list[dict]:
     """The limits in force: `{"scope": "type" | "queue", "name", "concurrency",
-    "rate_limit" ("30/s" or None), "limit_key" (the field, "limit_key()" or None)}`."""
-    from ..flowrules import handler_limits
+    "rate_limit" ("30/s" or None), "limit_key" (the field, "limit_key()" or None)}`; a
+    type with a LIMIT_KEY alone too (it limits nothing, but its flood-wait blocks are per
+    key), as `list-handlers` and the dashboard show it."""
+    from ..flowstate import type_limits
 
-    rows = []
-    for job_type, cls in sorted(app.handlers.registered_handlers().items()):
-        found = handler_limits(cls)
-        if found:
-            key = cls.LIMIT_KEY or ("limit_key()" if found.keyed else None)
-            rows.append({"scope": "type", "name": job_type, "concurrency": found.concurrency,
-                         "rate_limit": str(found.rate) if found.rate else None,
-                         "limit_key": key})
+    rows = [{"scope": "type", "name": t.type, "concurrency": t.concurrency,
+             "rate_limit": t.rate_limit, "limit_key": t.limit_key}
+            for t in type_limits(app) if t.limited or t.limit_key]
     for name, settings in sorted(app.settings.queues.items()):
         rows.append({"scope": "queue", "name": name, "concurrency": settings.concurrency,
                      "rate_limit": settings.rate_limit, "limit_key": None})

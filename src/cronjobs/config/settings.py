@@ -391,7 +391,7 @@ class Settings(BaseModel):
         try:
             return cls(**values)
         except ValidationError as exc:
-            err = exc.errors()[0]
+            err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo first
             field = ".".join(str(p) for p in err["loc"])
             message = unknown_key(err, _TABLES) or err["msg"].removeprefix("Value error, ")
             shown = err.get("input")
