@@ -81,7 +81,7 @@ def test_a_worker_without_the_handler_leaves_it_unset(make_app):
     assert Executor(web).run_next("default").status == "pending"  # no handler: put back
     row = queue.get(job_id, app=web)
     assert (row["status"], row["attempts"], row["max_attempts"]) == ("pending", 0, None)
-    assert "attempt 1/— on" in row["process_logs"]
+    assert "attempt 1/— (not counted) on" in row["process_logs"]  # attempts back to 0
     worker.clock.advance(10)  # the put-back delay (5 s)
     assert Executor(worker).run_next("default").status == "completed"
     row = queue.get(job_id, app=worker)
