@@ -121,7 +121,7 @@ def test_unknown_task_key_suggests_the_right_name(in_tmp):
     with pytest.raises(ConfigError) as info:
         Settings.load(environ={})
     assert "[tasks.acme-quotasync]" in str(info.value)
-    assert "did you mean frequency?" in str(info.value)
+    assert "did you mean frequency?); the keys are enabled, frequency" in str(info.value)
 
 
 @pytest.mark.parametrize(("where", "text", "says"), [

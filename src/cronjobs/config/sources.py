@@ -98,6 +98,6 @@ def _read_toml(path: Path, fields: list[str], task_keys: list[str]) -> dict[str,
         for key in table:
             if key not in task_keys:
                 raise ConfigError(
-                    f"unknown key {key!r} in [tasks.{task}] of {path}{did_you_mean(key, task_keys)}"
-                )
+                    f"unknown key {key!r} in [tasks.{task}] of {path}"
+                    f"{did_you_mean(key, task_keys)}; the keys are {', '.join(task_keys)}")
     return data
