@@ -80,14 +80,15 @@ def held_now(app: App, conn: Connection, now: datetime, pauses: Iterable[Mapping
                            if lim["concurrency"]})
 
 
-def pauses_holding(pauses: Iterable[Mapping], task: str, types: Iterable[str],
+def pauses_holding(pauses: Iterable[Mapping], task: str | None, types: Iterable[str],
                    queues: Iterable[str]) -> list[dict]:
     """The pauses among `pauses` that hold task `task`: its own, one of its `types`', or
-    one of its `queues`'."""
-    types, queues = set(types), set(queues)
-    return [dict(p) for p in pauses
-            if (p["scope"], p["name"]) in {("task", task)} | {("type", t) for t in types}
-            | {("queue", q) for q in queues}]
+    one of its `queues`'. `task` None: those that hold a row of `types` in `queues` (a
+    task's pause skips its slots, it holds no row)."""
+    targets = {("type", t) for t in types} | {("queue", q) for q in queues}
+    if task is not None:
+        targets.add(("task", task))
+    return [dict(p) for p in pauses if (p["scope"], p["name"]) in targets]
 
 
 @dataclass(frozen=True)

@@ -52,23 +52,22 @@ def _targets(app) -> dict[str, list[str]]:
 
 
 def pause_form(form) -> dict:
-    """The pause a form asks for: `{"scope", "name", "for": timedelta | None, "reason",
-    "unknown": bool}`. A name no handler of this dashboard has is paused all the same (as
-    `cronjobs pause` does: the workers that run it may have handlers this process has
-    not); `unknown` says so, for the confirmation page's warning.
+    """The pause a form asks for: `{"scope", "name", "for": timedelta | None, "reason"}`.
+    A name no handler of this dashboard has is paused all the same (as `cronjobs pause`
+    does: the workers that run it may have handlers this process has not); the
+    confirmation page warns about it (`_confirm_fields`).
 
     Raises:
         InvalidJob: an unknown scope, a name that breaks the naming rules, a bad duration,
             or a reason over its limit.
     """
-    app = cronjobs_app()
     scope, name = form.get("scope", ""), (form.get("name") or "").strip()
     if scope not in SCOPES:
         raise InvalidJob(f"scope must be queue, type or task, got {scope[:40]!r}")
     store.flow.check_target(scope, name)
     reason = limits.check_flow_reason((form.get("reason") or "").strip() or None)
     return {"scope": scope, "name": name, "for": parse_duration(form.get("for")),
-            "reason": reason, "unknown": name not in _targets(app)[scope]}
+            "reason": reason}
 
 
 def _page(error: str | None = None, code: int = 200, form=None):
@@ -109,9 +108,10 @@ def _confirm_fields(action: str, form) -> tuple[dict, bool]:
     what no handler of this dashboard has (the page warns: a typo?)."""
     if action == "pause":
         wanted = pause_form(form)
+        unknown = wanted["name"] not in _targets(cronjobs_app())[wanted["scope"]]
         return {"scope": wanted["scope"], "name": wanted["name"],
                 "for": (form.get("for") or "").strip(),
-                "reason": wanted["reason"] or ""}, wanted["unknown"]
+                "reason": wanted["reason"] or ""}, unknown
     if action == "resume":
         return {"scope": _scope(form), "name": form.get("name", "")}, False
     return {"block": str(_block_id(form))}, False

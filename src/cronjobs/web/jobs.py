@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 
 from .. import limits, operator, store
+from ..flowstate import pauses_holding
 from ..handler import stage_of
 from ..models import STATUSES
 from ..status import Status
@@ -180,12 +181,12 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
 
 def _holds(conn, row: dict, now) -> list[dict]:
     """The pauses (of the row's queue or type) and blocks (of its type: its limit key or
-    the whole type) that hold pending `row` at `now` (naive UTC): `{"kind": "pause",
-    "scope", "name", "until"}` or `{"kind": "block", "id", "key", "until"}` (`key` None:
-    the whole type); `until` None: until resumed. Both tables hold a handful of rows."""
-    holds = [{"kind": "pause", "scope": p["scope"], "name": p["name"], "until": p["until"]}
-             for p in store.flow.list_pauses(conn, now)
-             if (p["scope"], p["name"]) in (("queue", row["queue"]), ("type", row["type"]))]
+    the whole type) that hold pending `row` at `now` (naive UTC): a pause as
+    `store.flow.list_pauses` gives it, with `"kind": "pause"`, or `{"kind": "block", "id",
+    "key", "until"}` (`key` None: the whole type); `until` None: until resumed. Both
+    tables hold a handful of rows."""
+    holds = [dict(p, kind="pause") for p in pauses_holding(
+        store.flow.list_pauses(conn, now), None, [row["type"]], [row["queue"]])]
     return holds + [{"kind": "block", "id": b["id"], "key": b["limit_key"], "until": b["until"]}
                     for b in store.flow.list_blocks(conn, now)
                     if b["type"] == row["type"] and b["limit_key"] in (None, row["limit_key"])]
