@@ -19,7 +19,7 @@ from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.store import ClaimPolicy
 from cronjobs.store.claim import select_sql, update_sql
-from cronjobs.store.flow import claim_hold_sql, pause
+from cronjobs.store.flow import HOLDS_STORED_SQL, claim_hold_sql, pause, resume
 from cronjobs.store.sql import name, ph
 from cronjobs.testing import drain
 from cronjobs.worker import WorkerProcess
@@ -31,12 +31,12 @@ ONCE_HANDLERS = str(Path(__file__).parent / "attempt_handlers")
 
 
 @contextmanager
-def statements(app):
-    """The statements on `cronjob_queue` that `app`'s engine sends while the block runs."""
+def statements(app, table="cronjob_queue"):
+    """The statements on `table` that `app`'s engine sends while the block runs."""
     seen: list[str] = []
 
     def record(conn, cursor, statement, parameters, context, executemany):
-        if "cronjob_queue" in statement:
+        if table in statement:
             seen.append(statement)
 
     sa.event.listen(app.engine, "before_cursor_execute", record)
@@ -142,8 +142,8 @@ def test_a_claim_is_one_select_and_one_update_per_terms_group(make_app, policy):
     executor = Executor(app, "w:1", claim_policy=policy)
     d = dialect(app)
     # The flow policy, nothing paused or blocked: no statement of its own; its SELECT
-    # carries the hold condition (whose guard lets every row through).
-    select = select_sql(d, by_id=False, extra=claim_hold_sql(d) if policy is None else "")
+    # returns the probe (whether a pause or block is stored) and no hold condition.
+    select = select_sql(d, by_id=False, probe=HOLDS_STORED_SQL if policy is None else "")
     with statements(app) as seen, app.engine.begin() as conn:
         executor.claim_rows(conn, T0, queue="default", limit=8)
     assert seen == [select, update_sql(d, same)]
@@ -163,24 +163,79 @@ def test_drain_run_next_and_process_run_the_same_claim(make_app):
         assert len(drain(app, ["default"])) == 3
     # Besides its claims, drain reads only the counts of what it left waiting.
     claims = {s for s in seen if s.startswith("SELECT") and not s.startswith("SELECT count(*)")}
-    assert claims == {select_sql(d, by_id=False, extra=claim_hold_sql(d))}
+    assert claims == {select_sql(d, by_id=False, probe=HOLDS_STORED_SQL)}
     assert len([s for s in seen if s.startswith("SELECT count(*)")]) == 2
     assert [s for s in seen if s.startswith("UPDATE cronjob_queue SET status = 'running'")] \
         == [update_sql(d, [i]) for i in ids]
     one = queue.dispatch(SHAPE, {"shape": "true"})
     with statements(app) as seen:
         assert queue.process(one) is True
-    assert seen[:2] == [select_sql(d, by_id=True, extra=claim_hold_sql(d)),
+    assert seen[:2] == [select_sql(d, by_id=True, probe=HOLDS_STORED_SQL),
                         update_sql(d, [one])]
-    # With a pause stored (another queue), the same SELECT: the guard now defers to the
-    # per-row condition, which lets this row through.
+    # With a pause stored (another queue), the probe finds it: the row is selected again
+    # with the hold condition, whose per-row part lets this row through.
     paused_elsewhere = queue.dispatch(SHAPE, {"shape": "true"})
     with app.engine.begin() as conn:
         pause(conn, "queue", "elsewhere", now=T0, by="test")
     with statements(app) as seen:
         assert queue.process(paused_elsewhere) is True
-    assert seen[:2] == [select_sql(d, by_id=True, extra=claim_hold_sql(d)),
+    assert seen[:3] == [select_sql(d, by_id=True, probe=HOLDS_STORED_SQL),
+                        select_sql(d, by_id=True, extra=claim_hold_sql(d),
+                                   probe=HOLDS_STORED_SQL),
                         update_sql(d, [paused_elsewhere])]
+
+
+def claimed(executor, app, limit):
+    with app.engine.begin() as conn:
+        return [r["id"] for r in executor.claim_rows(conn, T0, queue="default", limit=limit)]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb", "postgresql"], indirect=True)
+def test_a_pause_made_between_two_claims_holds_from_the_next_one(make_app):
+    """The flow policy leaves the hold condition out of its SELECT while its last probe
+    found no pause or block stored. A pause made by another process since is found by the
+    next claim's probe: that claim takes none of the rows its SELECT locked and selects
+    again with the condition, in the same transaction (the paused type's rows stay
+    pending, the rows behind them are taken); the policy's claims carry the condition
+    until a probe finds the flow tables empty again."""
+    app = make_app(clock=FrozenClock(T0))
+    d = dialect(app)
+    executor = Executor(app, "w:1")  # the flow policy, kept from claim to claim (a worker)
+    lean = select_sql(d, by_id=False, probe=HOLDS_STORED_SQL)
+    held = select_sql(d, by_id=False, extra=claim_hold_sql(d), probe=HOLDS_STORED_SQL)
+    first = queue.dispatch(SHAPE, {"shape": "true"})
+    with statements(app) as seen:
+        assert claimed(executor, app, 8) == [first]
+    assert seen == [lean, update_sql(d, [first])]
+
+    slow = [queue.dispatch(SLOW, {}, priority=1) for _ in range(3)]
+    shape = [queue.dispatch(SHAPE, {"shape": "true"}, priority=5) for _ in range(2)]
+    with app.engine.begin() as conn:
+        pause(conn, "type", SLOW, now=T0, by="another process")
+    with statements(app) as seen, app.engine.begin() as conn:
+        rows = executor.claim_rows(conn, T0, queue="default", limit=8)
+        assert executor.claim_policy.holding(conn, "default", T0)  # the pause is live
+    assert [r["id"] for r in rows] == shape
+    assert seen == [lean, held, update_sql(d, shape)]
+    assert rows_of(app, slow) == {i: ("pending", 0) for i in slow}
+    with statements(app) as seen:
+        assert claimed(executor, app, 8) == []
+    assert seen == [held]
+
+    with app.engine.begin() as conn:
+        assert resume(conn, "type", SLOW) == 1
+    with statements(app) as seen:
+        assert claimed(executor, app, 2) == slow[:2]
+    assert seen == [held, update_sql(d, slow[:2])]  # its probe finds the tables empty
+    with statements(app) as seen, statements(app, "cronjob_pause") as flow_reads, \
+            app.engine.begin() as conn:
+        rows = executor.claim_rows(conn, T0, queue="default", limit=8)
+        # A short claim whose probe found nothing stored reads no flow table to know
+        # that no row waits behind a pause or block.
+        assert not executor.claim_policy.holding(conn, "default", T0)
+    assert [r["id"] for r in rows] == slow[2:]
+    assert seen == [lean, update_sql(d, slow[2:])]
+    assert [s for s in flow_reads if s != lean] == []
 
 
 @pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
@@ -201,4 +256,4 @@ def test_the_worker_claims_with_the_same_sql_and_its_handlers_attempts(make_app)
     row = queue.get(job_id, app=app)
     assert (row["status"], row["attempts"], row["max_attempts"]) == ("failed", 1, 1)
     claims = {s for s in seen if " ORDER BY priority, id LIMIT " in s}
-    assert claims == {select_sql(dialect(app), by_id=False, extra=claim_hold_sql(dialect(app)))}
+    assert claims == {select_sql(dialect(app), by_id=False, probe=HOLDS_STORED_SQL)}

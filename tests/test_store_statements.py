@@ -15,9 +15,9 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from cronjobs.models import cronjob_queue as q
 from cronjobs.store import ClaimRequest
-from cronjobs.store.claim import _renew_sql, select_sql, update_sql
+from cronjobs.store.claim import PROBE, _renew_sql, select_sql, update_sql
 from cronjobs.store.finish import finish_sql
-from cronjobs.store.flow import NO_HOLDS_STORED_SQL, claim_hold_sql, hold_sql
+from cronjobs.store.flow import HOLDS_STORED_SQL, NO_HOLDS_STORED_SQL, claim_hold_sql, hold_sql
 from cronjobs.store.sql import due, due_sql, lease_sql, ph
 
 DIALECTS = ["mysql", "postgresql", "sqlite"]
@@ -52,6 +52,18 @@ def test_a_policy_condition_is_anded_before_the_order(dialect):
     sql = select_sql(dialect, by_id=False, extra=extra)
     assert f"{DUE.format(ph(dialect, 'now'))} AND ({extra}) ORDER BY priority, id" in sql
     assert select_sql(dialect, by_id=True, extra=extra).count(f"AND ({extra})") == 1
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_policy_probe_is_the_last_column_and_the_flow_probe_is_uncorrelated(dialect):
+    """The claim reads a policy's probe as its SELECT's last column (`claim_jobs` pops
+    it); the flow policy's probe names no `cronjob_queue` column, so the database reads
+    it once per statement, not once per candidate."""
+    sql = select_sql(dialect, by_id=False, probe=HOLDS_STORED_SQL)
+    assert f", {HOLDS_STORED_SQL} AS {PROBE} FROM cronjob_queue WHERE queue = " in sql
+    assert sql.replace(f", {HOLDS_STORED_SQL} AS {PROBE}", "") == select_sql(dialect, False)
+    assert "cronjob_queue" not in HOLDS_STORED_SQL
+    assert f"AS {PROBE} FROM" in select_sql(dialect, by_id=True, probe=HOLDS_STORED_SQL)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

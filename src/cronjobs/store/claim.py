@@ -38,6 +38,7 @@ TABLE = q.name
 # What a claim reads: every column but the stored result (a job never needs it to run).
 CLAIM_COLUMNS = tuple(c.name for c in q.columns if c.name != "result_payload")
 TIME_COLUMNS = tuple(c.name for c in q.columns if c.type.python_type is datetime)
+PROBE = "claim_probe"  # the column of a policy's probe in the candidate SELECT
 
 
 @dataclass(frozen=True)
@@ -102,16 +103,22 @@ class ClaimPolicy:
        policy may read or lock its own rows here (a limiter row FOR UPDATE serialises
        claimers of one limit). `""`: no condition (the SELECT text is cached per
        distinct `sql`).
-    2. `accept(conn, request, rows)` -> the candidates to take, a sub-list of `rows`
+    2. `probe(conn, request)` -> `sql`: a scalar expression the candidate SELECT also
+       returns (uncorrelated: one value for the statement), handed to `probed(value)`
+       right after the SELECT (None when it returned no row): what the policy learns in
+       the statement itself, with no round trip of its own — the flow policy learns
+       whether any pause or block is stored, and so whether the condition it left out
+       was needed. `""` (the default): no probe, `probed` is not called.
+    3. `accept(conn, request, rows)` -> the candidates to take, a sub-list of `rows`
        (locked, in claim order), e.g. at most N more of a limited type. Those dropped
        stay `pending` with their attempts; their locks end with the transaction.
 
     When `accept` dropped candidates and slots are left, the claim selects again (round
     2, ...) after taking what was accepted, so `where` can exclude what it learned. The
-    base class: no condition, every candidate accepted, one round — exactly the claim
-    without a policy (one SELECT and one UPDATE per terms group).
+    base class: no condition, no probe, every candidate accepted, one round — exactly the
+    claim without a policy (one SELECT and one UPDATE per terms group).
 
-    3. `holding(conn, queue, now)`, asked by a worker whose claim of `queue` came back
+    4. `holding(conn, queue, now)`, asked by a worker whose claim of `queue` came back
        short, in the same transaction: True when rows may be waiting behind the policy
        (a limit, a block, a pause) and will be free without a new doorbell, so the
        worker claims again within a second instead of waiting for one.
@@ -122,6 +129,13 @@ class ClaimPolicy:
     def where(self, conn: Connection, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
         """Extra candidate condition (driver SQL) and its parameters; `""` for none."""
         return "", {}
+
+    def probe(self, conn: Connection, request: ClaimRequest) -> str:
+        """A scalar SQL expression the candidate SELECT also returns; `""` for none."""
+        return ""
+
+    def probed(self, value: Any) -> None:
+        """The probe's value, read with the candidates (None: the SELECT returned no row)."""
 
     def accept(self, conn: Connection, request: ClaimRequest, rows: list[dict]) -> list[dict]:
         """The candidates to take (a sub-list of `rows`, in their order)."""
@@ -160,7 +174,13 @@ def claim_jobs(conn: Connection, request: ClaimRequest, terms: HandlerTerms,
     taken: list[dict] = []
     for _ in range(max(1, policy.rounds)):
         extra, params = policy.where(conn, request)
-        rows = _candidates(conn, dialect, request, request.limit - len(taken), extra, params)
+        probe = policy.probe(conn, request)
+        rows = _candidates(conn, dialect, request, request.limit - len(taken), extra, params,
+                           probe)
+        if probe:
+            policy.probed(rows[0].pop(PROBE) if rows else None)
+            for row in rows[1:]:
+                del row[PROBE]
         chosen = policy.accept(conn, request, rows) if rows else rows
         known = {id(r) for r in rows}
         if any(id(r) not in known for r in chosen):
@@ -190,10 +210,10 @@ def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, float]]) -> 
     return renewed
 
 
-def select_sql(dialect: str, by_id: bool, extra: str = "") -> str:
+def select_sql(dialect: str, by_id: bool, extra: str = "", probe: str = "") -> str:
     """The candidate SELECT (driver SQL of `dialect`), by queue or by id, with a policy's
-    `extra` condition AND-ed."""
-    return _select_sql(dialect, by_id, extra)
+    `extra` condition AND-ed and its `probe` returned as the last column (`PROBE`)."""
+    return _select_sql(dialect, by_id, extra, probe)
 
 
 def update_sql(dialect: str, ids: Iterable[int]) -> str:
@@ -202,10 +222,11 @@ def update_sql(dialect: str, ids: Iterable[int]) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _select_sql(dialect: str, by_id: bool, extra: str) -> str:
+def _select_sql(dialect: str, by_id: bool, extra: str, probe: str = "") -> str:
     p = functools.partial(ph, dialect)
     more = f" AND ({extra})" if extra else ""
-    head = f"SELECT {', '.join(CLAIM_COLUMNS)} FROM {TABLE} WHERE "
+    columns = ", ".join((*CLAIM_COLUMNS, f"{probe} AS {PROBE}") if probe else CLAIM_COLUMNS)
+    head = f"SELECT {columns} FROM {TABLE} WHERE "
     if by_id:  # waits for a worker's claim of the row (then sees it running)
         return (f"{head}id = {p('job_id')} AND status = 'pending'{more}"
                 f"{lock_sql(dialect, skip=False)}")
@@ -230,15 +251,17 @@ def _renew_sql(dialect: str, runs: tuple[tuple[int, int], ...]) -> str:
 
 
 def _candidates(conn: Connection, dialect: str, request: ClaimRequest, limit: int,
-                extra: str, params: dict[str, Any]) -> list[dict]:
-    """Lock and read the candidates of `request` (at most `limit`), best first."""
+                extra: str, params: dict[str, Any], probe: str = "") -> list[dict]:
+    """Lock and read the candidates of `request` (at most `limit`), best first; with a
+    `probe`, each row also holds its value under `PROBE`."""
     if request.job_id is not None:
         params = {**params, "job_id": int(request.job_id)}
     else:
         params = {**params, "queue": request.queue, "now": bind(dialect, request.now),
                   "limit": int(limit)}
-    sql = _select_sql(dialect, request.job_id is not None, extra)
-    found = [dict(zip(CLAIM_COLUMNS, row, strict=True))
+    sql = _select_sql(dialect, request.job_id is not None, extra, probe)
+    columns = (*CLAIM_COLUMNS, PROBE) if probe else CLAIM_COLUMNS
+    found = [dict(zip(columns, row, strict=True))
              for row in conn.exec_driver_sql(sql, params).all()]
     return decode_times(dialect, found, TIME_COLUMNS)
 

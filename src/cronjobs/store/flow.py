@@ -1,14 +1,16 @@
 """Flow control's own rows: pauses (a queue, a job type, a scheduled task) and blocks (a
 job type, or one limit key of it, until a time), and what waits behind them.
 
-Every claim's candidate SELECT carries the hold condition (`claim_hold_sql`): a guard
-read once per statement (are both tables empty?) and, when a row is stored, one
-NOT EXISTS on each table per candidate (`hold_sql`). It runs in the claim's statement, so
-a pause or a block made by any process holds for every worker from its next claim, with
-nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them (so
-does every new pause or block), keeping the tables empty when nothing is held: the guard
-is then true and the SELECT reads no flow row per candidate. All times naive UTC (the
-injected clock's `now`).
+Every claim's candidate SELECT reads whether a pause or block is stored
+(`HOLDS_STORED_SQL`, the probe: two uncorrelated reads, once per statement) and, when
+one is, carries the hold condition (`claim_hold_sql`: one NOT EXISTS on each table per
+candidate, behind the same guard); a SELECT that left the condition out and finds a row
+stored is taken again with it (`limiter.FlowPolicy`). It runs in the claim's statement,
+so a pause or a block made by any process holds for every worker from its next claim,
+with nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them
+(so does every new pause or block), keeping the tables empty when nothing is held: the
+SELECT then reads no flow row per candidate. All times naive UTC (the injected clock's
+`now`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ SCOPES = ("queue", "type", "task")
 # True while no pause and no block row is stored (the guard of `claim_hold_sql`).
 NO_HOLDS_STORED_SQL = (f"(NOT EXISTS (SELECT 1 FROM {p.name}) AND NOT EXISTS (SELECT 1 FROM "
                        f"{b.name}))")
+# 1 while a pause or a block row is stored (live or ended, not yet pruned), else 0: the
+# claim's probe, a column of its candidate SELECT (`limiter.FlowPolicy.probe`).
+HOLDS_STORED_SQL = f"CASE WHEN {NO_HOLDS_STORED_SQL} THEN 0 ELSE 1 END"
 WHOLE_TYPE = ""  # `cronjob_block.limit_key` of a block of the whole type
 
 

@@ -3,9 +3,15 @@
 Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 
 - **pauses and blocks**: the candidate SELECT's hold condition (`flow.claim_hold_sql`:
-  a guard read once per statement, and while a pause or block row is stored one NOT
-  EXISTS each per candidate), so held rows are skipped in the SELECT and the rows behind
-  them are reached;
+  one NOT EXISTS on each flow table per candidate, behind a guard read once per
+  statement), so held rows are skipped in the SELECT and the rows behind them are
+  reached. While neither table holds a row (as it is unless something is paused or
+  blocked) the SELECT leaves the condition out and returns the probe
+  `flow.HOLDS_STORED_SQL` instead (two uncorrelated reads, once per statement: half
+  of what the condition costs MariaDB's optimiser); a probe that finds a row stored
+  makes the claim take none of those candidates and select again, in the same
+  transaction, with the condition — and the policy's next claims carry it until a
+  probe finds both tables empty again;
 - **limits** (a handler's CONCURRENCY / RATE_LIMIT, per LIMIT_KEY; a queue's settings):
   the claimer locks the limiter row of each limit it enforces, FOR UPDATE in name order
   (claimers of one limit take turns; one order: no deadlock), then counts the `running`
@@ -21,8 +27,8 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 
 A row without a key is in its type's keyless bucket. A claim by id (an operator's "run
 it now") honours pauses, blocks and the type's limits, not the queue's (it names no
-queue). Without limits, pauses or blocks the policy adds only the guard of the hold
-condition to the SELECT: one round, no lock, no statement of its own.
+queue). Without limits, pauses or blocks the policy adds only the probe to the SELECT:
+one round, no lock, no statement of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
-from .flow import claim_hold_sql, has_holds, hold_params
+from .flow import HOLDS_STORED_SQL, claim_hold_sql, has_holds, hold_params
 from .sql import bind, insert_ignore, lock_sql, name, ph
 
 ROUNDS = 4
@@ -77,7 +83,9 @@ class FlowPolicy(ClaimPolicy):
         self.wait_for_holds = wait_for_holds
         self.type_limits = {t: lm for t, lm in (type_limits or {}).items() if lm}
         self.queue_limits = {n: lm for n, lm in (queue_limits or {}).items() if lm}
-        self.rounds = ROUNDS if self.type_limits or self.queue_limits else 1
+        # A second round selects with the hold condition when a probe found it needed.
+        self.rounds = ROUNDS if self.type_limits or self.queue_limits else 2
+        self._stored = False  # the last probe found a pause or block stored (any thread)
         self._local = threading.local()  # the budget of this thread's claim in progress
 
     def where(self, conn: Connection, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
@@ -89,7 +97,10 @@ class FlowPolicy(ClaimPolicy):
         first = getattr(self._local, "request", None) is not request
         if first:
             self._local.request = request
-        hold, held = claim_hold_sql(dialect), hold_params(dialect, request.now)
+            self._local.recheck = False
+        self._local.lean = not (self._stored or self._local.recheck)
+        hold, held = (("", {}) if self._local.lean else
+                      (claim_hold_sql(dialect), hold_params(dialect, request.now)))
         queue = self.queue_limits.get(request.queue) if request.queue else None
         if not self.type_limits and queue is None:
             self._local.budget = None
@@ -106,9 +117,23 @@ class FlowPolicy(ClaimPolicy):
         extra, params = _exclude(dialect, budget.full, self.type_limits)
         return " AND ".join(c for c in (hold, extra) if c), {**held, **params}
 
+    def probe(self, conn: Connection, request: ClaimRequest) -> str:
+        """`flow.HOLDS_STORED_SQL`: 1 while a pause or block row is stored, else 0."""
+        return HOLDS_STORED_SQL
+
+    def probed(self, value: Any) -> None:
+        """Keep the probe's value: whether the next SELECTs need the hold condition."""
+        self._local.probe = value
+        if value is not None:
+            self._stored = bool(value)
+
     def accept(self, conn: Connection, request: ClaimRequest, rows: list[dict]) -> list[dict]:
         """Take rows in claim order while their bucket (and the queue) has room; log the
-        starts of rate-limited ones."""
+        starts of rate-limited ones. None of them when the SELECT left the hold condition
+        out and its probe found a pause or block stored: the next round selects with it."""
+        if self._local.lean and self._local.probe:
+            self._local.recheck = True
+            return []
         budget: _Budget | None = getattr(self._local, "budget", None)
         if budget is _UNCOUNTED:
             if not any(row["type"] in self.type_limits for row in rows):
@@ -138,10 +163,15 @@ class FlowPolicy(ClaimPolicy):
     def holding(self, conn: Connection, queue: str, now: datetime) -> bool:
         """True after a claim of this thread met a limit, or while a pause or a block is
         live: rows may come free without a doorbell (a running row ends, the window
-        moves on, the block ends), so the worker tries again within a second."""
+        moves on, the block ends), so the worker tries again within a second. Reads the
+        flow tables only when the claim's probe did not find them empty."""
         limited = getattr(self._local, "limited", False)
         self._local.limited = False
-        return limited or (self.wait_for_holds and has_holds(conn, now))
+        if limited or not self.wait_for_holds:
+            return limited
+        if getattr(self._local, "probe", None) == 0:  # nothing stored, as of the SELECT
+            return False
+        return has_holds(conn, now)
 
     def _key(self, row: dict) -> str | None:
         """The row's bucket key: its limit key for a keyed type, else None."""
