@@ -6,8 +6,12 @@ from __future__ import annotations
 import random
 from datetime import datetime
 
+import pytest
+import sqlalchemy as sa
+
 from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
+from cronjobs.errors import OutcomesFenced
 from cronjobs.executor import Executor
 from cronjobs.models import cronjob_queue
 
@@ -65,9 +69,12 @@ def test_stale_run_cannot_overwrite_a_newer_run(make_app):
     assert queue.get(job_id)["status"] == "completed"
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb", "postgresql"], indirect=True)
 def test_finish_many_writes_each_row_its_own_values_and_fences_lost_runs(make_app):
-    """The worker's group commit: outcomes of several runs in two statements, each row
-    with its own values (None and times included); a run that lost its row writes nothing."""
+    """The worker's group commit: outcomes of several runs in one UPDATE, each row with
+    its own values (None and times included); a batch with a run that lost its row is
+    refused whole (`OutcomesFenced`, its transaction rolled back): written one by one,
+    the lost run writes nothing and the others are written."""
     from datetime import timedelta
 
     app = make_app(clock=FrozenClock(T0))
@@ -86,9 +93,18 @@ def test_finish_many_writes_each_row_its_own_values_and_fences_lost_runs(make_ap
              (ids[2], 1, {"status": "failed", "finished_at": T0, "result_payload": '{"x": 1}',
                           "error": "ö 🎉"}),
              (ids[3], 1, {"status": "completed", "finished_at": T0})]
+    with pytest.raises(OutcomesFenced, match=r"1 of 4 runs no longer hold their rows"), \
+            app.engine.begin() as conn:
+        store.finish_many(conn, items)
+    assert [queue.get(i)["status"] for i in ids] == ["running"] * 4, "rolled back whole"
+    sent: list[str] = []
+    sa.event.listen(app.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
     with app.engine.begin() as conn:
-        written = store.finish_many(conn, items)
-    assert written == set(ids[:3])
+        conn.exec_driver_sql("SELECT 1")  # the transaction's start, whatever the database
+        sent.clear()
+        assert store.finish_many(conn, items[:3]) == set(ids[:3])
+        assert len(sent) == 1 and sent[0].startswith("UPDATE cronjob_queue SET "), sent
+        assert not store.finish_job(conn, *items[3])  # alone, the lost run writes nothing
     got = {i: queue.get(i) for i in ids}
     assert (got[ids[0]]["status"], got[ids[0]]["error"], got[ids[0]]["process_logs"]) == \
         ("completed", None, "a\n")

@@ -92,6 +92,29 @@ def test_the_writer_fences_a_run_that_lost_its_row(make_app):
     assert row(app, ids[0])["status"] == "completed"
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb", "postgresql"], indirect=True)
+def test_a_batch_with_a_run_that_lost_its_row_writes_the_others_and_fences_that_one(make_app):
+    """The batch's one UPDATE takes fewer rows than it was given: the transaction is
+    rolled back and the outcomes written one by one — the lost run writes nothing and is
+    reported lost, the others are written, and the claim still runs."""
+    app, ids, executor, commit = setup(make_app, 4)
+    rows, _ = commit.cycle([("default", 3)])
+    with app.engine.begin() as conn:  # as recover-stale and another worker's claim would
+        conn.execute(sa.text("UPDATE cronjob_queue SET attempts = 2, worker_id = 'other:2' "
+                             "WHERE id = :id"), {"id": ids[1]})
+    for claimed in rows:
+        commit.add(completed(executor, claimed))
+    done = []
+    executor.done = lambda plan, final: done.append((plan.job.id, final))
+    rows, drained = commit.cycle([("default", 3)])
+    assert [r["id"] for r in rows] == [ids[3]] and drained == {"default"}
+    assert done == [(ids[0], Status.COMPLETED), (ids[1], Ended.LOST), (ids[2], Status.COMPLETED)]
+    assert [row(app, i)["status"] for i in ids] == ["completed", "running", "completed",
+                                                     "running"]
+    lost = row(app, ids[1])
+    assert (lost["attempts"], lost["worker_id"], lost["process_logs"]) == (2, "other:2", None)
+
+
 def test_a_backlog_holds_a_small_batch_for_the_window_only(make_app):
     timer = Timer()
     app, ids, executor, commit = setup(make_app, 6, timer)

@@ -52,6 +52,13 @@ class DatabaseRefused(StoreError):
     The message holds the driver's text only, never the SQL."""
 
 
+class OutcomesFenced(CronjobsError):
+    """A batch of outcomes (`store.finish_many`) met a run that no longer holds its row:
+    its one UPDATE took fewer rows than it was given and cannot say which. Not a database
+    error: the caller rolls its transaction back and writes the outcomes one by one
+    (`store.finish_job`), which tells the lost run apart."""
+
+
 class TaskRefused(CronjobsError):
     """A manual run was refused: the task is disabled or its handler is unavailable."""
 

@@ -119,10 +119,13 @@ class OutcomeWriter:
         order: the planned status, `Ended.DELETED` for a cancelled childless row, or
         `Ended.LOST` when the run no longer held the row (nothing written).
 
-        The common plans (not a cancel, not a task's run) share two statements when there
+        The common plans (not a cancel, not a task's run) share one statement when there
         are several (`store.finish_many`); the others are written one by one.
 
         Raises:
+            OutcomesFenced: one of the common plans' runs lost its row: roll the
+                transaction back and write each plan alone (`write_each`), which tells it
+                apart.
             What the store raises (a refused statement, a lost connection): the caller's
             transaction is then rolled back whole.
         """

@@ -1,14 +1,16 @@
 """Group commit: the outcomes waiting to be written and the next claim, in one transaction.
 
 The pool's loop hands every ended run here as a plan (`add`). A `cycle` writes all of
-them (`finishing.OutcomeWriter.write`: two statements for the common ones) and claims the
+them (`finishing.OutcomeWriter.write`: one statement for the common ones) and claims the
 best due rows of the rung queues for the idle slots, in **one transaction**, so a worker
 with a backlog commits once per several jobs. With a backlog and few free slots the loop
 holds for up to `BATCH_WINDOW_SECONDS` for more slots to come free (`holding`).
 
 When the database refuses the transaction (or it breaks on something that is not a
 database error), the plans are written again one by one (`OutcomeWriter.write_each`), so
-only the outcome the database refuses becomes `unrecordable`, and the claim runs alone. A
+only the outcome the database refuses becomes `unrecordable`, and the claim runs alone.
+So is a batch one of whose runs lost its row (`OutcomesFenced`, after `recover-stale`
+took a lease back): written alone, that run writes nothing and the others are written. A
 claim that fails alone is the loop's own failure: it raises. While the database is
 unreachable the cycle waits (3 s, doubling to 60 s) until it answers or the worker stops.
 """
@@ -189,8 +191,9 @@ class GroupCommit:
     def _apart(self, plans: list[Finish], wants: Wants
                ) -> tuple[list[tuple[Finish, str]], list[dict], set[str]]:
         """The transaction was refused, or broke on something that is not a database
-        error: write each outcome alone (only the one it is about becomes
-        `unrecordable`), then claim alone. A claim that fails alone raises."""
+        error (`OutcomesFenced`: a run of the batch lost its row): write each outcome
+        alone (only a refused one becomes `unrecordable`, only the lost run writes
+        nothing), then claim alone. A claim that fails alone raises."""
         try:
             written = self._executor.writer.write_each(plans, give_up_seconds=None,
                                                        stop=self._stopped)

@@ -2,8 +2,10 @@
 
 Every write is fenced: only a row still `running` under the run's attempt is changed, so
 a run whose lease was taken away (`rescue_stale`) and a newer run started cannot
-overwrite the newer run. `finish_job` and `finish_many` run once per job and are driver
-SQL (see `store.claim` for why); `delete_job`, for the rarer cancel, is Core.
+overwrite the newer run. A batch (`finish_many`) is one UPDATE fenced row by row; when a
+run of it lost its row, the batch is rolled back and written one by one. `finish_job` and
+`finish_many` run once per job and are driver SQL (see `store.claim` for why);
+`delete_job`, for the rarer cancel, is Core.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from ..errors import OutcomesFenced
 from ..models import cronjob_queue as q
 from .jobs import count_children
-from .sql import bind, lock_sql, name, ph
+from .sql import bind, name, ph
 
 TABLE = q.name
 
@@ -38,37 +41,42 @@ def finish_job(conn: Connection, job_id: int, attempt: int, values: dict) -> boo
 
 
 def finish_many(conn: Connection, items: list[tuple[int, int, dict]]) -> set[int]:
-    """Write many outcomes with two statements: lock the rows their runs still hold, then
-    one UPDATE with a `CASE id` per column. `items` are `(job_id, attempt, values)`.
+    """Write many outcomes with one UPDATE: a `CASE id` per column, each row fenced as in
+    `finish_job` (`running`, under its run's attempt). `items` are `(job_id, attempt,
+    values)`, one per row.
 
     Returns:
-        The ids written; the others' runs had lost their rows (fencing, as in `finish_job`).
+        The ids written: every id of `items`.
+
+    Raises:
+        OutcomesFenced: a run no longer held its row (its lease was taken back): the
+            UPDATE took fewer rows than `items`, some of them written. Roll the
+            transaction back and write the outcomes one by one (`finish_job`), which
+            tells the lost run apart; what a lost run would write is never written.
     """
     if not items:
         return set()
     dialect = name(conn)
-    ids = ", ".join(str(int(job_id)) for job_id, _, _ in items)
-    held_now = dict(conn.exec_driver_sql(
-        f"SELECT id, attempts FROM {TABLE} WHERE id IN ({ids}) AND status = 'running'"
-        f"{lock_sql(dialect, skip=False)}").all())
-    held = [(job_id, values) for job_id, attempt, values in items
-            if held_now.get(job_id) == attempt]
-    if not held:
-        return set()
     p = functools.partial(ph, dialect)
     params: dict[str, Any] = {}
-    columns = sorted({c for _, values in held for c in values})
+    columns = sorted({c for _, _, values in items for c in values})
     sets = []
     for column in columns:
         whens = []
-        for n, (job_id, values) in enumerate(held):
+        for n, (job_id, _, values) in enumerate(items):
             if column in values:
                 params[f"v{n}_{column}"] = bind(dialect, values[column])
                 whens.append(f"WHEN {int(job_id)} THEN {p(f'v{n}_{column}')}")
         sets.append(f"{column} = CASE id {' '.join(whens)} ELSE {column} END")
-    written = ", ".join(str(int(job_id)) for job_id, _ in held)
-    conn.exec_driver_sql(f"UPDATE {TABLE} SET {', '.join(sets)} WHERE id IN ({written})", params)
-    return {job_id for job_id, _ in held}
+    ids = ", ".join(str(int(job_id)) for job_id, _, _ in items)
+    runs = " ".join(f"WHEN {int(job_id)} THEN {int(attempt)}" for job_id, attempt, _ in items)
+    taken = conn.exec_driver_sql(
+        f"UPDATE {TABLE} SET {', '.join(sets)} WHERE id IN ({ids}) AND status = 'running' "
+        f"AND attempts = CASE id {runs} END", params).rowcount
+    if taken != len(items):
+        raise OutcomesFenced(f"{len(items) - taken} of {len(items)} runs no longer hold "
+                             f"their rows (ids {ids})")
+    return {job_id for job_id, _, _ in items}
 
 
 def delete_job(conn: Connection, job_id: int, attempt: int | None = None) -> bool:
