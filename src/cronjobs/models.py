@@ -80,12 +80,11 @@ cronjob_queue = Table(
     Column("root_id", Id, nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
-    Index("ix_cronjob_queue_status_locked", "status", "locked_until"),
     Index("ix_cronjob_queue_status_finished", "status", "finished_at", "type"),  # 0003: + type
     Index("ix_cronjob_queue_parent", "parent_id"),
     Index("ix_cronjob_queue_type", "type"),
     # Dashboard lists (migration 0003): newest-first pages per status, per type and status.
-    Index("ix_cronjob_queue_status_id", "status", "id"),
+    Index("ix_cronjob_queue_status_id", "status", "id"),  # also recover-stale's (0012)
     Index("ix_cronjob_queue_type_status", "type", "status", "id"),
     # Flow control (0009): rows running per type and limit key (the claim's count).
     Index("ix_cronjob_queue_limit", "status", "type", "limit_key"),
