@@ -1,9 +1,9 @@
 """One claim for every path, with a policy hook: a policy's condition keeps rows out of the
 claim without blocking the rows behind them, its filter leaves the rows it drops pending
 with their attempts, and without a policy (or with the default flow policy and no limit
-configured: only the pause and block conditions) a claim is one locking SELECT plus one
-UPDATE per terms group — the statements the worker, `drain()`, `run_next` and `process`
-all run."""
+configured: only the probe of the pause and block tables, and their conditions while one
+is stored) a claim is one locking SELECT plus one UPDATE per terms group — the statements
+the worker, `drain()`, `run_next` and `process` all run."""
 
 from __future__ import annotations
 
