@@ -169,18 +169,16 @@ def claim_jobs(conn: Connection, request: ClaimRequest, terms: HandlerTerms,
     """
     dialect = name(conn)
     if policy is None:
-        rows = _candidates(conn, dialect, request, request.limit, "", {})
+        rows, _ = _candidates(conn, dialect, request, request.limit, "", {})
         return _take(conn, dialect, request, terms, rows)
     taken: list[dict] = []
     for _ in range(max(1, policy.rounds)):
         extra, params = policy.where(conn, request)
         probe = policy.probe(conn, request)
-        rows = _candidates(conn, dialect, request, request.limit - len(taken), extra, params,
-                           probe)
+        rows, probed = _candidates(conn, dialect, request, request.limit - len(taken), extra,
+                                   params, probe)
         if probe:
-            policy.probed(rows[0].pop(PROBE) if rows else None)
-            for row in rows[1:]:
-                del row[PROBE]
+            policy.probed(probed)
         chosen = policy.accept(conn, request, rows) if rows else rows
         known = {id(r) for r in rows}
         if any(id(r) not in known for r in chosen):
@@ -251,19 +249,20 @@ def _renew_sql(dialect: str, runs: tuple[tuple[int, int], ...]) -> str:
 
 
 def _candidates(conn: Connection, dialect: str, request: ClaimRequest, limit: int,
-                extra: str, params: dict[str, Any], probe: str = "") -> list[dict]:
-    """Lock and read the candidates of `request` (at most `limit`), best first; with a
-    `probe`, each row also holds its value under `PROBE`."""
+                extra: str, params: dict[str, Any], probe: str = ""
+                ) -> tuple[list[dict], Any]:
+    """Lock and read the candidates of `request` (at most `limit`), best first, and the
+    value of `probe` (its last column; None without a probe or a row)."""
     if request.job_id is not None:
         params = {**params, "job_id": int(request.job_id)}
     else:
         params = {**params, "queue": request.queue, "now": bind(dialect, request.now),
                   "limit": int(limit)}
     sql = _select_sql(dialect, request.job_id is not None, extra, probe)
-    columns = (*CLAIM_COLUMNS, PROBE) if probe else CLAIM_COLUMNS
-    found = [dict(zip(columns, row, strict=True))
-             for row in conn.exec_driver_sql(sql, params).all()]
-    return decode_times(dialect, found, TIME_COLUMNS)
+    got = conn.exec_driver_sql(sql, params).all()
+    value = got[0][-1] if probe and got else None
+    found = [dict(zip(CLAIM_COLUMNS, row[:-1] if probe else row, strict=True)) for row in got]
+    return decode_times(dialect, found, TIME_COLUMNS), value
 
 
 def _take(conn: Connection, dialect: str, request: ClaimRequest, terms: HandlerTerms,
