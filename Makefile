@@ -11,12 +11,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# An editable install is not byte-compiled (pip compiles the wheels it installs): compile
+# the package's own modules, so that a process started where PYTHONDONTWRITEBYTECODE is set
+# (container images often set it) does not compile them again at every start.
 $(RUN_STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e .
+	$(BIN)/python -m compileall -q src > /dev/null
 	touch $(RUN_STAMP)
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m compileall -q src > /dev/null
 	touch $(STAMP) $(RUN_STAMP)
 
 ## run: install (the package alone, no test or bench tools), migrate the embedded SQLite

@@ -195,7 +195,8 @@ def test_a_cli_pause_holds_a_later_worker_and_resume_keeps_order(app, db_url, na
         assert statuses(app) == {"pending": 12}
         assert run_cli(["resume", "--queue", "default"], env).returncode == 0
         wait_for(completed(app, 12), 20, "12 rows completed after resume", log)
-        order = [i for i, _ in sorted(rows(app, "id", "started_at"), key=lambda r: r[1])]
+        # (finish times: rows claimed ahead share their claim's `started_at`)
+        order = [i for i, _ in sorted(rows(app, "id", "finished_at"), key=lambda r: r[1])]
         assert order == sorted(ids, key=lambda i: (9 - (i - ids[0]) % 3, i))
         short = run_cli(["pause", "--type", KEYONLY, "--for", "2s"], env)
         assert short.returncode == 0 and "until 20" in short.stdout, short.stderr

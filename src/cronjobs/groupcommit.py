@@ -77,6 +77,11 @@ class GroupCommit:
             self._since = self._timer()
         self._plans.append(plan)
 
+    @property
+    def backlog(self) -> bool:
+        """The last claim filled every slot it asked for (more rows may be due)."""
+        return self._backlog
+
     def waiting(self) -> int:
         """Plans not written yet."""
         return len(self._plans)

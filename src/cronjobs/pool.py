@@ -12,8 +12,18 @@ so a job costs no thread hand-offs:
    over the job processes' pipes and the doorbell pipe).
 
 So priority order holds (the best rows are claimed first, whatever order the messages came
-in), a duplicated or stray message costs nothing, a worker never holds rows it has no
-slot for, and several worker processes share a queue by their free slots.
+in), a duplicated or stray message costs nothing, and several worker processes share a
+queue by their free slots.
+
+**Claim ahead.** With short jobs the slots would sit idle while each transaction runs
+(its statements and its commit take longer than the jobs). So while a queue has a backlog
+and the last `slots` jobs each ended within `AHEAD_QUICK_SECONDS`, a claim also takes up to
+`claim_ahead` rows (`slots` x the setting `claim_ahead_per_slot`) beyond the idle slots:
+they start in the next slots that free, best first, without waiting for the next
+transaction. A row claimed ahead is `running` from its claim (its `started_at` and lease
+too); one not started within `AHEAD_WAIT_SECONDS`, or still waiting when the worker stops
+taking rows, goes back to `pending` with its attempt given back (`outcome.not_started`),
+so a worker never keeps a row from the others for long.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from multiprocessing.connection import wait
 from .executor import Executor, job_of
 from .groupcommit import GroupCommit
 from .handler import Job
-from .outcome import Outcome
+from .outcome import Outcome, not_started
 from .procslots import ProcessSlots
 from .runner import JobProcess
 from .threadslots import ThreadSlots
@@ -35,6 +45,8 @@ from .threadslots import ThreadSlots
 log = logging.getLogger("cronjobs.worker")
 
 IDLE_WAKE_SECONDS = 1.0
+AHEAD_QUICK_SECONDS = 0.1  # claim ahead only after `slots` jobs in a row ran this long at most
+AHEAD_WAIT_SECONDS = 1.0  # a row claimed ahead and not started by then goes back to pending
 
 
 class SlotPool:
@@ -45,6 +57,8 @@ class SlotPool:
             `isolation` says which jobs run in threads, its `runtime` reaches every job.
         slots: jobs that run at the same time (one job process each).
         claim_limit: claim no more rows than this in all (`--max-jobs`); None: no limit.
+        claim_ahead: rows claimed beyond the idle slots while jobs are short (module
+            docstring); default: `slots` x the settings' `claim_ahead_per_slot`; 0: none.
         accepting: rows are claimed only while this event is set (the worker clears it
             when it recycles or stops); default: always.
         stopped: set when the worker has stopped: waits for the database end.
@@ -56,10 +70,15 @@ class SlotPool:
 
     def __init__(self, executor: Executor, slots: int, *, claim_limit: int | None = None,
                  accepting: threading.Event | None = None,
-                 stopped: threading.Event | None = None, until_empty: bool = False) -> None:
+                 stopped: threading.Event | None = None, until_empty: bool = False,
+                 claim_ahead: int | None = None) -> None:
         self.executor = executor
         self.slots = slots
         self.claim_limit = claim_limit
+        self.claim_ahead = slots * executor.app.settings.claim_ahead_per_slot \
+            if claim_ahead is None else claim_ahead
+        self._ahead: list[tuple[float, dict]] = []  # rows claimed ahead: (monotonic, row)
+        self._quick_in_row = 0  # jobs that ended one after another within AHEAD_QUICK_SECONDS
         if accepting is None:
             accepting = threading.Event()
             accepting.set()
@@ -216,11 +235,13 @@ class SlotPool:
                 self._kill_asked()
                 for job, outcome, duration_ms in self._threads.collect():
                     self._add_plan(job, outcome, duration_ms)
+                self._start_ahead()
                 if self._stopping.is_set() and not self.busy() and not self._commit.waiting():
                     return
                 if not self._commit.holding(self._free(), self._stopping.is_set()):
-                    for row in self._cycle():
-                        self._dispatch(row)
+                    now = time.monotonic()
+                    self._ahead += [(now, row) for row in self._cycle()]
+                    self._start_ahead()
                 if self.until_empty and self._empty():
                     self.emptied.set()
                     return
@@ -246,16 +267,19 @@ class SlotPool:
         """No job runs, no outcome waits and every rung queue was drained by a claim."""
         with self._lock:
             rung = bool(self._rung)
-        return not rung and not self.busy() and not self._commit.waiting()
+        return not rung and not self._ahead and not self.busy() and not self._commit.waiting()
 
     def _free(self) -> int:
         return min(self._processes.idle(), self.slots - self.busy())
 
     def _wants(self) -> list[tuple[str, int]]:
-        """`(queue, rows)` to claim now: the idle slots, rung queue by rung queue."""
+        """`(queue, rows)` to claim now: the idle slots (and the rows to claim ahead),
+        rung queue by rung queue."""
         if self._stopping.is_set() or not self._accepting.is_set():
             return []
-        free = self._free()
+        free = self._free() - len(self._ahead)
+        if self.claim_ahead and self._commit.backlog and self._quick_in_row >= self.slots:
+            free += self.claim_ahead
         if self.claim_limit is not None:
             free = min(free, self.claim_limit - self.claimed_total)
         with self._lock:
@@ -270,6 +294,28 @@ class SlotPool:
             for queue in drained:
                 self._rung.pop(queue, None)
         return rows
+
+    def _start_ahead(self) -> None:
+        """Start the rows claimed (ahead) in the slots that are free, best first; give
+        back those that waited `AHEAD_WAIT_SECONDS`, and every one once the worker stops
+        taking rows: `pending` again, attempt unused."""
+        if not self._ahead:
+            return
+        stop = self._stopping.is_set() or not self._accepting.is_set()
+        while self._ahead and not stop and self._free() > 0:
+            self._dispatch(self._ahead.pop(0)[1])
+        late = time.monotonic() - AHEAD_WAIT_SECONDS
+        kept = []
+        for since, row in self._ahead:
+            if stop or since <= late:
+                job, _ = job_of(row)
+                self._add_plan(job, not_started(
+                    "claimed ahead of a free slot and not started: given back"), 0.0)
+            else:
+                kept.append((since, row))
+        if len(kept) < len(self._ahead) and not stop:
+            self._quick_in_row = 0  # the slots did not turn over fast: stop claiming ahead
+        self._ahead = kept
 
     def _dispatch(self, row: dict) -> None:
         """Start the claimed `row` in a job process or a thread. Nothing in one row can
@@ -292,6 +338,8 @@ class SlotPool:
             self._processes.send(job, max_runtime)
 
     def _add_plan(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
+        quick = duration_ms <= AHEAD_QUICK_SECONDS * 1000
+        self._quick_in_row = self._quick_in_row + 1 if quick else 0
         self.executor.untrack(job.id)
         with self._lock:
             self._slot_of.pop(job.id, None)
@@ -306,6 +354,8 @@ class SlotPool:
         window = self._commit.window_left()
         if window is not None:
             timeout = min(timeout, window)
+        if self._ahead:  # give back the rows claimed ahead that wait too long
+            timeout = max(0.0, min(timeout, self._ahead[0][0] + AHEAD_WAIT_SECONDS - now))
         conns = self._processes.conns()
         ready = wait([*conns, self._wake_r], timeout)
         if self._wake_r in ready:

@@ -92,6 +92,13 @@ class Settings(BaseModel):
     lease_renew_seconds: float = Field(
         default=10, gt=0,
         description="How often a worker renews the leases of the rows it runs (seconds).")
+    claim_ahead_per_slot: int = Field(
+        default=2, ge=0,
+        description="Rows a worker process claims ahead, per slot, beyond its idle slots "
+                    "while a queue has a backlog and its jobs end within 0.1 s: they start "
+                    "as slots free, without waiting for the next claim; one not started "
+                    "within 1 s goes back to pending with its attempt (0: claim for idle "
+                    "slots only).")
     job_process_idle_seconds: float = Field(
         default=60, ge=0,
         description="A worker's job process that has had no job for this long ends, and "

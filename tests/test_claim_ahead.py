@@ -1,0 +1,125 @@
+"""Claim ahead (`pool.SlotPool`): while a queue has a backlog of short jobs, a worker claims
+rows beyond its idle slots, which start as slots free; a row claimed ahead and not started
+within `AHEAD_WAIT_SECONDS`, or still waiting when the worker stops, goes back to
+`pending` with its attempt given back. Real worker processes, job processes and
+databases (SQLite; the drain also on MariaDB).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from conftest import effect_rows
+from cronjobs import pool, queue
+from cronjobs.models import cronjob_queue
+from cronjobs.worker import WorkerProcess, connections_needed
+from test_worker_e2e import REDIS, all_completed, wait_for
+
+RECORD = "test.record.execute"
+
+
+def rows(app, ids: list[int]) -> dict[int, tuple[str, int]]:
+    """`{id: (status, attempts)}` of rows `ids`."""
+    q = cronjob_queue
+    with app.engine.connect() as conn:
+        return {r.id: (r.status, r.attempts) for r in conn.execute(
+            sa.select(q.c.id, q.c.status, q.c.attempts).where(q.c.id.in_(ids)))}
+
+
+def record_claims(worker: WorkerProcess) -> list[int]:
+    """The `limit` of every claim statement `worker` makes from now on."""
+    limits: list[int] = []
+    claim = worker.executor.claim_rows
+
+    def recording(conn, now, **kwargs):
+        limits.append(kwargs["limit"])
+        return claim(conn, now, **kwargs)
+
+    worker.executor.claim_rows = recording
+    return limits
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
+def test_a_backlog_of_quick_jobs_is_claimed_ahead_of_the_free_slots_and_each_row_runs_once(
+        make_app):
+    app = make_app(broker_url=REDIS, pool_size=connections_needed(2))
+    ids = queue.dispatch_many([{"type": RECORD, "payload": {"tag": i}} for i in range(300)])
+    worker = WorkerProcess(app, ["default"], 2)
+    limits = record_claims(worker)
+    worker.start()
+    try:
+        wait_for(all_completed(app, 300), 120, "300 jobs completed")
+    finally:
+        worker.shutdown(10)
+    assert worker.pool.claim_ahead == 2 * app.settings.claim_ahead_per_slot == 4
+    # After the first quick jobs the claims ask for the idle slots and the rows ahead.
+    assert max(limits) > 2, limits
+    assert max(limits) <= 2 + 4, limits
+    assert set(rows(app, ids).values()) == {("completed", 1)}
+    ran = [e["job_id"] for e in effect_rows(app, "record")]
+    assert sorted(ran) == sorted(ids)  # every row ran, none twice
+
+
+def test_without_claim_ahead_a_claim_asks_for_the_idle_slots_only(make_app):
+    app = make_app(broker_url=REDIS, pool_size=connections_needed(2), claim_ahead_per_slot=0)
+    queue.dispatch_many([{"type": RECORD, "payload": {"tag": i}} for i in range(60)])
+    worker = WorkerProcess(app, ["default"], 2)
+    limits = record_claims(worker)
+    worker.start()
+    try:
+        wait_for(all_completed(app, 60), 60, "60 jobs completed")
+    finally:
+        worker.shutdown(10)
+    assert worker.pool.claim_ahead == 0
+    assert limits and max(limits) <= 2, limits
+
+
+def start_a_long_job_behind_quick_ones(app) -> tuple[WorkerProcess, int, list[int]]:
+    """A one-slot worker: three quick rows (it claims ahead after the first), then a row
+    of `sleep` 4 s, then two rows that it claims ahead while the long one runs. Returns
+    the running worker, the long row and the two rows behind it, once the long row runs
+    and the two are claimed (`running`, attempt 1, not started)."""
+    quick = [queue.dispatch(RECORD, {"tag": f"q{i}"}, priority=1) for i in range(3)]
+    long = queue.dispatch(RECORD, {"tag": "long", "sleep": 4}, priority=2)
+    behind = [queue.dispatch(RECORD, {"tag": f"b{i}"}, priority=3) for i in range(2)]
+    worker = WorkerProcess(app, ["default"], 1)
+    assert worker.pool.claim_ahead == 2
+    worker.start()
+    wait_for(lambda: rows(app, quick) == dict.fromkeys(quick, ("completed", 1))
+             and rows(app, behind) == dict.fromkeys(behind, ("running", 1)), 20,
+             "the quick rows done and the two behind the long one claimed ahead")
+    assert rows(app, [long]) == {long: ("running", 1)}
+    assert [e["job_id"] for e in effect_rows(app, "record")] == quick  # the two wait
+    return worker, long, behind
+
+
+def test_a_row_claimed_ahead_and_not_started_in_time_goes_back_with_its_attempt(make_app):
+    app = make_app(broker_url=REDIS, pool_size=connections_needed(1))
+    worker, long, behind = start_a_long_job_behind_quick_ones(app)
+    try:
+        # Given back AHEAD_WAIT_SECONDS after their claim, while the long job still runs.
+        wait_for(lambda: rows(app, behind) == dict.fromkeys(behind, ("pending", 0)),
+                 pool.AHEAD_WAIT_SECONDS + 2, "the rows claimed ahead given back")
+        assert rows(app, [long]) == {long: ("running", 1)}
+        wait_for(all_completed(app, 6), 30, "every row completed")
+    finally:
+        worker.shutdown(10)
+    assert rows(app, behind) == dict.fromkeys(behind, ("completed", 1))
+    ran = [e["job_id"] for e in effect_rows(app, "record")]
+    assert ran[-3:] == [long, *behind]  # each ran once, after the long one
+
+
+def test_a_stopping_worker_gives_back_the_rows_it_claimed_ahead(make_app, monkeypatch):
+    monkeypatch.setattr(pool, "AHEAD_WAIT_SECONDS", 60.0)  # only the stop gives them back
+    app = make_app(broker_url=REDIS, pool_size=connections_needed(1))
+    worker, long, behind = start_a_long_job_behind_quick_ones(app)
+    began = time.monotonic()
+    worker.shutdown(10)  # lets the long job finish; the two never start
+    assert time.monotonic() - began < 10
+    assert rows(app, [long]) == {long: ("completed", 1)}
+    assert rows(app, behind) == dict.fromkeys(behind, ("pending", 0))
+    assert long in [e["job_id"] for e in effect_rows(app, "record")]
+    assert not set(behind) & {e["job_id"] for e in effect_rows(app, "record")}
