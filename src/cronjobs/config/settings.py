@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..errors import ConfigError, InvalidJob
 from ..limits import check_queue
@@ -94,11 +94,8 @@ class Settings(BaseModel):
         description="How often a worker renews the leases of the rows it runs (seconds).")
     claim_ahead_per_slot: int = Field(
         default=2, ge=0,
-        description="Rows a worker process claims ahead, per slot, beyond its idle slots "
-                    "while a queue has a backlog and its jobs end within 0.1 s: they start "
-                    "as slots free, without waiting for the next claim; one not started "
-                    "within 1 s goes back to pending with its attempt (0: claim for idle "
-                    "slots only).")
+        description="Rows a worker claims ahead per slot while a backlog of jobs under 0.1 s "
+                    "waits; they start as slots free, or go back to pending after 1 s (0: none).")
     job_process_idle_seconds: float = Field(
         default=60, ge=0,
         description="A worker's job process that has had no job for this long ends, and "
@@ -336,15 +333,10 @@ class Settings(BaseModel):
                                  f"({exc.msg})") from None
         return value
 
-    @field_validator("broker_url")
+    @field_validator("broker_url", "database_url")
     @classmethod
-    def _check_broker(cls, value: str) -> str:
-        return check_broker_url(value)
-
-    @field_validator("database_url")
-    @classmethod
-    def _check_database(cls, value: str) -> str:
-        return check_database_url(value)
+    def _check_url(cls, value: str, info: ValidationInfo) -> str:
+        return (check_broker_url if info.field_name == "broker_url" else check_database_url)(value)
 
     @field_validator("log_level")
     @classmethod
