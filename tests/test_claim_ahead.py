@@ -42,18 +42,25 @@ def record_claims(worker: WorkerProcess) -> list[int]:
     return limits
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
-def test_a_backlog_of_quick_jobs_is_claimed_ahead_of_the_free_slots_and_each_row_runs_once(
-        make_app):
-    app = make_app(broker_url=REDIS, pool_size=connections_needed(2))
-    ids = queue.dispatch_many([{"type": RECORD, "payload": {"tag": i}} for i in range(300)])
+def drain(app, rows: int) -> tuple[WorkerProcess, list[int], list[int]]:
+    """Dispatch `rows` quick rows and drain them with a two-slot worker; returns the
+    stopped worker, the row ids and the `limit` of each of its claims."""
+    ids = queue.dispatch_many([{"type": RECORD, "payload": {"tag": i}} for i in range(rows)])
     worker = WorkerProcess(app, ["default"], 2)
     limits = record_claims(worker)
     worker.start()
     try:
-        wait_for(all_completed(app, 300), 120, "300 jobs completed")
+        wait_for(all_completed(app, rows), 120, f"{rows} jobs completed")
     finally:
         worker.shutdown(10)
+    return worker, ids, limits
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
+def test_a_backlog_of_quick_jobs_is_claimed_ahead_of_the_free_slots_and_each_row_runs_once(
+        make_app):
+    app = make_app(broker_url=REDIS, pool_size=connections_needed(2))
+    worker, ids, limits = drain(app, 300)
     assert worker.pool.claim_ahead == 2 * app.settings.claim_ahead_per_slot == 4
     # After the first quick jobs the claims ask for the idle slots and the rows ahead.
     assert max(limits) > 2, limits
@@ -65,15 +72,9 @@ def test_a_backlog_of_quick_jobs_is_claimed_ahead_of_the_free_slots_and_each_row
 
 def test_without_claim_ahead_a_claim_asks_for_the_idle_slots_only(make_app):
     app = make_app(broker_url=REDIS, pool_size=connections_needed(2), claim_ahead_per_slot=0)
-    queue.dispatch_many([{"type": RECORD, "payload": {"tag": i}} for i in range(60)])
-    worker = WorkerProcess(app, ["default"], 2)
-    limits = record_claims(worker)
-    worker.start()
-    try:
-        wait_for(all_completed(app, 60), 60, "60 jobs completed")
-    finally:
-        worker.shutdown(10)
+    worker, ids, limits = drain(app, 60)
     assert worker.pool.claim_ahead == 0
+    assert set(rows(app, ids).values()) == {("completed", 1)}
     assert limits and max(limits) <= 2, limits
 
 
