@@ -14,8 +14,9 @@ import sqlalchemy as sa
 
 from conftest import effect_rows
 from cronjobs import pool, queue
+from cronjobs.burst import BurstWorker
 from cronjobs.models import cronjob_queue
-from cronjobs.worker import WorkerProcess, connections_needed
+from cronjobs.worker import Signals, WorkerProcess, connections_needed
 from test_worker_e2e import REDIS, all_completed, wait_for
 
 RECORD = "test.record.execute"
@@ -27,6 +28,14 @@ def rows(app, ids: list[int]) -> dict[int, tuple[str, int]]:
     with app.engine.connect() as conn:
         return {r.id: (r.status, r.attempts) for r in conn.execute(
             sa.select(q.c.id, q.c.status, q.c.attempts).where(q.c.id.in_(ids)))}
+
+
+def burst_logs(app, ids: list[int]) -> list[str]:
+    """The `process_logs` of rows `ids`."""
+    q = cronjob_queue
+    with app.engine.connect() as conn:
+        return [r or "" for r in conn.execute(
+            sa.select(q.c.process_logs).where(q.c.id.in_(ids))).scalars()]
 
 
 def record_claims(worker: WorkerProcess) -> list[int]:
@@ -78,14 +87,20 @@ def test_without_claim_ahead_a_claim_asks_for_the_idle_slots_only(make_app):
     assert limits and max(limits) <= 2, limits
 
 
-def start_a_long_job_behind_quick_ones(app) -> tuple[WorkerProcess, int, list[int]]:
-    """A one-slot worker: three quick rows (it claims ahead after the first), then a row
-    of `sleep` 4 s, then two rows that it claims ahead while the long one runs. Returns
-    the running worker, the long row and the two rows behind it, once the long row runs
-    and the two are claimed (`running`, attempt 1, not started)."""
+def a_long_job_behind_quick_ones(sleep: float = 4) -> tuple[list[int], int, list[int]]:
+    """Three quick rows (a one-slot worker claims ahead after the first), then a row of
+    `sleep` seconds, then two rows it claims ahead while the long one runs."""
     quick = [queue.dispatch(RECORD, {"tag": f"q{i}"}, priority=1) for i in range(3)]
-    long = queue.dispatch(RECORD, {"tag": "long", "sleep": 4}, priority=2)
+    long = queue.dispatch(RECORD, {"tag": "long", "sleep": sleep}, priority=2)
     behind = [queue.dispatch(RECORD, {"tag": f"b{i}"}, priority=3) for i in range(2)]
+    return quick, long, behind
+
+
+def start_a_long_job_behind_quick_ones(app) -> tuple[WorkerProcess, int, list[int]]:
+    """A one-slot worker on `a_long_job_behind_quick_ones`. Returns the running worker,
+    the long row and the two rows behind it, once the long row runs and the two are
+    claimed (`running`, attempt 1, not started)."""
+    quick, long, behind = a_long_job_behind_quick_ones()
     worker = WorkerProcess(app, ["default"], 1)
     assert worker.pool.claim_ahead == 2
     worker.start()
@@ -111,6 +126,7 @@ def test_a_row_claimed_ahead_and_not_started_in_time_goes_back_with_its_attempt(
     assert rows(app, behind) == dict.fromkeys(behind, ("completed", 1))
     ran = [e["job_id"] for e in effect_rows(app, "record")]
     assert ran[-3:] == [long, *behind]  # each ran once, after the long one
+    assert worker.executor.jobs_done == 6  # the two given back are not jobs done
 
 
 def test_a_stopping_worker_gives_back_the_rows_it_claimed_ahead(make_app, monkeypatch):
@@ -124,3 +140,16 @@ def test_a_stopping_worker_gives_back_the_rows_it_claimed_ahead(make_app, monkey
     assert rows(app, behind) == dict.fromkeys(behind, ("pending", 0))
     assert long in [e["job_id"] for e in effect_rows(app, "record")]
     assert not set(behind) & {e["job_id"] for e in effect_rows(app, "record")}
+    assert worker.executor.jobs_done == 4
+
+
+def test_a_burst_counts_the_rows_it_gave_back_once_they_ran(make_app):
+    app = make_app(broker_url=REDIS, pool_size=connections_needed(1))
+    quick, long, behind = a_long_job_behind_quick_ones(sleep=2.5)
+    burst = BurstWorker(app, ["default"], 1)
+    report = burst.run(Signals(), shutdown_timeout=10)
+    ran = [e["job_id"] for e in effect_rows(app, "record")]
+    assert sorted(ran) == sorted([*quick, long, *behind])  # each ran once
+    assert set(rows(app, behind).values()) == {("completed", 1)}
+    assert "given back" in "".join(burst_logs(app, behind))
+    assert (report.ran, report.completed, report.retried) == (6, 6, 0), report.line()

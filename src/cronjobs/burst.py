@@ -28,7 +28,7 @@ from .finishing import Finish
 from .housekeeping import Housekeeper
 from .pool import SlotPool
 from .runner import KILL_GRACE_SECONDS
-from .status import Status
+from .status import Reason, Status
 from .worker import STOP_CHECK_SECONDS, Signals, end_stop_requests
 
 log = logging.getLogger("cronjobs.worker")
@@ -135,9 +135,11 @@ class _BurstExecutor(Executor):
         self.ring = lambda: None
 
     def done(self, finish: Finish, final: str) -> JobReport:
-        """`Executor.done`, then note the report and ring the queues."""
+        """`Executor.done`, then note the report of a run (not of a row put back
+        before its job started: `not_started`) and ring the queues."""
         report = super().done(finish, final)
-        self.reports.append(report)
+        if finish.outcome.reason != Reason.NOT_STARTED:
+            self.reports.append(report)
         self.ring()
         return report
 

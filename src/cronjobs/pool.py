@@ -309,6 +309,7 @@ class SlotPool:
         for since, row in self._ahead:
             if stop or since <= late:
                 job, _ = job_of(row)
+                self.claimed_total -= 1  # not a job of `claim_limit` (`--max-jobs`)
                 self._add_plan(job, not_started(
                     "claimed ahead of a free slot and not started: given back"), 0.0)
             else:
