@@ -28,7 +28,7 @@ from .finishing import Finish
 from .housekeeping import Housekeeper
 from .pool import SlotPool
 from .runner import KILL_GRACE_SECONDS
-from .status import Reason, Status
+from .status import Status
 from .worker import STOP_CHECK_SECONDS, Signals, end_stop_requests
 
 log = logging.getLogger("cronjobs.worker")
@@ -138,7 +138,7 @@ class _BurstExecutor(Executor):
         """`Executor.done`, then note the report of a run (not of a row put back
         before its job started: `not_started`) and ring the queues."""
         report = super().done(finish, final)
-        if finish.outcome.reason != Reason.NOT_STARTED:
+        if finish.ran:
             self.reports.append(report)
         self.ring()
         return report

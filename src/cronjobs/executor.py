@@ -31,7 +31,7 @@ from .outcome import (
     not_started,
     unreadable,
 )
-from .status import Ended, Reason, Status
+from .status import Ended, Status
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -267,19 +267,18 @@ class Executor:
         job never started (`not_started`: claimed ahead and given back, its job process
         gone) is logged and its message sent, but not counted as a job done."""
         job = finish.job
-        started = finish.outcome.reason != Reason.NOT_STARTED
         if final == Ended.LOST:
             log.warning("job %s: lease was lost before finishing; outcome %s dropped",
                         job.id, finish.status, extra={"trace_id": job.id})
         elif final == Status.PENDING:
             dispatching.send(self.app, job.id, job.queue, finish.delay_seconds)
-        if started:
+        if finish.ran:
             with self._lock:
                 self.jobs_done += 1
         log.info("job %s finish type=%s status=%s duration_ms=%.1f attempt=%s/%s", job.id,
                  job.type, final, finish.duration_ms, job.attempts, job.max_attempts or "—",
                  extra={"trace_id": job.id})
-        if started and self._on_job_done is not None:
+        if finish.ran and self._on_job_done is not None:
             self._on_job_done()
         return JobReport(job.id, job.type, final, finish.duration_ms)
 

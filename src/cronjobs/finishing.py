@@ -22,7 +22,7 @@ from .app import App
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .handler import Job
 from .outcome import Outcome, Policy, next_state, refused, unrecordable
-from .status import Ended, Status
+from .status import Ended, Reason, Status
 
 log = logging.getLogger("cronjobs.worker")
 
@@ -50,6 +50,11 @@ class Finish:
     values: dict
     duration_ms: float
     now: datetime
+
+    @property
+    def ran(self) -> bool:
+        """False for a row put back before its job started (`outcome.not_started`)."""
+        return self.outcome.reason != Reason.NOT_STARTED
 
 
 def task_run(job: Job) -> bool:

@@ -269,13 +269,17 @@ class SlotPool:
             rung = bool(self._rung)
         return not rung and not self._ahead and not self.busy() and not self._commit.waiting()
 
+    def _taking_rows(self) -> bool:
+        """False once the worker stops or recycles: nothing more is claimed or started."""
+        return self._accepting.is_set() and not self._stopping.is_set()
+
     def _free(self) -> int:
         return min(self._processes.idle(), self.slots - self.busy())
 
     def _wants(self) -> list[tuple[str, int]]:
         """`(queue, rows)` to claim now: the idle slots (and the rows to claim ahead),
         rung queue by rung queue."""
-        if self._stopping.is_set() or not self._accepting.is_set():
+        if not self._taking_rows():
             return []
         free = self._free() - len(self._ahead)
         if self.claim_ahead and self._commit.backlog and self._quick_in_row >= self.slots:
@@ -301,7 +305,7 @@ class SlotPool:
         taking rows: `pending` again, attempt unused."""
         if not self._ahead:
             return
-        stop = self._stopping.is_set() or not self._accepting.is_set()
+        stop = not self._taking_rows()
         while self._ahead and not stop and self._free() > 0:
             self._dispatch(self._ahead.pop(0)[1])
         late = time.monotonic() - AHEAD_WAIT_SECONDS
