@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from conftest import effect_rows
 from cronjobs import pool, queue
 from cronjobs.burst import BurstWorker
+from cronjobs.config import Settings
+from cronjobs.errors import ConfigError
 from cronjobs.models import cronjob_queue
 from cronjobs.worker import Signals, WorkerProcess, connections_needed
 from test_worker_e2e import REDIS, all_completed, wait_for
@@ -153,3 +155,10 @@ def test_a_burst_counts_the_rows_it_gave_back_once_they_ran(make_app):
     assert set(rows(app, behind).values()) == {("completed", 1)}
     assert "given back" in "".join(burst_logs(app, behind))
     assert (report.ran, report.completed, report.retried) == (6, 6, 0), report.line()
+
+
+@pytest.mark.parametrize("value", ["-1", "65", "10" * 12, "2.5", "abc", ""])
+def test_a_claim_ahead_out_of_its_range_is_refused_naming_the_setting(value):
+    with pytest.raises(ConfigError, match=r"claim_ahead_per_slot=") as err:
+        Settings.load({"CRONJOBS_CLAIM_AHEAD_PER_SLOT": value})
+    assert repr(value) in str(err.value)

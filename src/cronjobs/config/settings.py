@@ -93,9 +93,9 @@ class Settings(BaseModel):
         default=10, gt=0,
         description="How often a worker renews the leases of the rows it runs (seconds).")
     claim_ahead_per_slot: int = Field(
-        default=2, ge=0,
-        description="Rows a worker claims ahead per slot while a backlog of jobs under 0.1 s "
-                    "waits; they start as slots free, or go back to pending after 1 s (0: none).")
+        default=2, ge=0, le=64,
+        description="Rows a worker claims ahead per slot (0 to 64; 0: none) while a backlog of "
+                    "jobs under 0.1 s waits; they start as slots free, or go back after 1 s.")
     job_process_idle_seconds: float = Field(
         default=60, ge=0,
         description="A worker's job process that has had no job for this long ends, and "
