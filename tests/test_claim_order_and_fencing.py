@@ -103,7 +103,8 @@ def test_finish_many_writes_each_row_its_own_values_and_fences_lost_runs(make_ap
         conn.exec_driver_sql("SELECT 1")  # the transaction's start, whatever the database
         sent.clear()
         assert store.finish_many(conn, items[:3]) == set(ids[:3])
-        assert len(sent) == 1 and sent[0].startswith("UPDATE cronjob_queue SET "), sent
+        assert len(sent) == 1 and sent[0].startswith(("UPDATE cronjob_queue SET ",
+                                                      "UPDATE cronjob_queue AS q SET ")), sent
         assert not store.finish_job(conn, *items[3])  # alone, the lost run writes nothing
     got = {i: queue.get(i) for i in ids}
     assert (got[ids[0]]["status"], got[ids[0]]["error"], got[ids[0]]["process_logs"]) == \
@@ -114,3 +115,39 @@ def test_finish_many_writes_each_row_its_own_values_and_fences_lost_runs(make_ap
         ("failed", '{"x": 1}', "ö 🎉")
     assert got[ids[2]]["process_logs"] is None, "a column a row does not set is left alone"
     assert got[ids[3]]["status"] == "running", "the lost run wrote nothing"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb", "postgresql"], indirect=True)
+def test_finish_many_shares_what_every_row_sets_alike_and_keeps_one_text_per_columns(make_app):
+    """Batches of outcomes as a draining worker writes them: the same columns, mostly the
+    same values (status, NULLs), each row's own times and log. Each row gets its values,
+    whatever the batch's size. On PostgreSQL the statement's text depends only on the
+    columns (arrays carry the values): one text for batches of 2, 3 and 5 rows."""
+    from datetime import timedelta
+
+    app = make_app(clock=FrozenClock(T0))
+    ids = [queue.dispatch("test.shape.execute", {"n": n}) for n in range(10)]
+    with app.engine.begin() as conn:
+        Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10)
+
+    def outcome(n: int) -> dict:
+        return {"status": "completed", "finished_at": T0 + timedelta(seconds=n),
+                "error": None, "locked_until": None, "process_logs": f"run {n}\n"}
+
+    sent: list[str] = []
+    texts: set[str] = set()
+    sa.event.listen(app.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    for batch in (ids[:2], ids[2:5], ids[5:]):
+        with app.engine.begin() as conn:
+            sent.clear()
+            assert store.finish_many(conn, [(i, 1, outcome(i)) for i in batch]) == set(batch)
+            updates = [s for s in sent if s.startswith("UPDATE")]
+            assert len(updates) == 1, sent
+            texts.add(updates[0])
+    if app.engine.dialect.name == "postgresql":
+        assert len(texts) == 1, texts
+    for i in ids:
+        row = queue.get(i)
+        assert (row["status"], row["finished_at"], row["process_logs"], row["error"],
+                row["locked_until"]) == ("completed", T0 + timedelta(seconds=i), f"run {i}\n",
+                                         None, None), row

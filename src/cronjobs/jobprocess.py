@@ -334,9 +334,10 @@ def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None
             # A handler forked and its child returned from handle() too: only the job
             # process answers (two answers on one pipe would be read as the next job's).
             os._exit(0)
-        try:
-            conn.send((message[0].id, outcome, keep_going))
+        try:  # pickled before anything is sent (as `runner.JobProcess.start` does)
+            answer = pickle.dumps((message[0].id, outcome, keep_going), pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # pickle refused the outcome (its result); nothing was sent
-            conn.send((message[0].id, unsendable(exc), keep_going))
+            answer = pickle.dumps((message[0].id, unsendable(exc), keep_going))
+        conn.send_bytes(answer)
         if not keep_going:
             return

@@ -14,6 +14,7 @@ import functools
 from typing import Any
 
 from sqlalchemy import Connection, select
+from sqlalchemy.engine import Dialect
 
 from ..errors import OutcomesFenced
 from ..models import cronjob_queue as q
@@ -21,6 +22,7 @@ from .jobs import count_children
 from .sql import bind, name, ph
 
 TABLE = q.name
+_MISSING = object()
 
 
 def finish_job(conn: Connection, job_id: int, attempt: int, values: dict) -> bool:
@@ -41,9 +43,14 @@ def finish_job(conn: Connection, job_id: int, attempt: int, values: dict) -> boo
 
 
 def finish_many(conn: Connection, items: list[tuple[int, int, dict]]) -> set[int]:
-    """Write many outcomes with one UPDATE: a `CASE id` per column, each row fenced as in
-    `finish_job` (`running`, under its run's attempt). `items` are `(job_id, attempt,
-    values)`, one per row.
+    """Write many outcomes with one UPDATE, each row fenced as in `finish_job` (`running`,
+    under its run's attempt). `items` are `(job_id, attempt, values)`, one per row; a
+    column that some rows do not set keeps those rows' value.
+
+    On PostgreSQL the values travel as one array per column (`unnest`): the statement's
+    text depends only on the columns, so psycopg parses it once and the server prepares
+    it. Elsewhere it is a `CASE id` per column, and a column every row sets to the same
+    value (the status, NULLs) is one parameter.
 
     Returns:
         The ids written: every id of `items`.
@@ -57,11 +64,30 @@ def finish_many(conn: Connection, items: list[tuple[int, int, dict]]) -> set[int
     if not items:
         return set()
     dialect = name(conn)
+    columns = sorted({c for _, _, values in items for c in values})
+    if dialect == "postgresql":
+        sql, params = _unnest_update(conn, items, columns)
+    else:
+        sql, params = _case_update(dialect, items, columns)
+    taken = conn.exec_driver_sql(sql, params).rowcount
+    if taken != len(items):
+        ids = ", ".join(str(int(job_id)) for job_id, _, _ in items)
+        raise OutcomesFenced(f"{len(items) - taken} of {len(items)} runs no longer hold "
+                             f"their rows (ids {ids})")
+    return {job_id for job_id, _, _ in items}
+
+
+def _case_update(dialect: str, items: list[tuple[int, int, dict]],
+                 columns: list[str]) -> tuple[str, dict[str, Any]]:
+    """The batch as one UPDATE of a `CASE id` per column (MySQL, MariaDB, SQLite)."""
     p = functools.partial(ph, dialect)
     params: dict[str, Any] = {}
-    columns = sorted({c for _, _, values in items for c in values})
     sets = []
     for column in columns:
+        if _same_everywhere(items, column):
+            params[f"v_{column}"] = bind(dialect, items[0][2][column])
+            sets.append(f"{column} = {p(f'v_{column}')}")
+            continue
         whens = []
         for n, (job_id, _, values) in enumerate(items):
             if column in values:
@@ -70,13 +96,42 @@ def finish_many(conn: Connection, items: list[tuple[int, int, dict]]) -> set[int
         sets.append(f"{column} = CASE id {' '.join(whens)} ELSE {column} END")
     ids = ", ".join(str(int(job_id)) for job_id, _, _ in items)
     runs = " ".join(f"WHEN {int(job_id)} THEN {int(attempt)}" for job_id, attempt, _ in items)
-    taken = conn.exec_driver_sql(
-        f"UPDATE {TABLE} SET {', '.join(sets)} WHERE id IN ({ids}) AND status = 'running' "
-        f"AND attempts = CASE id {runs} END", params).rowcount
-    if taken != len(items):
-        raise OutcomesFenced(f"{len(items) - taken} of {len(items)} runs no longer hold "
-                             f"their rows (ids {ids})")
-    return {job_id for job_id, _, _ in items}
+    return (f"UPDATE {TABLE} SET {', '.join(sets)} WHERE id IN ({ids}) AND status = 'running' "
+            f"AND attempts = CASE id {runs} END"), params
+
+
+def _same_everywhere(items: list[tuple[int, int, dict]], column: str) -> bool:
+    """Every row sets `column`, all to one value (of one type: 1 is not True)."""
+    first = items[0][2].get(column, _MISSING)
+    return first is not _MISSING and all(
+        column in values and type(values[column]) is type(first) and values[column] == first
+        for _, _, values in items)
+
+
+def _unnest_update(conn: Connection, items: list[tuple[int, int, dict]],
+                   columns: list[str]) -> tuple[str, dict[str, Any]]:
+    """The batch as one UPDATE from `unnest` of one array per column (PostgreSQL); a
+    column some rows leave out comes with an array of flags saying which rows set it."""
+    partial = tuple(c for c in columns if any(c not in values for _, _, values in items))
+    params: dict[str, Any] = {"ids": [int(job_id) for job_id, _, _ in items],
+                              "runs": [int(attempt) for _, attempt, _ in items]}
+    for column in columns:
+        params[f"a_{column}"] = [values.get(column) for _, _, values in items]
+    for column in partial:
+        params[f"s_{column}"] = [column in values for _, _, values in items]
+    return _unnest_sql(conn.dialect, tuple(columns), partial), params
+
+
+@functools.lru_cache(maxsize=64)
+def _unnest_sql(dialect: Dialect, columns: tuple[str, ...], partial: tuple[str, ...]) -> str:
+    arrays = [f"%(a_{c})s::{q.c[c].type.compile(dialect=dialect)}[]" for c in columns]
+    arrays += [f"%(s_{c})s::boolean[]" for c in partial]
+    sets = [f"{c} = CASE WHEN v.s_{c} THEN v.{c} ELSE q.{c} END" if c in partial
+            else f"{c} = v.{c}" for c in columns]
+    names = ", ".join([*columns, *(f"s_{c}" for c in partial)])
+    return (f"UPDATE {TABLE} AS q SET {', '.join(sets)} FROM unnest(%(ids)s::bigint[], "
+            f"%(runs)s::integer[], {', '.join(arrays)}) AS v(id, run, {names}) "
+            f"WHERE q.id = v.id AND q.status = 'running' AND q.attempts = v.run")
 
 
 def delete_job(conn: Connection, job_id: int, attempt: int | None = None) -> bool:
