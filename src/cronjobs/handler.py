@@ -105,7 +105,7 @@ class Job:
 
     def __reduce_ex__(self, protocol: int) -> tuple:
         # How a Job travels to its job process: its values in field order, without the
-        # field names (half the bytes, ~40 % less CPU to pickle and unpickle per job).
+        # field names (183 bytes against 450), unpickled without the frozen __init__.
         if type(self) is not Job:  # a subclass may add fields: pickled the stock way
             return super().__reduce_ex__(protocol)
         return _job_of_values, (_FIELD_VALUES(self),)
@@ -117,7 +117,7 @@ _COLUMN_FIELDS = tuple(n for n in _FIELD_NAMES if n not in ("payload", "result")
 
 
 def _job_of_values(values: tuple) -> Job:
-    """The Job that `Job.__reduce__` pickled as its values (field order)."""
+    """The Job that `Job.__reduce_ex__` pickled as its values (field order)."""
     job = object.__new__(Job)
     job.__dict__.update(zip(_FIELD_NAMES, values, strict=True))
     return job
