@@ -109,7 +109,7 @@ class OutcomeWriter:
             result = unrecordable(exc)
             log.warning("job %s: %.300s", job.id, result.error, extra={"trace_id": job.id})
             move = next_state(job, result, now, self._policy)
-        stamp = now.strftime("%Y-%m-%d %H:%M:%S")
+        stamp = now.isoformat(" ", "seconds")  # naive UTC: as strftime("%Y-%m-%d %H:%M:%S")
         # A RetryLater or a cut-off gives the attempt back: the line says so.
         back = " (not counted)" if move.values.get("attempts") == job.attempts - 1 else ""
         line = limits.log_line(f"[{stamp}] attempt {job.attempts}/{job.max_attempts or '—'}"
