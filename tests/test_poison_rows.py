@@ -102,11 +102,15 @@ def test_an_undecodable_row_fails_alone_in_drain_and_process(make_app):
     before = queue.dispatch(SHAPE, {"shape": "true"}, priority=9, app=app)
     poison = insert_raw(app, deep_json(990), priority=1)
     broken = insert_raw(app, '{"shape": "tru', priority=2)
+    # JSON, but not an object: a handler's payload is a dict (job.payload.get would raise
+    # in the worker's own code, not the handler's, and stop its loop).
+    not_objects = [insert_raw(app, text, priority=3) for text in ('[1, 2]', '"s"', 'null')]
     after = queue.dispatch(SHAPE, {"shape": "true"}, priority=9, app=app)
     report = drain(app)
     assert report.statuses() == {poison: "failed", broken: "failed", before: "completed",
-                                 after: "completed"}
-    for job_id, why in ((poison, "RecursionError"), (broken, "JSONDecodeError")):
+                                 after: "completed", **dict.fromkeys(not_objects, "failed")}
+    for job_id, why in ((poison, "RecursionError"), (broken, "JSONDecodeError"),
+                        *((j, "ValueError: payload is a JSON") for j in not_objects)):
         failed = row(app, job_id)
         assert failed["attempts"] == 1, "not retried: the stored row cannot change"
         assert failed["error"].startswith("the job could not be prepared to run (" + why), failed
@@ -138,15 +142,18 @@ def test_a_worker_fails_poison_rows_and_goes_on(make_app, db_url, namespace, tmp
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
     poison = insert_raw(app, deep_json(990), priority=1)
+    a_list = insert_raw(app, "[1, 2]", priority=1)
     normal = [queue.dispatch(SHAPE, {"shape": "true"}, priority=2, app=app) for _ in range(5)]
     deep_result = queue.dispatch(SHAPE, {"shape": "deep_result", "depth": 900}, app=app)
     unpicklable = queue.dispatch(SHAPE, {"shape": "unpicklable"}, app=app)
     with worker(db_url, namespace, log, threads=2, isolation=isolation) as proc:
         wait_for(lambda: all(row(app, j)["status"] in ("completed", "failed")
-                             for j in [poison, deep_result, unpicklable, *normal]),
+                             for j in [poison, a_list, deep_result, unpicklable, *normal]),
                  60, "every row to end", proc, log)
         assert row(app, poison)["status"] == "failed"
         assert "could not be prepared to run (RecursionError" in row(app, poison)["error"]
+        assert row(app, a_list)["status"] == "failed"
+        assert "payload is a JSON list, not an object" in row(app, a_list)["error"]
         assert row(app, deep_result)["status"] == "failed"
         assert "nested more than 100 levels" in row(app, deep_result)["error"]
         odd = row(app, unpicklable)

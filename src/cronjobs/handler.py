@@ -94,12 +94,16 @@ class Job:
                 (for a row whose stored JSON cannot be decoded, to record its failure).
 
         Raises:
-            ValueError, RecursionError: `decode` and the stored JSON cannot be decoded.
+            ValueError, RecursionError: `decode` and the stored JSON cannot be decoded, or
+                the payload is not a JSON object.
         """
         get = row.get
         data = {name: get(name) for name in _COLUMN_FIELDS}
         payload, result = get("payload"), get("result_payload")
         data["payload"] = json.loads(payload) if decode and payload else {}
+        if not isinstance(data["payload"], dict):  # stored by hand or by another program
+            raise ValueError(f"payload is a JSON {type(data['payload']).__name__}, not an "
+                             f"object: {payload[:60]!r}")
         data["result"] = json.loads(result) if decode and result else None
         return cls(**data)
 
