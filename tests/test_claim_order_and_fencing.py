@@ -151,3 +151,25 @@ def test_finish_many_shares_what_every_row_sets_alike_and_keeps_one_text_per_col
         assert (row["status"], row["finished_at"], row["process_logs"], row["error"],
                 row["locked_until"]) == ("completed", T0 + timedelta(seconds=i), f"run {i}\n",
                                          None, None), row
+
+
+@pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
+def test_finish_many_refuses_a_value_too_long_for_its_column_as_finish_job_does(make_app):
+    """A batch never cuts a value to fit its column (PostgreSQL cuts on an explicit cast
+    to VARCHAR(n)): it is refused whole, as the same outcome written alone is, and the
+    worker falls back to writing the outcomes one by one."""
+    from cronjobs import limits
+
+    app = make_app(clock=FrozenClock(T0))
+    ids = [queue.dispatch("test.shape.execute", {"n": n}) for n in range(2)]
+    with app.engine.begin() as conn:
+        Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10)
+    too_long = "r" * (limits.REASON_MAX_CHARS + 8)
+    items = [(i, 1, {"status": "completed", "finished_at": T0, "outcome_reason": too_long})
+             for i in ids]
+    for write in (lambda conn: store.finish_many(conn, items),
+                  lambda conn: store.finish_job(conn, *items[0])):
+        with pytest.raises(sa.exc.DBAPIError), app.engine.begin() as conn:
+            write(conn)
+    assert [queue.get(i)["status"] for i in ids] == ["running", "running"]
+

@@ -17,6 +17,7 @@ from cronjobs.outcome import (
     from_return,
     next_state,
     no_handler,
+    not_started,
 )
 from cronjobs.status import Reason, Status
 
@@ -148,6 +149,17 @@ def test_the_values_carry_the_result_the_error_and_the_reason():
                         NOW, POLICY)
     assert (failed.values["error"], failed.values["outcome_reason"]) == ("x", "process_died")
     assert type(failed.values["outcome_reason"]) is str  # bound as a plain string
+
+
+def test_a_run_given_back_keeps_the_last_counted_attempts_error():
+    """A row claimed ahead and given back before it started (or cut off by a stopping
+    worker) did not use its attempt: the error of the attempt before stays on the row,
+    for the handler's next run (`job.error`) and the dashboard."""
+    back = next_state(job(2, error="boom"), not_started("claimed ahead: given back"), NOW,
+                      POLICY)
+    assert back.status == Status.PENDING and back.values["attempts"] == 1
+    assert "error" not in back.values
+    assert back.values["outcome_reason"] == "not_started"
 
 
 @pytest.mark.parametrize("result", [{"x": float("nan")}, {"big": "x" * 1_000_001}, DEEP])

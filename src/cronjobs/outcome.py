@@ -326,6 +326,8 @@ def next_state(job: Job, outcome: Outcome, now: datetime, policy: Policy) -> Tra
     kind = outcome.kind
     if kind == "cut_off":  # the worker stopped before the job ended: attempt not used
         values.update(status=Status.PENDING, attempts=job.attempts - 1, scheduled_at=None)
+        if outcome.error is None:  # the last counted attempt's error stays the row's
+            del values["error"]
         return Transition(values, Status.PENDING)
     if kind == "retry_later":
         # With a block, the block holds the row (written with this outcome, over the same

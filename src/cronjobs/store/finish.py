@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, String, select
 from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeEngine
 
 from ..errors import OutcomesFenced
 from ..models import cronjob_queue as q
@@ -124,7 +125,10 @@ def _unnest_update(conn: Connection, items: list[tuple[int, int, dict]],
 
 @functools.lru_cache(maxsize=64)
 def _unnest_sql(dialect: Dialect, columns: tuple[str, ...], partial: tuple[str, ...]) -> str:
-    arrays = [f"%(a_{c})s::{q.c[c].type.compile(dialect=dialect)}[]" for c in columns]
+    # A text column's array is `text[]`, not `VARCHAR(n)[]`: an explicit cast would cut
+    # an over-long value silently; the assignment to the column refuses it, as
+    # `finish_job` does (the batch then falls back to one outcome at a time).
+    arrays = [f"%(a_{c})s::{_array_type(q.c[c].type, dialect)}[]" for c in columns]
     arrays += [f"%(s_{c})s::boolean[]" for c in partial]
     sets = [f"{c} = CASE WHEN v.s_{c} THEN v.{c} ELSE q.{c} END" if c in partial
             else f"{c} = v.{c}" for c in columns]
@@ -132,6 +136,11 @@ def _unnest_sql(dialect: Dialect, columns: tuple[str, ...], partial: tuple[str, 
     return (f"UPDATE {TABLE} AS q SET {', '.join(sets)} FROM unnest(%(ids)s::bigint[], "
             f"%(runs)s::integer[], {', '.join(arrays)}) AS v(id, run, {names}) "
             f"WHERE q.id = v.id AND q.status = 'running' AND q.attempts = v.run")
+
+
+def _array_type(column_type: TypeEngine, dialect: Dialect) -> str:
+    """The element type of a column's array in `_unnest_sql`."""
+    return "text" if isinstance(column_type, String) else column_type.compile(dialect=dialect)
 
 
 def delete_job(conn: Connection, job_id: int, attempt: int | None = None) -> bool:
