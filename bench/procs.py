@@ -29,10 +29,13 @@ class Proc:
         cmd: the command line.
         name: shown in errors.
         env: its environment (default ours).
+        stop_seconds: how long `stop()` waits after SIGTERM before SIGKILL.
     """
 
-    def __init__(self, cmd: list[str], name: str, env: dict | None = None) -> None:
+    def __init__(self, cmd: list[str], name: str, env: dict | None = None,
+                 stop_seconds: float = 30) -> None:
         self.name = name
+        self.stop_seconds = stop_seconds
         self._log = tempfile.TemporaryFile()
         self.popen = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
@@ -50,14 +53,18 @@ class Proc:
         self._log.seek(0, 2)
         return text[-chars:]
 
-    def stop(self, timeout_seconds: float = 30) -> None:
-        """SIGTERM, wait up to `timeout_seconds`, then SIGKILL everything in its session."""
+    def stop(self, timeout_seconds: float | None = None) -> None:
+        """SIGTERM, wait up to `timeout_seconds` (default `stop_seconds`), then SIGKILL
+        everything in its session."""
+        if timeout_seconds is None:
+            timeout_seconds = self.stop_seconds
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
             try:
                 self.popen.wait(timeout_seconds)
             except subprocess.TimeoutExpired:
-                pass
+                print(f"bench: {self.name} did not stop within {timeout_seconds:g} s of SIGTERM; "
+                      "killed", file=sys.stderr)
         try:
             os.killpg(self.pid, signal.SIGKILL)  # stray job processes or pool children
         except (ProcessLookupError, PermissionError):
@@ -139,7 +146,9 @@ def celery_worker(ns: str, concurrency: int, pool: str = "prefork") -> Procs:
     cmd = [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "--pool", pool,
            "--concurrency", str(concurrency), "--queues", ns, "--loglevel", "WARNING",
            "--without-gossip", "--without-mingle", "--without-heartbeat"]
-    return Procs([Proc(cmd, f"celery {pool} {concurrency}", env)])
+    # Its warm shutdown waits for the tasks its pool holds (more than 30 s at times with
+    # a backlog prefetched); the bench has read its figures by then: 5 s, then SIGKILL.
+    return Procs([Proc(cmd, f"celery {pool} {concurrency}", env, stop_seconds=5)])
 
 
 @dataclass(frozen=True)
