@@ -173,3 +173,47 @@ def test_finish_many_refuses_a_value_too_long_for_its_column_as_finish_job_does(
             write(conn)
     assert [queue.get(i)["status"] for i in ids] == ["running", "running"]
 
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_postgresql_finds_the_claimed_and_finished_rows_by_id_on_statistics_older_than_a_burst(
+        make_app):
+    """The table is analyzed while empty, then a burst of rows arrives (autovacuum would
+    analyze it a minute or more later). On those statistics the planner takes `status =
+    'pending'` for a few rows (and the table, from its size on disk, for 20,000): the
+    claim's UPDATE written that way scans every pending row through a status index (the
+    control below). The claim's and the outcome batch's UPDATEs find their rows by the
+    primary key whatever the statistics say."""
+    from datetime import timedelta
+
+    app = make_app(clock=FrozenClock(T0))
+    with app.engine.begin() as conn:
+        conn.exec_driver_sql("ANALYZE cronjob_queue")
+    queue.dispatch_many([{"type": "test.shape.execute", "payload": {"n": n}}
+                         for n in range(20000)])  # a table a sequential scan would cost
+    sent: list[tuple[str, dict]] = []
+    sa.event.listen(app.engine, "before_cursor_execute",
+                    lambda conn, cursor, sql, params, *rest: sent.append((sql, params)))
+
+    def plan(conn, sql: str, params: dict) -> str:
+        return "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql, params))
+
+    with app.engine.begin() as conn:
+        claimed = Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10)
+        update, params = next((s, p) for s, p in sent if s.startswith("UPDATE"))
+        assert len(claimed) == 10 and "= ANY(" in update
+        assert "cronjob_queue_pkey" in plan(conn, update, params)
+        assert "ix_cronjob_queue" not in plan(conn, update, params)
+        ids = ", ".join(str(row["id"]) for row in claimed)
+        control = update.replace("id = ANY(%(ids)s::bigint[]) AND status || ''",
+                                 f"id IN ({ids}) AND status")
+        assert "ix_cronjob_queue" in plan(conn, control, params), "the statistics are not stale"
+    sent.clear()
+    done = {"status": "completed", "finished_at": T0 + timedelta(seconds=1), "error": None,
+            "locked_until": None}
+    with app.engine.begin() as conn:
+        assert store.finish_many(conn, [(row["id"], 1, done) for row in claimed]) \
+            == {row["id"] for row in claimed}
+        update, params = next((s, p) for s, p in sent if s.startswith("UPDATE"))
+        assert "cronjob_queue_pkey" in plan(conn, update, params)
+        assert "ix_cronjob_queue" not in plan(conn, update, params)

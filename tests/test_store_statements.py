@@ -15,7 +15,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from cronjobs.models import cronjob_queue as q
 from cronjobs.store import ClaimRequest
-from cronjobs.store.claim import PROBE, _renew_sql, select_sql, update_sql
+from cronjobs.store.claim import PROBE, _renew_sql, select_sql, update_params, update_sql
 from cronjobs.store.finish import finish_sql
 from cronjobs.store.flow import HOLDS_STORED_SQL, NO_HOLDS_STORED_SQL, claim_hold_sql, hold_sql
 from cronjobs.store.sql import due, due_sql, lease_sql, ph
@@ -84,7 +84,13 @@ def test_the_claims_hold_condition_is_one_term_whose_guard_reads_the_flow_tables
 def test_the_claim_update_is_conditional_leases_on_the_database_clock_and_resolves_attempts(
         dialect):
     sql = update_sql(dialect, [3, 1, 2])
-    assert sql.endswith("WHERE id IN (3, 1, 2) AND status = 'pending'")
+    if dialect == "postgresql":  # one text for every claim, the rows found by id alone
+        assert sql.endswith("WHERE id = ANY(%(ids)s::bigint[]) AND status || '' = 'pending'")
+        assert update_sql(dialect, [4]) == sql
+        assert update_params(dialect, [3, 1, 2], now=1) == {"now": 1, "ids": [3, 1, 2]}
+    else:
+        assert sql.endswith("WHERE id IN (3, 1, 2) AND status = 'pending'")
+        assert update_params(dialect, [3, 1, 2], now=1) == {"now": 1}
     assert f"locked_until = {lease_sql(dialect, ph(dialect, 'lease'))}" in sql
     assert f"max_attempts = COALESCE(max_attempts, {ph(dialect, 'max_attempts')})" in sql
     assert "attempts = attempts + 1" in sql and "status = 'running'" in sql

@@ -32,7 +32,17 @@ from sqlalchemy import Connection
 
 from ..errors import StoreError
 from ..models import cronjob_queue as q
-from .sql import bind, decode_times, due_sql, lease_sql, lease_value, lock_sql, name, ph
+from .sql import (
+    bind,
+    decode_times,
+    due_sql,
+    lease_sql,
+    lease_value,
+    lock_sql,
+    name,
+    ph,
+    unindexed,
+)
 
 TABLE = q.name
 # What a claim reads: every column but the stored result (a job never needs it to run).
@@ -220,8 +230,17 @@ def select_sql(dialect: str, by_id: bool, extra: str = "", probe: str = "") -> s
 
 
 def update_sql(dialect: str, ids: Iterable[int]) -> str:
-    """The UPDATE that takes the locked rows `ids` (driver SQL of `dialect`)."""
+    """The UPDATE that takes the locked rows `ids` (driver SQL of `dialect`). On
+    PostgreSQL the ids are its parameter `ids` (a list; `update_params`), so the text is
+    the same for every claim; elsewhere they are written into it."""
+    if dialect == "postgresql":
+        return _update_sql(dialect)
     return _update_sql(dialect).format(ids=", ".join(str(int(i)) for i in ids))
+
+
+def update_params(dialect: str, ids: list[int], **params: Any) -> dict[str, Any]:
+    """The parameters of `update_sql(dialect, ids)`: `params` and, on PostgreSQL, `ids`."""
+    return {**params, "ids": [int(i) for i in ids]} if dialect == "postgresql" else params
 
 
 @functools.lru_cache(maxsize=64)
@@ -240,11 +259,18 @@ def _select_sql(dialect: str, by_id: bool, extra: str, probe: str = "") -> str:
 @functools.lru_cache(maxsize=8)
 def _update_sql(dialect: str) -> str:
     p = functools.partial(ph, dialect)
-    return (f"UPDATE {TABLE} SET status = 'running', attempts = attempts + 1, "
+    head = (f"UPDATE {TABLE} SET status = 'running', attempts = attempts + 1, "
             f"started_at = {p('now')}, finished_at = NULL, worker_id = {p('worker_id')}, "
             f"updated_at = {p('now')}, locked_until = {lease_sql(dialect, p('lease'))}, "
-            f"max_attempts = COALESCE(max_attempts, {p('max_attempts')}) "
-            f"WHERE id IN ({{ids}}) AND status = 'pending'")
+            f"max_attempts = COALESCE(max_attempts, {p('max_attempts')}) ")
+    if dialect == "postgresql":
+        # The rows are found by id alone: PostgreSQL's planner, on statistics older than
+        # a burst of new rows (autovacuum analyzes a minute or more later), estimates
+        # `status = 'pending'` at a few rows and scans every pending row through a status
+        # index instead, bitmap and all: ~5 ms a claim at 40,000 pending rows against
+        # ~0.4 ms. The status check stays (an expression no index serves).
+        return head + f"WHERE id = ANY({p('ids')}::bigint[]) AND {unindexed('status')} = 'pending'"
+    return head + "WHERE id IN ({ids}) AND status = 'pending'"
 
 
 def _renew_sql(dialect: str, runs: tuple[tuple[int, int], ...]) -> str:
@@ -282,9 +308,10 @@ def _take(conn: Connection, dialect: str, request: ClaimRequest, terms: HandlerT
     for row, lease, attempts in plan:
         groups.setdefault((lease, attempts), []).append(row["id"])
     now = bind(dialect, request.now)
-    taken = sum(conn.exec_driver_sql(update_sql(dialect, ids), {
-        "now": now, "worker_id": request.worker_id, "lease": lease_value(dialect, lease),
-        "max_attempts": attempts}).rowcount for (lease, attempts), ids in groups.items())
+    taken = sum(conn.exec_driver_sql(update_sql(dialect, ids), update_params(
+        dialect, ids, now=now, worker_id=request.worker_id,
+        lease=lease_value(dialect, lease), max_attempts=attempts)).rowcount
+        for (lease, attempts), ids in groups.items())
     if taken != len(rows):  # cannot happen under the row locks; never hand out a row twice
         raise StoreError(f"claimed {taken} of {len(rows)} locked rows "
                          f"({request.queue or f'job {request.job_id}'})")

@@ -20,7 +20,7 @@ from sqlalchemy.types import TypeEngine
 from ..errors import OutcomesFenced
 from ..models import cronjob_queue as q
 from .jobs import count_children
-from .sql import bind, name, ph
+from .sql import bind, name, ph, unindexed
 
 TABLE = q.name
 _MISSING = object()
@@ -135,7 +135,7 @@ def _unnest_sql(dialect: Dialect, columns: tuple[str, ...], partial: tuple[str, 
     names = ", ".join([*columns, *(f"s_{c}" for c in partial)])
     return (f"UPDATE {TABLE} AS q SET {', '.join(sets)} FROM unnest(%(ids)s::bigint[], "
             f"%(runs)s::integer[], {', '.join(arrays)}) AS v(id, run, {names}) "
-            f"WHERE q.id = v.id AND q.status = 'running' AND q.attempts = v.run")
+            f"WHERE q.id = v.id AND {unindexed('q.status')} = 'running' AND q.attempts = v.run")
 
 
 def _array_type(column_type: TypeEngine, dialect: Dialect) -> str:

@@ -45,6 +45,15 @@ def name(conn: Connection) -> str:
     return conn.dialect.name if conn.dialect.name != "mariadb" else "mysql"
 
 
+def unindexed(column: str) -> str:
+    """`column` (a text column of PostgreSQL) in an expression no index serves, for
+    statements that find their rows by id and only check `column` (the claim's and the
+    outcome batch's UPDATEs check the status): a plain `status = ...` lets the planner, on
+    statistics older than a burst of new rows, scan a status index instead
+    (`store.claim._update_sql` has the figures)."""
+    return f"{column} || ''"
+
+
 def ph(dialect: str, key: str) -> str:
     """The driver-SQL placeholder of parameter `key` in `dialect` (`name(conn)`)."""
     return f":{key}" if dialect == "sqlite" else f"%({key})s"
