@@ -10,6 +10,7 @@ import time
 
 import psutil
 import pytest
+import sqlalchemy as sa
 
 from conftest import REDIS, effect_rows
 from cronjobs import queue
@@ -97,3 +98,26 @@ def test_a_killed_worker_leaves_no_job_process_running(make_app, db_url, namespa
             server.pid), 10, "the job process and the fork server gone")
         time.sleep(6)  # past the end the job would have reached
         assert effect_rows(app, "slow") == [], "the job ran to its end after the kill"
+
+
+def test_a_row_dispatched_by_a_job_reaches_the_broker_when_its_process_retires_at_once(
+        make_app, db_url, namespace, tmp_path):
+    # With CRONJOBS_JOB_PROCESS_IDLE_SECONDS=0 a job process ends right after its job, by
+    # os._exit (no exit hook): the message of a row its handler dispatched, still with its
+    # doorbell thread, must be sent before it ends. Nothing else rings the worker here and
+    # the sweep would wait 600 s, so the child runs only if that message went out.
+    app = make_app(broker_url=REDIS)
+    log = tmp_path / "worker.log"
+    with worker(db_url, namespace, log, threads=2, CRONJOBS_JOB_PROCESS_IDLE_SECONDS="0",
+                CRONJOBS_SWEEP_AFTER_SECONDS="600") as proc:
+        for _ in range(3):
+            parent = queue.dispatch("test.shape.execute", {"shape": "spawn"}, app=app)
+
+            def children(parent: int = parent) -> list[str]:
+                with app.engine.connect() as conn:
+                    return conn.execute(sa.text(
+                        "SELECT status FROM cronjob_queue WHERE parent_id = :p AND "
+                        "status = 'completed'"), {"p": parent}).scalars().all()
+
+            wait_for(children, 15, f"the child of row {parent} completed", proc, log)
+            assert queue.get(parent, app=app)["status"] == "completed"

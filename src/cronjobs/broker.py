@@ -43,6 +43,8 @@ RING_GAP_SECONDS = 0.002  # a queue's messages are at least this far apart, whil
 RING_GAP_MAX_SECONDS = 0.02  # ... up to this far while rung faster than one per RING_GAP
 FLUSH_SECONDS = 5.0  # how long close() and the exit of a process wait for the thread
 
+_RINGERS: list[Doorbells] = []  # the doorbell threads started in this process (and forks')
+
 
 def build_dramatiq_broker(url: str, namespace: str = "cronjobs") -> dramatiq.Broker:
     """Create a Dramatiq broker for `url`.
@@ -167,6 +169,7 @@ class Broker:
             return
         if self._doorbells is None or self._doorbells.pid != os.getpid():  # new, or forked
             self._doorbells = Doorbells(self._put_logged)
+            _RINGERS.append(self._doorbells)
             atexit.register(self._doorbells.flush, FLUSH_SECONDS)
         self._doorbells.put(job_id, queue, delay_seconds)
 
@@ -192,6 +195,17 @@ class Broker:
         connections."""
         self.flush()
         self.dramatiq.close()
+
+
+def flush_rung(timeout_seconds: float = FLUSH_SECONDS) -> bool:
+    """Wait up to `timeout_seconds` (each) until every broker of this process has sent
+    what it rang (or failed and logged it). For a process that ends by `os._exit`, which
+    runs no exit hook (a job process: its jobs' dispatched rows would wait for the sweep).
+
+    Returns:
+        True when nothing is left to send.
+    """
+    return all([bells.flush(timeout_seconds) for bells in _RINGERS if bells.pid == os.getpid()])
 
 
 class Doorbells:

@@ -57,6 +57,7 @@ READY = "ready"  # what a job process sends once it can take jobs (`runner.READY
 LEAN_START = b"cronjobs-job\0"
 LEAN_PYTHON = sys.version_info < (3, 14)  # multiprocessing's fork-server layout it relies on
 LEAN_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
+SEND_RUNG_SECONDS = 0.5  # how long an ending job process waits to send its rows' messages
 
 
 class RuntimeLimit(BaseException):
@@ -321,6 +322,13 @@ def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None
     logs.setup((settings if settings is not None else _PRELOADED.settings).log_level)
     app = app_for(settings)
     conn.send(READY)
+    try:
+        _serve_jobs(conn, app, runtime)
+    finally:
+        _send_rung()
+
+
+def _serve_jobs(conn: Connection, app: App, runtime: Runtime) -> None:
     me = os.getpid()
     while True:
         try:
@@ -341,3 +349,16 @@ def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None
         conn.send_bytes(answer)
         if not keep_going:
             return
+
+
+def _send_rung() -> None:
+    """As the job process ends (retired, after a timeout, its pipe closed): send the
+    broker messages of the rows its jobs dispatched that its doorbell thread has not sent
+    yet. The process ends by `os._exit`, which runs no exit hook: with
+    `job_process_idle_seconds` 0 a child row's message died with it, and the row waited
+    for the sweep. A process that never dispatched has not imported the broker. Waits at
+    most `SEND_RUNG_SECONDS` (a broker that does not answer): the worker kills a retired
+    process that lingers for a second."""
+    broker = sys.modules.get("cronjobs.broker")
+    if broker is not None:
+        broker.flush_rung(SEND_RUNG_SECONDS)

@@ -24,6 +24,9 @@ class ShapeExecute(CronJobHandler):
         if shape == "dict_fail_no_retry":
             return {"success": False, "retry": False, "error": "bad input: path is not a folder",
                     "result": {"path": payload.get("path")}}
+        if shape == "spawn":  # dispatches a child row, then succeeds
+            self.dispatch("test.shape.execute", {"shape": "true"})
+            return True
         if shape == "cancel":
             if payload.get("children"):
                 self.dispatch("test.shape.execute", {"shape": "true"})
