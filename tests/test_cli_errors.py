@@ -37,6 +37,27 @@ def test_database_without_tables(tmp_path):
     assert "has no cronjobs tables" in line and "cronjobs migrate" in line
 
 
+def test_health_on_a_database_without_tables_says_to_migrate(tmp_path):
+    (tmp_path / "cronjobs.db").touch()
+    out = run_cli(["health", "--timeout", "5"], env_for(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "the database has no cronjobs tables; run `cronjobs migrate`" in out.stdout
+    assert "OperationalError" not in out.stdout and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("text,missing", [
+    ("(sqlite3.OperationalError) no such table: cronjob_queue", True),
+    ("(pymysql.err.ProgrammingError) (1146, \"Table 'x.cronjob_queue' doesn't exist\")", True),
+    ('(psycopg.errors.UndefinedTable) relation "cronjob_queue" does not exist', True),
+    ('(psycopg.OperationalError) connection failed: FATAL:  database "nope" does not exist',
+     False),
+    ("(pymysql.err.OperationalError) (2003, \"Can't connect to MySQL server\")", False)])
+def test_a_missing_table_is_told_apart_from_other_errors(text, missing):
+    from cronjobs.errors import names_missing_table
+
+    assert names_missing_table(text) is missing
+
+
 @pytest.mark.parametrize("extra,needle", [
     ({"CRONJOBS_DATABASE_URL": "nonsense"}, "not a database URL: 'nonsense'"),
     ({"CRONJOBS_BROKER_URL": "ftp://x"}, "unsupported broker URL 'ftp://x'"),

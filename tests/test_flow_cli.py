@@ -50,6 +50,10 @@ def test_pause_limits_resume_and_unblock(make_app, db_url, namespace):
     assert [(b["id"], b["limit_key"]) for b in data["blocks"]] == [(block["id"], "4711")]
     assert run_cli(["unblock", str(block["id"])], env).stdout.strip() == \
         f"lifted block {block['id']}"
+    assert one_line_error(run_cli(["unblock", str(block["id"])], env)) == \
+        f"error: no live block with id {block['id']} (`cronjobs limits` lists them)"
+    gone = run_cli(["unblock", "--type", "test.shape.execute"], env)
+    assert (gone.returncode, gone.stdout.strip()) == (0, "no block of test.shape.execute")
     assert run_cli(["resume", "--task", "nightly-report"], env).stdout.strip() == \
         "resumed task nightly-report"
     assert run_cli(["resume", "--task", "nightly-report"], env).stdout.strip() == \

@@ -118,3 +118,13 @@ class SelectionTooLarge(CronjobsError):
 
 class OperationNotRunning(JobStateError):
     """A stalled operation was to be resumed, but it is done, failed or does not exist."""
+
+
+_NO_TABLE = ("no such table", "doesn't exist", "does not exist")
+
+
+def names_missing_table(text: str) -> bool:
+    """Whether a driver's error `text` says one of our tables is missing (SQLite's "no such
+    table: cronjob_queue", MariaDB's "Table 'db.cronjob_queue' doesn't exist",
+    PostgreSQL's 'relation "cronjob_queue" does not exist'): a database never migrated."""
+    return "cronjob" in text and any(s in text for s in _NO_TABLE)

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import click
 
-from ..errors import CronjobsError, DatabaseRefused, StoreError
+from ..errors import CronjobsError, DatabaseRefused, StoreError, names_missing_table
 
 EXIT_BAD_INPUT = 2
 JOB_ID = click.IntRange(max=2**63 - 1)  # a BIGINT; a larger id is a usage error, not a crash
@@ -32,8 +32,7 @@ class Group(click.Group):
                 raise our_error(exc) from exc
         except StoreError as exc:
             text = str(exc)
-            if isinstance(exc, DatabaseRefused) and any(
-                    s in text for s in ("no such table", "doesn't exist", "does not exist")):
+            if isinstance(exc, DatabaseRefused) and names_missing_table(text):
                 _fail(f"the database has no cronjobs tables ({text}); run `cronjobs migrate`",
                       EXIT_BAD_INPUT)
             _fail(text, 1)

@@ -123,9 +123,11 @@ def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
 @click.option("--key", help="The blocked limit key of --type (default: the block of the "
                             "whole type).")
 def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None:
-    """Lift a block (a flood wait) before it ends: by its id (`cronjobs limits`) or by
-    --type and --key."""
+    """Lift a block (a flood wait) before it ends: by its id (`cronjobs limits`; an id
+    that names no live block is an error) or by --type and --key (none left: said, exit
+    0, as `resume` of what is not paused)."""
     from .. import operator  # lazy: CLI start-up time
+    from ..errors import CronjobsError
 
     if (block_id is None) == (job_type is None) or (key is not None and job_type is None):
         raise click.UsageError("give a block id, or --type (with --key for one key)")
@@ -135,6 +137,8 @@ def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None
     count = operator.unblock(_app(), block_id, job_type=job_type, limit_key=key)
     what = f"block {block_id}" if block_id else f"block of {job_type}" + (
         f" key {key}" if key else "")
+    if not count and block_id is not None:
+        raise CronjobsError(f"no live block with id {block_id} (`cronjobs limits` lists them)")
     click.echo(f"lifted {what}" if count else f"no {what}")
 
 
