@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-RUN_STAMP := $(VENV)/.installed-run  # the package alone: what `make run` needs
-STAMP := $(VENV)/.installed          # with the test and bench extras: what `make test` needs
+# The package alone: what `make run` needs.
+RUN_STAMP := $(VENV)/.installed-run
+# With the test and bench extras: what `make test` needs.
+STAMP := $(VENV)/.installed
 
 .PHONY: run test test-faults bench services clean docs docs-reference
 
