@@ -109,6 +109,19 @@ def test_sigterm_during_a_5_s_job(make_app, db_url, namespace, tmp_path, shutdow
         assert "cut off by worker shutdown" in row["process_logs"]
         assert effect_rows(app, "slow") == []
         assert "cut off, back to pending" in log.read_text()
+        # It exits once that outcome is written, not after one more idle wait of its
+        # loop (1 s: it took --shutdown-timeout + ~1.2 s).
+        finish, stopped = (_logged_at(log, needle) for needle in (
+            f"job {job_id} finish", "stopped:"))
+        assert 0 <= stopped - finish < 0.5, (finish, stopped, _tail(log))
+
+
+def _logged_at(log, needle: str) -> float:
+    """Seconds (since the epoch, local time) of the first line of `log` holding `needle`."""
+    from datetime import datetime
+
+    line = next(line for line in log.read_text().splitlines() if needle in line)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def test_sigterm_stops_a_worker_whose_database_is_down_at_once(backend, namespace, tmp_path):

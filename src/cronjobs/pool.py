@@ -236,7 +236,7 @@ class SlotPool:
                 for job, outcome, duration_ms in self._threads.collect():
                     self._add_plan(job, outcome, duration_ms)
                 self._start_ahead()
-                if self._stopping.is_set() and not self.busy() and not self._commit.waiting():
+                if self._finished():
                     return
                 if not self._commit.holding(self._free(), self._stopping.is_set()):
                     now = time.monotonic()
@@ -244,6 +244,8 @@ class SlotPool:
                     self._start_ahead()
                 if self.until_empty and self._empty():
                     self.emptied.set()
+                    return
+                if self._finished():  # the last outcomes just written: not a wait more
                     return
                 self._wait()
         except Exception:  # never die silently: the worker would hang with its slots
@@ -255,6 +257,12 @@ class SlotPool:
             self.failed.set()
         finally:
             self._close()
+
+    def _finished(self) -> bool:
+        """The worker stops, no job runs and no outcome waits (to be collected from a
+        thread or written): the loop may end."""
+        return self._stopping.is_set() and not self.busy() and not self._commit.waiting() \
+            and not self._threads.ended_uncollected()
 
     def _kill_asked(self) -> None:
         """Kill the job processes of the jobs an operator stopped (`stop_job`)."""

@@ -53,6 +53,10 @@ class ThreadSlots:
         with self._lock:
             return len(self._jobs)
 
+    def ended_uncollected(self) -> bool:
+        """Whether an outcome waits for `collect` (a job ended, or was given up)."""
+        return not self._outcomes.empty()
+
     def running_ids(self) -> list[int]:
         """Ids of the rows running in threads."""
         with self._lock:
