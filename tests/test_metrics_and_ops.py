@@ -119,6 +119,20 @@ def test_dashboard_on_a_public_address_needs_a_token(db_url, tmp_path):
                                   "token: set CRONJOBS_DASHBOARD_TOKEN (or listen on 127.0.0.1)")
 
 
+@SQLITE
+@pytest.mark.parametrize("command", ["dashboard", "serve"])
+def test_a_taken_port_is_one_line_and_exit_2(db_url, tmp_path, command):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run_cli([command, "--port", str(port)], cli_env(db_url), cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
 def test_message_catalogs_are_compiled_and_complete():
     from babel.messages.mofile import write_mo
     from babel.messages.pofile import read_po

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
+import socket
 import threading
 
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -89,12 +90,39 @@ def open_server(app: App, host: str, port: int) -> tuple[BaseWSGIServer, str, st
         ConfigError: see `ensure_token`; or the port cannot be bound.
     """
     token, generated = ensure_token(app, host)
+    listening = _listen(host, port)
+    bound = listening.getsockname()[1]  # the port chosen, for port 0
     try:
-        server = make_server(host, port, create_app(app, token), threaded=True)
+        server = make_server(host, port, create_app(app, token), threaded=True,
+                             fd=listening.fileno())
+    finally:
+        listening.close()  # the server holds its own descriptor of the socket
+    shown = f"[{host}]" if ":" in host else host
+    return server, f"http://{shown}:{bound}", token if generated else None
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on `host`:`port` (the address reused, as Werkzeug binds it).
+    Bound here, not by Werkzeug, whose own bind prints its own lines and exits the process
+    when the port is taken.
+
+    Raises:
+        ConfigError: the address cannot be resolved or bound (in use, not ours, denied).
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(128)
+        except BaseException:
+            sock.close()
+            raise
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    shown = f"[{host}]" if ":" in host else host
-    return server, f"http://{shown}:{server.server_port}", token if generated else None
+    return sock
 
 
 def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:
