@@ -109,6 +109,9 @@ def test_a_pause_of_an_unknown_name_warns_and_an_empty_key_or_huge_id_is_refused
         run_cli(["unblock", "--type", "test.shape.execute", "--key", ""], env))
     assert "--type must not be empty" in one_line_error(run_cli(["unblock", "--type", ""], env))
     assert "not in the range" in one_line_error(run_cli(["unblock", str(2**63)], env))
+    for args in (["unblock", "abc"], ["get", "abc"], ["worker", "--slots", "abc"]):
+        assert one_line_error(run_cli(args, env)).endswith(
+            f"'abc' is not a valid integer. (see `cronjobs {args[0]} --help`)"), args
 
 
 def test_limits_lists_a_type_with_a_limit_key_alone(make_app):

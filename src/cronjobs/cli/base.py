@@ -12,7 +12,16 @@ import click
 from ..errors import CronjobsError, DatabaseRefused, StoreError, names_missing_table
 
 EXIT_BAD_INPUT = 2
-JOB_ID = click.IntRange(max=2**63 - 1)  # a BIGINT; a larger id is a usage error, not a crash
+
+
+class Integer(click.IntRange):
+    """click's `IntRange`, called an integer in its errors ("'abc' is not a valid
+    integer.", not "... a valid integer range.") and its help."""
+
+    name = "integer"
+
+
+JOB_ID = Integer(max=2**63 - 1)  # a BIGINT; a larger id is a usage error, not a crash
 
 
 class Group(click.Group):

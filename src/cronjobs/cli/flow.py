@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .base import _app, _dump, _table, main
+from .base import Integer, _app, _dump, _table, main
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -118,7 +118,7 @@ def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
 
 
 @main.command()
-@click.argument("block_id", type=click.IntRange(min=1, max=2**63 - 1), required=False)
+@click.argument("block_id", type=Integer(min=1, max=2**63 - 1), required=False)
 @click.option("--type", "job_type", help="The blocked job type.")
 @click.option("--key", help="The blocked limit key of --type (default: the block of the "
                             "whole type).")

@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..status import Status
-from .base import _app, _dump, _fail, _table, main
+from .base import Integer, _app, _dump, _fail, _table, main
 
 
 @main.command()
@@ -96,7 +96,7 @@ def _retry_all(app, job_type: str | None, quiet: bool) -> None:
 
 @main.command()
 @click.option("--host", default=None, help="Listen address (default CRONJOBS_DASHBOARD_HOST).")
-@click.option("--port", type=click.IntRange(0, 65535), default=None,
+@click.option("--port", type=Integer(0, 65535), default=None,
               help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
 def dashboard(host: str | None, port: int | None) -> None:
     """Serve the dashboard only (no worker, no scheduler) until SIGTERM/SIGINT.

@@ -7,17 +7,17 @@ import sys
 
 import click
 
-from .base import EXIT_BAD_INPUT, _app, _dump, _fail, _table, main
+from .base import EXIT_BAD_INPUT, Integer, _app, _dump, _fail, _table, main
 
 
 @main.command()
 @click.option("--queues", help="Comma-separated queues (default: every handler's queue).")
-@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--slots", type=click.IntRange(min=1), default=None,
+@click.option("--processes", type=Integer(min=1), default=1, show_default=True)
+@click.option("--slots", type=Integer(min=1), default=None,
               help="Jobs run at the same time per process, one job process each (default: 8).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, deprecated="use --slots",
+@click.option("--threads", type=Integer(min=1), default=None, deprecated="use --slots",
               help="The old name of --slots.")
-@click.option("--max-jobs", type=click.IntRange(min=1), help="Recycle after this many jobs.")
+@click.option("--max-jobs", type=Integer(min=1), help="Recycle after this many jobs.")
 @click.option("--memory-limit", type=click.FloatRange(min=1), metavar="MB",
               help="Recycle when the process and its job processes use this much memory.")
 @click.option("--time-limit", type=click.FloatRange(min=1), metavar="S",
@@ -26,7 +26,7 @@ from .base import EXIT_BAD_INPUT, _app, _dump, _fail, _table, main
               metavar="S", help="After SIGTERM, seconds running jobs may take to finish.")
 @click.option("--log-dir", type=click.Path(file_okay=False),
               help="Also log to DIR/workers-YYYY-MM-DD.log (default CRONJOBS_LOG_DIR).")
-@click.option("--prefetch", type=click.IntRange(min=1),
+@click.option("--prefetch", type=Integer(min=1),
               help="Messages fetched from the broker per queue at a time (default: 2 x "
                    "--slots, at least 16). Messages only wake the worker; rows are claimed "
                    "for idle slots.")
@@ -202,11 +202,11 @@ def workers(as_json: bool) -> None:
 
 @main.command()
 @click.option("--host", default=None, help="Listen address (default CRONJOBS_DASHBOARD_HOST).")
-@click.option("--port", type=click.IntRange(0, 65535), default=None,
+@click.option("--port", type=Integer(0, 65535), default=None,
               help="Port (default CRONJOBS_DASHBOARD_PORT; 0 picks a free one).")
-@click.option("--slots", type=click.IntRange(min=1), default=None,
+@click.option("--slots", type=Integer(min=1), default=None,
               help="Jobs the worker runs at the same time, one job process each (default: 4).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, deprecated="use --slots",
+@click.option("--threads", type=Integer(min=1), default=None, deprecated="use --slots",
               help="The old name of --slots.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
               metavar="S", help="After SIGTERM, seconds running jobs may take to finish.")
