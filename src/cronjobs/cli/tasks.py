@@ -18,8 +18,9 @@ def tick(now: str | None) -> None:
 
     at = _parse_time(now, "--now")
     app = _app()
-    if at is not None and (ahead := (at - app.clock.now()).total_seconds()) > 3600:
-        span = f"{ahead / 86400:,.0f} days" if ahead >= 2 * 86400 else f"{ahead / 3600:.1f} hours"
+    if at is not None and (ahead := (at - app.clock.now()).total_seconds()) >= 60:
+        span = (f"{ahead / 86400:,.0f} days" if ahead >= 2 * 86400 else
+                f"{ahead / 3600:.1f} hours" if ahead >= 7200 else f"{ahead / 60:.0f} minutes")
         click.echo(f"warning: --now is {span} ahead of the clock: the "
                    f"slots it starts are recorded as run, and those tasks start again only "
                    f"once the clock passes {at:%Y-%m-%d %H:%M} UTC", err=True)
