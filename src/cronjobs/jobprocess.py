@@ -354,11 +354,12 @@ def _serve_jobs(conn: Connection, app: App, runtime: Runtime) -> None:
 def _send_rung() -> None:
     """As the job process ends (retired, after a timeout, its pipe closed): send the
     broker messages of the rows its jobs dispatched that its doorbell thread has not sent
-    yet. The process ends by `os._exit`, which runs no exit hook: with
-    `job_process_idle_seconds` 0 a child row's message died with it, and the row waited
-    for the sweep. A process that never dispatched has not imported the broker. Waits at
-    most `SEND_RUNG_SECONDS` (a broker that does not answer): the worker kills a retired
-    process that lingers for a second."""
+    yet. The process ends by `os._exit`, which runs no exit hook: without this, a child
+    row's message would die with a process retired right after its job
+    (`job_process_idle_seconds` 0) and the row wait for the sweep. A process that never
+    dispatched has no doorbell thread: nothing to wait for. Waits at most
+    `SEND_RUNG_SECONDS` (a broker that does not answer): the worker kills a retired process
+    that lingers for a second."""
     broker = sys.modules.get("cronjobs.broker")
     if broker is not None:
         broker.flush_rung(SEND_RUNG_SECONDS)
