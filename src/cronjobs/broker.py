@@ -43,7 +43,9 @@ RING_GAP_SECONDS = 0.002  # a queue's messages are at least this far apart, whil
 RING_GAP_MAX_SECONDS = 0.02  # ... up to this far while rung faster than one per RING_GAP
 FLUSH_SECONDS = 5.0  # how long close() and the exit of a process wait for the thread
 
-_RINGERS: list[Doorbells] = []  # the doorbell threads started in this process (and forks')
+_RINGERS: list[Doorbells] = []  # the doorbell threads started in this process (and forks'):
+# sent out at the exit of the process (`flush_rung`, registered once below) and, in a job
+# process, which ends by `os._exit`, before it does (`jobprocess`)
 
 
 def build_dramatiq_broker(url: str, namespace: str = "cronjobs") -> dramatiq.Broker:
@@ -170,7 +172,6 @@ class Broker:
         if self._doorbells is None or self._doorbells.pid != os.getpid():  # new, or forked
             self._doorbells = Doorbells(self._put_logged)
             _RINGERS.append(self._doorbells)
-            atexit.register(self._doorbells.flush, FLUSH_SECONDS)
         self._doorbells.put(job_id, queue, delay_seconds)
 
     def flush(self, timeout_seconds: float = FLUSH_SECONDS) -> bool:
@@ -199,13 +200,17 @@ class Broker:
 
 def flush_rung(timeout_seconds: float = FLUSH_SECONDS) -> bool:
     """Wait up to `timeout_seconds` (each) until every broker of this process has sent
-    what it rang (or failed and logged it). For a process that ends by `os._exit`, which
-    runs no exit hook (a job process: its jobs' dispatched rows would wait for the sweep).
+    what it rang (or failed and logged it): at the exit of the process, and called by a
+    process that ends by `os._exit`, which runs no exit hook (a job process: its jobs'
+    dispatched rows would wait for the sweep). A forked copy's threads are its parent's.
 
     Returns:
         True when nothing is left to send.
     """
     return all([bells.flush(timeout_seconds) for bells in _RINGERS if bells.pid == os.getpid()])
+
+
+atexit.register(flush_rung)
 
 
 class Doorbells:

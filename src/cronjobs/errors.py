@@ -123,6 +123,13 @@ class OperationNotRunning(JobStateError):
 _NO_TABLE = ("no such table", "doesn't exist", "does not exist")
 
 
+def migrate_first(detail: str = "") -> str:
+    """What to tell a person whose database has no cronjobs tables (`detail`: the driver's
+    text, shown in parentheses when given)."""
+    return (f"the database has no cronjobs tables{f' ({detail})' if detail else ''}; "
+            f"run `cronjobs migrate`")
+
+
 def names_missing_table(text: str) -> bool:
     """Whether a driver's error `text` says one of our tables is missing (SQLite's "no such
     table: cronjob_queue", MariaDB's "Table 'db.cronjob_queue' doesn't exist",

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import click
 
-from ..errors import CronjobsError, DatabaseRefused, StoreError, names_missing_table
+from ..errors import CronjobsError, DatabaseRefused, StoreError, migrate_first, names_missing_table
 
 EXIT_BAD_INPUT = 2
 
@@ -42,8 +42,7 @@ class Group(click.Group):
         except StoreError as exc:
             text = str(exc)
             if isinstance(exc, DatabaseRefused) and names_missing_table(text):
-                _fail(f"the database has no cronjobs tables ({text}); run `cronjobs migrate`",
-                      EXIT_BAD_INPUT)
+                _fail(migrate_first(text), EXIT_BAD_INPUT)
             _fail(text, 1)
         except CronjobsError as exc:
             _fail(str(exc), EXIT_BAD_INPUT)

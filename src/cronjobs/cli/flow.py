@@ -6,6 +6,7 @@ import re
 
 import click
 
+from ..errors import CronjobsError
 from .base import Integer, _app, _dump, _table, main
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
@@ -127,7 +128,6 @@ def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None
     that names no live block is an error) or by --type and --key (none left: said, exit
     0, as `resume` of what is not paused)."""
     from .. import operator  # lazy: CLI start-up time
-    from ..errors import CronjobsError
 
     if (block_id is None) == (job_type is None) or (key is not None and job_type is None):
         raise click.UsageError("give a block id, or --type (with --key for one key)")

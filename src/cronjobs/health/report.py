@@ -22,11 +22,9 @@ from sqlalchemy import Engine
 from .. import limits
 from ..app import App
 from ..db import classify
-from ..errors import names_missing_table
+from ..errors import migrate_first, names_missing_table
 from .check import Check, CheckFn, HealthReport, worst
 from .checks import ALL
-
-MIGRATE_FIRST = "the database has no cronjobs tables; run `cronjobs migrate`"
 
 
 def health_engine(app: App) -> Engine:
@@ -108,7 +106,7 @@ def _run_one(fn: CheckFn, app: App, check: Check) -> None:
     except Exception as exc:  # a check that breaks is reported, never a crash
         if is_outage(exc):
             text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) else ""
-            check.message = (MIGRATE_FIRST if names_missing_table(text)
+            check.message = (migrate_first() if names_missing_table(text)
                              else f"{type(exc).__name__}: {text}")
             check.problem(check.name, "fail", f"{check.name}: {check.message}")
         else:
