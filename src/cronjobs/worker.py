@@ -182,11 +182,12 @@ class WorkerProcess:
 
     def start(self) -> None:
         """Start the slots and the consumer; rows left pending by a previous run are
-        claimed at once (every queue is rung)."""
-        self.pool.start()
-        self.consumer.start()
+        claimed at once (every queue is rung before the slots' loop starts, so its first
+        claim runs while the consumer connects and starts its threads)."""
         for queue in self.queues:
             self.pool.ring(queue)
+        self.pool.start()
+        self.consumer.start()
         try:
             self.beat()
         except Exception as exc:  # database down at start: the housekeeper retries
