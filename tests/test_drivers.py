@@ -1,13 +1,16 @@
 """PyMySQL is loaded without `cryptography` (MariaDB never needs it), and its RSA password
-exchange still works: the first call imports `cryptography` then. Each check runs in a new
-interpreter, where nothing has imported either yet."""
+exchange still works: the first call imports `cryptography` then. A process imports the
+SQLAlchemy dialect of its own database only. Each check runs in a new interpreter, where
+nothing has imported either yet."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from conftest import MARIADB
+import pytest
+
+from conftest import MARIADB, POSTGRES
 
 PROBE = f"""
 import sys
@@ -55,6 +58,29 @@ def test_a_mariadb_engine_connects_without_importing_cryptography():
 
 def test_the_rsa_password_exchange_imports_cryptography_on_its_first_call():
     assert "rsa ok" in _run(RSA)
+
+
+# The tables, an engine, a query compiled for it and one run: the dialects imported.
+DIALECTS = """
+import sys
+import sqlalchemy as sa
+from cronjobs.engines import make_engine
+from cronjobs.models import cronjob_queue
+engine = make_engine({url!r})
+sa.select(cronjob_queue).compile(dialect=engine.dialect)
+with engine.connect() as conn:
+    conn.execute(sa.text("SELECT 1"))
+print(sorted({{m.split(".")[2] for m in sys.modules if m.startswith("sqlalchemy.dialects.")
+              and m.count(".") >= 2 and not m.split(".")[2].startswith("_")}}))
+"""
+
+
+@pytest.mark.parametrize(("url", "dialect"), [
+    ("sqlite://", "sqlite"), (MARIADB + "/test", "mysql"), (POSTGRES + "/test", "postgresql")])
+def test_a_process_imports_its_own_database_dialect_only(url, dialect):
+    """The tables declare MySQL's types and no dialect's CREATE TABLE options, which would
+    import that dialect's package in every process (`cronjobs.models`)."""
+    assert _run(DIALECTS.format(url=url)).split("\n")[0] == str([dialect])
 
 
 # PyMySQL 1.2's PREFERRED mode (no `ssl_*` option): TLS when the server offers it. Its
