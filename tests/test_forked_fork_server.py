@@ -97,6 +97,27 @@ def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tm
         assert _stop(proc) == 0, _tail(log)
 
 
+def _run_rows_watching(app, proc, log, done_before: int, count: int,
+                       kids: list[psutil.Process]) -> tuple[set[int], dict[int, str]]:
+    """`_run_rows`, listing the job processes of the `kids`' fork servers while the rows
+    run: a job process idle for `job_process_idle_seconds` (1 s here) may have ended by
+    the time the rows are all done. The pids that ran the new rows, and each seen job
+    process's pid -> its fork server's name."""
+    seen: dict[int, str] = {}
+    completed = all_completed(app, done_before + count)
+
+    def done() -> bool:
+        finished = completed()  # first: a process whose row is done now is idle < 1 s
+        for server in (s for k in kids for s in _fork_servers(k.pid)):
+            with contextlib.suppress(psutil.Error):  # ended while we looked
+                seen.update(dict.fromkeys((c.pid for c in server.children()), server.name()))
+        return finished
+
+    queue.dispatch_many([{"type": RECORD, "payload": {}}] * count, app=app)
+    wait_for(done, 60, f"{count} more jobs", proc, log)
+    return {row["pid"] for row in effect_rows(app, "record")[done_before:]}, seen
+
+
 def _trackers(pid: int) -> list[psutil.Process]:
     """The resource trackers in the process tree of `pid`, and its zombie children (a
     tracker that ended and was not reaped)."""
@@ -124,17 +145,15 @@ def test_no_resource_tracker_runs_for_the_children_their_fork_servers_or_job_pro
                  CRONJOBS_JOB_PROCESS_IDLE_SECONDS="1") as proc:
         kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
                         "two children", proc, log)
-        used = _run_rows(app, proc, log, 0, 8)
-        servers = [s for k in kids for s in _fork_servers(k.pid)]
-        assert [s.name() for s in servers] == ["cj-forkserver"] * 2
-        assert used <= {c.pid for s in servers for c in s.children()}
+        used, seen = _run_rows_watching(app, proc, log, 0, 8, kids)
+        assert used <= set(seen), (used, seen)
+        assert {seen[pid] for pid in used} == {"cj-forkserver"}
         assert _trackers(proc.pid) == []
         wait_for(lambda: not any(_fork_servers(k.pid) for k in kids), 30,
                  "the fork servers retired", proc, log)
-        used = _run_rows(app, proc, log, 8, 8)  # stock fork servers now
-        servers = [s for k in kids for s in _fork_servers(k.pid)]
-        assert servers and all(s.name() != "cj-forkserver" for s in servers)
-        assert used <= {c.pid for s in servers for c in s.children()}
+        used, seen = _run_rows_watching(app, proc, log, 8, 8, kids)  # stock ones now
+        assert used <= set(seen), (used, seen)
+        assert "cj-forkserver" not in {seen[pid] for pid in used}
         assert _trackers(proc.pid) == []
         assert _stop(proc) == 0, _tail(log)
 
