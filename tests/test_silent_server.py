@@ -76,13 +76,16 @@ def test_connecting_to_a_silent_server_gives_up_once_after_the_connect_timeout(b
 @pytest.mark.parametrize("command", [["get", "1"], ["tick"], ["dispatch", "x.y.execute",
                                                                  "--remote"]])
 def test_a_cli_command_against_a_silent_server_ends_with_one_line(backend, command, silent):
-    env = cli_env(URLS[backend].format(port=silent.port))
+    url = URLS[backend].replace("@", ":s3cret@").format(port=silent.port)
+    env = cli_env(url)
     start = time.monotonic()
     done = run_cli(command, env, timeout=40)
     took = time.monotonic() - start
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: database unavailable: "), lines
+    # the database named as set, its password hidden (PyMySQL's text names no port)
+    assert lines[0].endswith(f" (CRONJOBS_DATABASE_URL={url.replace('s3cret', '***')})"), lines
     assert took < 15, took
 
 

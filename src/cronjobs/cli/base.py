@@ -9,7 +9,14 @@ from datetime import datetime
 
 import click
 
-from ..errors import CronjobsError, DatabaseRefused, StoreError, migrate_first, names_missing_table
+from ..errors import (
+    CronjobsError,
+    DatabaseRefused,
+    DatabaseUnavailable,
+    StoreError,
+    migrate_first,
+    names_missing_table,
+)
 
 EXIT_BAD_INPUT = 2
 
@@ -22,6 +29,8 @@ class Integer(click.IntRange):
 
 
 JOB_ID = Integer(max=2**63 - 1)  # a BIGINT; a larger id is a usage error, not a crash
+PRIORITY = Integer(min=-2**31, max=2**31 - 1)  # the column's range (INT)
+MAX_ATTEMPTS = Integer(min=1, max=2**31 - 1)
 
 
 class Group(click.Group):
@@ -43,6 +52,8 @@ class Group(click.Group):
             text = str(exc)
             if isinstance(exc, DatabaseRefused) and names_missing_table(text):
                 _fail(migrate_first(text), EXIT_BAD_INPUT)
+            if isinstance(exc, DatabaseUnavailable):
+                text += _database_named()
             _fail(text, 1)
         except CronjobsError as exc:
             _fail(str(exc), EXIT_BAD_INPUT)
@@ -92,6 +103,17 @@ def _is_driver_error(exc: Exception) -> bool:
     check does not import it (CLI start-up time)."""
     sa_exc = sys.modules.get("sqlalchemy.exc")
     return sa_exc is not None and isinstance(exc, sa_exc.DBAPIError)
+
+
+def _database_named() -> str:
+    """` (CRONJOBS_DATABASE_URL=<the URL, password hidden>)` for the App this command
+    built, or "" when it built none: a driver's error may name the host but not the port
+    or the database (PyMySQL's does not)."""
+    app = getattr(sys.modules.get("cronjobs.app"), "_current", None)
+    if app is None:
+        return ""
+    url = app.engine.url.render_as_string(hide_password=True)
+    return f" (CRONJOBS_DATABASE_URL={url})"
 
 
 def _fail(message: str, code: int) -> None:

@@ -10,7 +10,7 @@ from click.core import ParameterSource
 
 from .. import limits
 from ..status import Ended, Status
-from .base import JOB_ID, _app, _dump, _parse_time, main
+from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _parse_time, main
 
 
 @main.command()
@@ -18,10 +18,12 @@ from .base import JOB_ID, _app, _dump, _parse_time, main
 @click.option("--payload", default="{}", help="JSON object handed to handle().")
 @click.option("--key", "idempotency_key", help="Idempotency key (unique over the table).")
 @click.option("--parent", "parent_id", type=int, help="Parent row id.")
-@click.option("--priority", type=int, default=5, show_default=True, help="Lower runs first.")
+@click.option("--priority", type=PRIORITY, default=5, show_default=True,
+              help="Lower runs first.")
 @click.option("--at", "scheduled_at", help="Do not run before this ISO 8601 time (UTC if naive).")
 @click.option("--title", help="Up to 255 characters.")
-@click.option("--max-attempts", type=int, help="Override the handler's MAX_ATTEMPTS (>= 1).")
+@click.option("--max-attempts", type=MAX_ATTEMPTS,
+              help="Override the handler's MAX_ATTEMPTS.")
 @click.option("--remote", is_flag=True,
               help="JOB_TYPE is run by another codebase's workers: accept it although no "
                    "handler here knows it (as a type matching CRONJOBS_REMOTE_TYPES).")
@@ -122,7 +124,7 @@ def get(job_id: int, columns: str | None) -> None:
     from ..errors import JobNotFound
 
     app = _app()
-    cols = [c.strip() for c in columns.split(",")] if columns else None
+    cols = None if columns is None else [c.strip() for c in columns.split(",")]
     row = queue.get(job_id, cols, app=app)
     if row is None:
         raise JobNotFound(f"no job with id {job_id}")
