@@ -1,7 +1,7 @@
 """The systems `bench.peers` runs on one PostgreSQL: cronjobs and the Python peers that
 also keep their jobs in a table, each as a user installs and starts it.
 
-- cronjobs: `cronjobs worker --processes P --threads 8`, Redis carrying the doorbells.
+- cronjobs: `cronjobs worker --processes P --slots 8`, Redis carrying the doorbells.
 - Oban-py (`oban` 0.7.0, needs Python >= 3.12): a venv of its own under `bench/.venvs/`
   (git-ignored), made on first use from a Python 3.12 interpreter; P processes of
   `python -m oban start --queues default:8`.

@@ -119,7 +119,7 @@ def cronjobs_worker(env: dict, threads: int = 8, processes: int = 1,
                     extra: Iterable[str] = ()) -> Procs:
     """`cronjobs worker` as a user starts it (one command; `--processes` forks inside)."""
     cmd = [sys.executable, "-m", "cronjobs", "worker", "--queues", queues,
-           "--threads", str(threads), "--processes", str(processes), *extra]
+           "--slots", str(threads), "--processes", str(processes), *extra]
     if prefetch:
         cmd += ["--prefetch", str(prefetch)]
     return Procs([Proc(cmd, f"cronjobs worker {processes}x{threads}", env)])

@@ -72,7 +72,7 @@ def cronjobs_drain(backend: str, n: int, processes: int, threads: int, job_type:
         dispatch: called with the App to put the `n` rows in the queue before the worker
             starts; by default `n` rows of `job_type` with an empty payload.
         worker: starts the worker from its environment; by default `cronjobs worker
-            --processes <processes> --threads <threads>`.
+            --processes <processes> --slots <threads>`.
 
     Returns:
         `(rate from finished_at in jobs/s, the polled Drain)`.
