@@ -3,6 +3,7 @@ traceback, and nothing is created by accident."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -43,6 +44,25 @@ def test_health_on_a_database_without_tables_says_to_migrate(tmp_path):
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "the database has no cronjobs tables; run `cronjobs migrate`" in out.stdout
     assert "OperationalError" not in out.stdout and "Traceback" not in out.stderr
+
+
+def test_health_with_the_database_down_names_its_error_once(tmp_path):
+    # A closed port: the database check fails with the driver's line; every check that
+    # reads the database points at it instead of repeating that line.
+    env = env_for(tmp_path, CRONJOBS_DATABASE_URL="mysql+pymysql://root@127.0.0.1:9/x",
+                  CRONJOBS_BROKER_URL="redis://127.0.0.1:6379/15")
+    out = run_cli(["health", "--json", "--timeout", "5"], env, cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    assert checks["database"]["status"] == "fail"
+    assert checks["database"]["message"].startswith("database unavailable: (2003, ")
+    pointed = {name for name, c in checks.items()
+               if c["message"] == "not checked: the database is unavailable (see the "
+                                  "database check)"}
+    assert pointed == {"queues", "workers", "scheduler", "overdue", "flow"}, checks
+    assert all(checks[name]["status"] == "fail" for name in pointed)
+    assert checks["broker"]["status"] == "ok" and checks["resources"]["status"] != "fail"
+    assert sum("2003" in c["message"] for c in checks.values()) == 1
 
 
 @pytest.mark.parametrize("text,missing", [

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from .. import limits
 from ..app import App
-from ..db import classify
+from ..db import classify, our_error
 from ..errors import migrate_first, names_missing_table
 from .check import Check, CheckFn, HealthReport, worst
 from .checks import ALL
@@ -61,14 +61,14 @@ def run_health(app: App, timeout_seconds: float | None = None,
     running = {} if running is None else running
     view = app.using(health_engine(app))
     started, at = time.monotonic(), app.clock.now()
-    results, threads = [], []
+    results, threads, unreached = [], [], set()
     for name, fn in checks:
         check, earlier = Check(name), running.get(name)
         if earlier is not None and earlier.is_alive():
             threads.append(None)
         else:
             running[name] = thread = threading.Thread(
-                target=_run_one, args=(fn, view, check), daemon=True,
+                target=_run_one, args=(fn, view, check, unreached), daemon=True,
                 name=f"cronjobs-health-{name}")
             thread.start()
             threads.append(thread)
@@ -80,8 +80,19 @@ def run_health(app: App, timeout_seconds: float | None = None,
             thread.join(max(0.0, deadline - time.monotonic()))
         final.append(_late(check.name, timeout, thread is None)
                      if thread is None or thread.is_alive() else check)
+    if "database" in unreached:
+        final = [_not_checked(c) if c.name in unreached - {"database"} else c for c in final]
     return HealthReport(worst(p.status for c in final for p in c.problems), final, at,
                         (time.monotonic() - started) * 1000)
+
+
+def _not_checked(found: Check) -> Check:
+    """What a check that could not reach the database says when the database check could
+    not either: one short line pointing at that check, not the same driver error again."""
+    check = Check(found.name, duration_ms=found.duration_ms)
+    check.message = "not checked: the database is unavailable (see the database check)"
+    check.problem(found.name, "fail", f"{found.name}: {check.message}")
+    return check
 
 
 def _late(name: str, timeout: float, earlier: bool) -> Check:
@@ -99,7 +110,9 @@ def is_outage(exc: BaseException) -> bool:
         exc, (ConnectionError, TimeoutError, socket.gaierror, socket.herror))
 
 
-def _run_one(fn: CheckFn, app: App, check: Check) -> None:
+def _run_one(fn: CheckFn, app: App, check: Check, unreached: set[str]) -> None:
+    """Run one check into `check`; add its name to `unreached` when it could not reach
+    the database."""
     started = time.monotonic()
     try:
         fn(app, check)
@@ -108,6 +121,9 @@ def _run_one(fn: CheckFn, app: App, check: Check) -> None:
             text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) else ""
             check.message = (migrate_first() if names_missing_table(text)
                              else f"{type(exc).__name__}: {text}")
+            if classify(exc) == "unavailable":
+                unreached.add(check.name)
+                check.message = str(our_error(exc))  # `database unavailable: <driver's line>`
             check.problem(check.name, "fail", f"{check.name}: {check.message}")
         else:
             check.broke(exc)
