@@ -108,6 +108,17 @@ def test_timeout_and_refused_connection_fail_the_check(make_app, base):
 
 
 @SQLITE
+def test_a_payload_without_a_url_fails_saying_so(make_app):
+    app = make_app(clock=FrozenClock(T0))
+    for payload in ({}, {"url": 5}):
+        job_id = queue.dispatch("http.uptime.execute", payload, app=app)
+        queue.process(job_id, app=app)
+        row = queue.get(job_id, app=app)
+        assert row["status"] == "failed" and row["attempts"] == 1, row
+        assert row["error"] == f'the payload needs "url", the address to check; got {payload!r}'
+
+
+@SQLITE
 def test_several_urls_from_configuration_fan_out(make_app, base):
     checks = (UptimeCheck(url=base + "/down", expect_status=503, expect_text="maintenance"),
               UptimeCheck(url=base + "/moved", expect_status=301))

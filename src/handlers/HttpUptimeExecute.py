@@ -28,8 +28,12 @@ class HttpUptimeExecute(CronJobHandler):
     MAX_RUNTIME = 60
 
     def handle(self, payload: dict, job: Job) -> dict:
-        """Fetch the URL and report what was seen."""
-        url, expect = payload["url"], payload.get("expect")
+        """Fetch the URL and report what was seen; a payload without a `url` string fails
+        at once with that said (not retried: MAX_ATTEMPTS 1)."""
+        url, expect = payload.get("url"), payload.get("expect")
+        if not isinstance(url, str) or not url:
+            self.error = f'the payload needs "url", the address to check; got {payload!r:.200}'
+            return {"success": False, "error": self.error}
         expect_status = payload.get("expect_status")
         result = {"url": url, "status_code": None, "expect_status": expect_status,
                   "latency_ms": None, "expect": expect, "found": None, "error": None}
