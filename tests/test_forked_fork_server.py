@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 import psutil
 import pytest
@@ -29,11 +30,20 @@ from test_worker_e2e import RECORD, _stop, _tail, all_completed, job_rows, wait_
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 
 
-def _run_rows(app, proc, log, done_before: int, count: int, seconds: float = 60) -> set[int]:
-    """Dispatch `count` RECORD rows, wait (at most `seconds`) until all rows are completed;
-    the pids that ran the new ones."""
+def _run_rows(app, proc, log, done_before: int, count: int, seconds: float = 60,
+              watch: Callable[[], object] | None = None) -> set[int]:
+    """Dispatch `count` RECORD rows, wait (at most `seconds`) until all rows are completed,
+    calling `watch()` after each look at the rows; the pids that ran the new ones."""
+    completed = all_completed(app, done_before + count)
+
+    def done() -> bool:
+        finished = completed()
+        if watch is not None:
+            watch()
+        return finished
+
     queue.dispatch_many([{"type": RECORD, "payload": {}}] * count, app=app)
-    wait_for(all_completed(app, done_before + count), seconds, f"{count} more jobs", proc, log)
+    wait_for(done, seconds, f"{count} more jobs", proc, log)
     return {row["pid"] for row in effect_rows(app, "record")[done_before:]}
 
 
@@ -97,25 +107,12 @@ def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tm
         assert _stop(proc) == 0, _tail(log)
 
 
-def _run_rows_watching(app, proc, log, done_before: int, count: int,
-                       kids: list[psutil.Process]) -> tuple[set[int], dict[int, str]]:
-    """`_run_rows`, listing the job processes of the `kids`' fork servers while the rows
-    run: a job process idle for `job_process_idle_seconds` (1 s here) may have ended by
-    the time the rows are all done. The pids that ran the new rows, and each seen job
-    process's pid -> its fork server's name."""
-    seen: dict[int, str] = {}
-    completed = all_completed(app, done_before + count)
-
-    def done() -> bool:
-        finished = completed()  # first: a process whose row is done now is idle < 1 s
-        for server in (s for k in kids for s in _fork_servers(k.pid)):
-            with contextlib.suppress(psutil.Error):  # ended while we looked
-                seen.update(dict.fromkeys((c.pid for c in server.children()), server.name()))
-        return finished
-
-    queue.dispatch_many([{"type": RECORD, "payload": {}}] * count, app=app)
-    wait_for(done, 60, f"{count} more jobs", proc, log)
-    return {row["pid"] for row in effect_rows(app, "record")[done_before:]}, seen
+def _job_processes(kids: list[psutil.Process], seen: dict[int, str]) -> None:
+    """Add the living job processes of the `kids`' fork servers to `seen` (pid -> its fork
+    server's name)."""
+    for server in (s for k in kids for s in _fork_servers(k.pid)):
+        with contextlib.suppress(psutil.Error):  # ended while we looked
+            seen.update(dict.fromkeys((c.pid for c in server.children()), server.name()))
 
 
 def _trackers(pid: int) -> list[psutil.Process]:
@@ -145,13 +142,17 @@ def test_no_resource_tracker_runs_for_the_children_their_fork_servers_or_job_pro
                  CRONJOBS_JOB_PROCESS_IDLE_SECONDS="1") as proc:
         kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
                         "two children", proc, log)
-        used, seen = _run_rows_watching(app, proc, log, 0, 8, kids)
+        # Listed while the rows run (after each look at them: a process whose row is done
+        # is idle < 1 s), not after: one idle for the test's 1 s may have ended by then.
+        seen: dict[int, str] = {}
+        used = _run_rows(app, proc, log, 0, 8, watch=lambda: _job_processes(kids, seen))
         assert used <= set(seen), (used, seen)
         assert {seen[pid] for pid in used} == {"cj-forkserver"}
         assert _trackers(proc.pid) == []
         wait_for(lambda: not any(_fork_servers(k.pid) for k in kids), 30,
                  "the fork servers retired", proc, log)
-        used, seen = _run_rows_watching(app, proc, log, 8, 8, kids)  # stock ones now
+        seen.clear()  # stock fork servers now
+        used = _run_rows(app, proc, log, 8, 8, watch=lambda: _job_processes(kids, seen))
         assert used <= set(seen), (used, seen)
         assert "cj-forkserver" not in {seen[pid] for pid in used}
         assert _trackers(proc.pid) == []

@@ -109,11 +109,12 @@ def _database_named() -> str:
     """` (CRONJOBS_DATABASE_URL=<the URL, password hidden>)` for the App this command
     built, or "" when it built none: a driver's error may name the host but not the port
     or the database (PyMySQL's does not)."""
+    from ..config.urls import hide_password  # loaded with the settings already
+
     app = getattr(sys.modules.get("cronjobs.app"), "_current", None)
     if app is None:
         return ""
-    url = app.engine.url.render_as_string(hide_password=True)
-    return f" (CRONJOBS_DATABASE_URL={url})"
+    return f" (CRONJOBS_DATABASE_URL={hide_password(app.settings.database_url)})"
 
 
 def _fail(message: str, code: int) -> None:

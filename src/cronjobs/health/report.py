@@ -118,12 +118,14 @@ def _run_one(fn: CheckFn, app: App, check: Check, unreached: set[str]) -> None:
         fn(app, check)
     except Exception as exc:  # a check that breaks is reported, never a crash
         if is_outage(exc):
-            text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) else ""
-            check.message = (migrate_first() if names_missing_table(text)
-                             else f"{type(exc).__name__}: {text}")
             if classify(exc) == "unavailable":
                 unreached.add(check.name)
                 check.message = str(our_error(exc))  # `database unavailable: <driver's line>`
+            else:
+                text = str(exc).splitlines()[0][:limits.EXCEPTION_TEXT_MAX_CHARS] if str(exc) \
+                    else ""
+                check.message = (migrate_first() if names_missing_table(text)
+                                 else f"{type(exc).__name__}: {text}")
             check.problem(check.name, "fail", f"{check.name}: {check.message}")
         else:
             check.broke(exc)
