@@ -30,6 +30,11 @@ if [ ! -x /usr/bin/chromium ]; then
   echo "services: /usr/bin/chromium missing; installing chromium"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 fi
+# The clock-skew tests run processes under Debian's faketime (libfaketime).
+if [ ! -x /usr/bin/faketime ]; then
+  echo "services: /usr/bin/faketime missing; installing faketime"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime
+fi
 
 fail=0
 for svc in mariadb postgres redis rabbitmq; do

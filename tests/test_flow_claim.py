@@ -140,29 +140,47 @@ def test_a_claim_that_meets_no_limited_row_locks_and_counts_nothing(make_app):
         sa.event.remove(app.engine, "before_cursor_execute", record)
 
 
-def test_rate_limit_is_an_exact_rolling_window(make_app):
+def test_rate_limit_spaces_starts_within_an_exact_rolling_window(make_app):
+    """3/s: one start at a time, 1/3 s (333,333 us) apart, and never a fourth in a
+    rolling second; a refused claim tells when the next start is admitted."""
     app, clock = flow_app(make_app)
     ids = queue.dispatch_many([{"type": RatedExecute.TYPE} for _ in range(10)])
-    assert claim(app, clock) == ids[:3]
-    clock.advance(0.5)
+    assert claim(app, clock) == ids[:1]
+    assert claim(app, clock) == []  # at the same instant: not two together
+    clock.advance(0.333)
+    executor = Executor(app, "test:1")
+    with app.engine.begin() as conn:
+        assert executor.claim_rows(conn, clock.now(), queue="flow", limit=4) == []
+        assert executor.claim_policy.holding(conn, "flow", clock.now())
+    assert executor.claim_policy.retry_seconds() == pytest.approx(0.000333)
+    assert executor.claim_policy.retry_seconds() is None  # told once
+    clock.advance(0.000333)
+    assert claim(app, clock) == ids[1:2]
+    clock.advance(0.333333)
+    assert claim(app, clock) == ids[2:3]
+    clock.advance(0.333333)  # spaced enough, but the first started 0.999999 s ago
     assert claim(app, clock) == []
-    clock.advance(0.499)
-    assert claim(app, clock) == []
-    clock.advance(0.001)  # the first three started exactly one second ago
-    assert claim(app, clock) == ids[3:6]
+    clock.advance(0.000001)  # exactly one second: the first left the window
+    assert claim(app, clock) == ids[3:4]
 
 
 def test_queue_settings_limit_the_queue_as_a_whole(make_app):
     app, clock = flow_app(make_app, queues={"flow": {"concurrency": 3, "rate_limit": "4/m"}})
     ids = queue.dispatch_many([{"type": FreeExecute.TYPE} for _ in range(10)])
-    assert claim(app, clock) == ids[:3]
-    assert claim(app, clock) == []
+    assert claim(app, clock) == ids[:1]  # 4/m: one start every 15 s
+    for n in (2, 3):
+        clock.advance(15)
+        assert claim(app, clock) == ids[n - 1:n]
+    clock.advance(15)
+    assert claim(app, clock) == []  # three running
     finish(app, ids[:3])
     assert claim(app, clock) == ids[3:4]  # the fourth start of the minute
     finish(app, ids[3:4])
+    assert claim(app, clock) == []  # four in the last minute
+    clock.advance(14.999)
     assert claim(app, clock) == []
-    clock.advance(60)
-    assert claim(app, clock) == ids[4:7]
+    clock.advance(0.001)
+    assert claim(app, clock) == ids[4:5]  # the first start left the window
 
 
 def test_pauses_and_blocks_hold_a_claim_by_id(make_app):

@@ -90,12 +90,14 @@ def job_of(row: dict) -> tuple[Job, Outcome | None]:
 def flow_policy(app: App, *, wait_for_holds: bool = True) -> store.FlowPolicy:
     """The claim policy of `app`'s handlers and settings: pauses and blocks always; the
     CONCURRENCY / RATE_LIMIT (per LIMIT_KEY) of every registered handler and the
-    `[queues.<queue>]` limits of the settings (`wait_for_holds`: see `store.FlowPolicy`)."""
+    `[queues.<queue>]` limits of the settings (`wait_for_holds`: see `store.FlowPolicy`).
+    Time is judged with the database's clock when `app.clock` is the system clock."""
     types = {t: flowrules.handler_limits(cls)
              for t, cls in app.handlers.registered_handlers().items()}
     queues = {name: flowrules.Limits(qs.concurrency, flowrules.parse_rate(qs.rate_limit))
               for name, qs in app.settings.queues.items()}
-    return store.FlowPolicy(types, queues, wait_for_holds=wait_for_holds)
+    return store.FlowPolicy(types, queues, wait_for_holds=wait_for_holds,
+                            db_clock=store.flow.uses_db_clock(app.clock))
 
 
 class Executor:

@@ -72,14 +72,16 @@ def _blocks(job: Job, block: str | None) -> str:
     return f" (blocks the {block})"
 
 
-def write_block(conn: Connection, plan: Finish) -> dict:
+def write_block(conn: Connection, plan: Finish, clock) -> dict:
     """Block the row's limit key (or its type: `block="type"`, or a row without a key)
-    until the plan's row is due again, in the caller's transaction (`store.block`:
-    extended, never shortened). Returns the block as stored."""
+    for the RetryLater's seconds, in the caller's transaction (`store.block`: extended,
+    never shortened), from now on the database's clock (`store.flow.flow_now`: `clock`
+    is the App's; an injected one counts from its own now). Returns the block as stored."""
     job = plan.job
     key = job.limit_key if plan.outcome.block == "key" else None
-    until = plan.now + timedelta(seconds=plan.delay_seconds)
-    return store.block(conn, job.type, key, now=plan.now, until=until,
+    now = store.flow.flow_now(conn, clock)
+    until = now + timedelta(seconds=plan.delay_seconds)
+    return store.block(conn, job.type, key, now=now, until=until,
                        reason=plan.outcome.block_reason or f"RetryLater from job {job.id}")
 
 
@@ -142,7 +144,7 @@ class OutcomeWriter:
                   if id(plan) in batched else self._write_one(conn, plan) for plan in plans]
         for plan, final in zip(plans, finals, strict=True):
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
-                write_block(conn, plan)
+                write_block(conn, plan, self.app.clock)
         return finals
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:

@@ -68,6 +68,7 @@ class GroupCommit:
         self._plans: list[Finish] = []
         self._since = 0.0  # timer() when the oldest waiting plan came
         self._backlog = False  # the last claim filled every free slot
+        self._retry_at: float | None = None  # timer() when a held rate admits a start
         self.claims = 0  # claim statements (for tests and benchmarks)
         self.commits = 0  # transactions that wrote outcomes and/or claimed
 
@@ -100,6 +101,13 @@ class GroupCommit:
             return None
         return max(0.0, self._since + BATCH_WINDOW_SECONDS - self._timer())
 
+    def retry_left(self) -> float | None:
+        """Seconds until the last claim's held rows come free, when the claim policy told
+        (a rate's next start: the loop claims again then); None when it did not."""
+        if self._retry_at is None:
+            return None
+        return max(0.0, self._retry_at - self._timer())
+
     def cycle(self, wants: Wants) -> tuple[list[dict], set[str]]:
         """Write the waiting plans and claim rows for `wants`, in one transaction.
 
@@ -111,6 +119,7 @@ class GroupCommit:
             What a claim alone raises (the database refused it): the loop cannot go on.
         """
         plans = self._plans
+        self._retry_at = None  # the claim below tells again (no free slot: nothing to wait)
         if not plans and not wants:
             return [], set()
         self._plans = []
@@ -166,8 +175,12 @@ class GroupCommit:
             # A short claim drains the queue, unless rows wait behind a limit, a block or
             # a pause that ends without a doorbell: then it stays rung (claimed again on
             # the next turn of the loop, within a second).
-            if len(got) < wanted and not self._executor.claim_policy.holding(conn, queue, now):
+            policy = self._executor.claim_policy
+            if len(got) < wanted and not policy.holding(conn, queue, now):
                 drained.add(queue)
+            elif len(got) < wanted and (wait := policy.retry_seconds()) is not None:
+                at = self._timer() + wait
+                self._retry_at = at if self._retry_at is None else min(self._retry_at, at)
         return rows, drained
 
     def _retried(self, transaction: Callable[[], T], outcomes: bool) -> T:

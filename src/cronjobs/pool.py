@@ -367,6 +367,9 @@ class SlotPool:
         window = self._commit.window_left()
         if window is not None:
             timeout = min(timeout, window)
+        retry = self._commit.retry_left()  # a rate admits its next start then
+        if retry is not None:
+            timeout = min(timeout, retry)
         if self._ahead:  # give back the rows claimed ahead that wait too long
             timeout = max(0.0, min(timeout, self._ahead[0][0] + AHEAD_WAIT_SECONDS - now))
         conns = self._processes.conns()

@@ -199,10 +199,11 @@ class WorkerProcess:
     def prune_flow(self) -> dict[str, int]:
         """Delete the pauses and blocks that ended and the old rate-limit starts
         (`store.prune_expired`): while an ended one stays, every claim checks each
-        candidate against it. Returns the counts deleted."""
-        now = self.app.clock.now()
-        return run_in_transaction(self.app.engine,
-                                  lambda conn: store.prune_expired(conn, now))
+        candidate against it; ended as judged on the database's clock
+        (`store.flow.flow_now`): a host whose clock runs ahead prunes nothing live.
+        Returns the counts deleted."""
+        return run_in_transaction(self.app.engine, lambda conn: store.prune_expired(
+            conn, store.flow.flow_now(conn, self.app.clock)))
 
     def sweep(self) -> int:
         """Ring the queues of this process that have due rows pending for longer than

@@ -98,11 +98,14 @@ def pause(queue: str | None, job_type: str | None, task: str | None, duration: s
     seconds = parse_duration(duration) if duration is not None else None
     check_flow_reason(reason)
     app = _app()
-    now = app.clock.now()
-    until = now + timedelta(seconds=seconds) if seconds is not None else None
-    made = run_in_transaction(app.engine, lambda c: store.pause(
-        c, scope, name, now=now, until=until, reason=reason, by=_by()))
-    ends = f"until {made['until']:%Y-%m-%d %H:%M:%S} UTC" if until else "until resumed"
+
+    def made_pause(conn):  # `--for` counts from the database's clock, as every host judges
+        now = store.flow.flow_now(conn, app.clock)
+        until = now + timedelta(seconds=seconds) if seconds is not None else None
+        return store.pause(conn, scope, name, now=now, until=until, reason=reason, by=_by())
+
+    made = run_in_transaction(app.engine, made_pause)
+    ends = f"until {made['until']:%Y-%m-%d %H:%M:%S} UTC" if made["until"] else "until resumed"
     click.echo(f"paused {scope} {name} {ends}")
     _warn_unknown(app, scope, name)
 

@@ -136,7 +136,8 @@ class ClaimPolicy:
     4. `holding(conn, queue, now)`, asked by a worker whose claim of `queue` came back
        short, in the same transaction: True when rows may be waiting behind the policy
        (a limit, a block, a pause) and will be free without a new doorbell, so the
-       worker claims again within a second instead of waiting for one.
+       worker claims again within a second instead of waiting for one — or sooner:
+       `retry_seconds()`, asked next, tells when the policy knows (a rate's next start).
     """
 
     rounds: int = 1
@@ -159,6 +160,10 @@ class ClaimPolicy:
     def holding(self, conn: Connection, queue: str, now: datetime) -> bool:
         """Whether rows of `queue` may wait behind this policy (claim again soon)."""
         return False
+
+    def retry_seconds(self) -> float | None:
+        """After `holding` said True: seconds until held rows come free, when known."""
+        return None
 
 
 def claim_jobs(conn: Connection, request: ClaimRequest, terms: HandlerTerms,

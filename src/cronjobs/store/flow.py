@@ -9,8 +9,13 @@ stored is taken again with it (`limiter.FlowPolicy`). It runs in the claim's sta
 so a pause or a block made by any process holds for every worker from its next claim,
 with nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them
 (so does every new pause or block), keeping the tables empty when nothing is held: the
-SELECT then reads no flow row per candidate. All times naive UTC (the injected clock's
-`now`).
+SELECT then reads no flow row per candidate. All times naive UTC.
+
+Which clock: a pause's or block's `until` is written and compared with the database's
+clock, as leases are (`flow_now`; `claim_hold_sql(db_clock=True)` reads it in the claim's
+statement), so a host whose clock is off neither ends a block early nor makes a pause that
+no other host honours. An injected clock that is not the system clock (a `FrozenClock` in
+tests, a simulation) drives everything instead: its `now` is bound as a parameter.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
+from sqlalchemy.sql import ColumnElement
 
 from .. import limits
+from ..clock import SystemClock
 from ..errors import InvalidJob
 from ..models import cronjob_block as b
 from ..models import cronjob_flow_start as fs
 from ..models import cronjob_pause as p
 from ..models import cronjob_queue as q
-from .sql import bind, due, insert_ignore, ph
+from .sql import bind, database_now, due, insert_ignore, now_sql, ph
 
 SCOPES = ("queue", "type", "task")
 # True while no pause and no block row is stored (the guard of `claim_hold_sql`).
@@ -38,6 +45,19 @@ NO_HOLDS_STORED_SQL = (f"(NOT EXISTS (SELECT 1 FROM {p.name}) AND NOT EXISTS (SE
 # claim's probe, a column of its candidate SELECT (`limiter.FlowPolicy.probe`).
 HOLDS_STORED_SQL = f"CASE WHEN {NO_HOLDS_STORED_SQL} THEN 0 ELSE 1 END"
 WHOLE_TYPE = ""  # `cronjob_block.limit_key` of a block of the whole type
+
+
+def uses_db_clock(clock: object) -> bool:
+    """Whether flow control judges time with the database's clock for `clock` (an App's):
+    True for the system clock; False for an injected one (a `FrozenClock`), whose `now`
+    then drives pauses, blocks and rate windows."""
+    return isinstance(clock, SystemClock)
+
+
+def flow_now(conn: Connection, clock) -> datetime:
+    """Now for a pause's or block's `until` (naive UTC): the database's clock (one round
+    trip) when `uses_db_clock(clock)`, else `clock.now()`."""
+    return database_now(conn) if uses_db_clock(clock) else clock.now()
 
 
 def pause(conn: Connection, scope: str, name: str, *, now: datetime,
@@ -206,29 +226,32 @@ def due_queues(conn: Connection, now: datetime, *, queue: str | None = None,
     return {name: int(job_id) for name, job_id in conn.execute(stmt)}
 
 
-def has_holds(conn: Connection, now: datetime) -> bool:
-    """Whether any pause or block is live at `now` (naive UTC): two tiny reads."""
+def has_holds(conn: Connection, now: datetime | ColumnElement) -> bool:
+    """Whether any pause or block is live at `now` (naive UTC, or `sql.db_now(conn)`: the
+    database's clock): two tiny reads."""
     return (conn.execute(select(p.c.name).where(_live_pause(now)).limit(1)).first() is not None
             or conn.execute(select(b.c.id).where(b.c.until_at > now).limit(1)).first()
             is not None)
 
 
 @functools.lru_cache(maxsize=8)
-def claim_hold_sql(dialect: str) -> str:
-    """The claim's hold condition (driver SQL on `cronjob_queue`, placeholder `p_now`):
+def claim_hold_sql(dialect: str, db_clock: bool = False) -> str:
+    """The claim's hold condition (driver SQL on `cronjob_queue`, placeholder `p_now`, or
+    with `db_clock` the database's clock and no placeholder):
     `hold_sql` behind a guard, `NO_HOLDS_STORED_SQL`, that is true for every row while
     neither table holds a row (live or ended, not yet pruned). The guard's two
     uncorrelated NOT EXISTS are read once per statement, so with nothing stored the
     candidate SELECT costs about what it costs without a condition, and the claim needs
     no round trip of its own to learn whether anything is held."""
-    return f"({NO_HOLDS_STORED_SQL} OR ({hold_sql(dialect)}))"
+    return f"({NO_HOLDS_STORED_SQL} OR ({hold_sql(dialect, db_clock)}))"
 
 
-def hold_sql(dialect: str) -> str:
-    """Driver SQL on `cronjob_queue` (unqualified columns; placeholder `p_now`): true for
-    a row that no live pause of its queue or type and no live block of its type (whole,
-    or its limit key) holds. One NOT EXISTS per row on each tiny table."""
-    now = ph(dialect, "p_now")
+def hold_sql(dialect: str, db_clock: bool = False) -> str:
+    """Driver SQL on `cronjob_queue` (unqualified columns; placeholder `p_now`, or with
+    `db_clock` the database's clock, `sql.now_sql`): true for a row that no live pause of
+    its queue or type and no live block of its type (whole, or its limit key) holds. One
+    NOT EXISTS per row on each tiny table."""
+    now = now_sql(dialect) if db_clock else ph(dialect, "p_now")
     t = q.name
     return (f"NOT EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
             f"fp.name = {t}.queue) OR (fp.scope = 'type' AND fp.name = {t}.type)) AND "
@@ -237,9 +260,9 @@ def hold_sql(dialect: str) -> str:
             f"AND fb.until_at > {now})")
 
 
-def hold_params(dialect: str, now: datetime) -> dict[str, Any]:
-    """The parameters of `hold_sql` at `now` (naive UTC)."""
-    return {"p_now": bind(dialect, now)}
+def hold_params(dialect: str, now: datetime, db_clock: bool = False) -> dict[str, Any]:
+    """The parameters of `hold_sql` at `now` (naive UTC); none with `db_clock`."""
+    return {} if db_clock else {"p_now": bind(dialect, now)}
 
 
 def held_counts(conn: Connection, now: datetime, *,

@@ -15,15 +15,27 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 - **limits** (a handler's CONCURRENCY / RATE_LIMIT, per LIMIT_KEY; a queue's settings):
   the claimer locks the limiter row of each limit it enforces, FOR UPDATE in name order
   (claimers of one limit take turns; one order: no deadlock), then counts the `running`
-  rows per type and key (index `ix_cronjob_queue_limit`) and the starts in the rolling
-  window (`cronjob_flow_start`). A queue's limits are locked and counted before the
-  first SELECT; a handler's only once the first candidates hold a row of a limited type
-  (a claim that meets none locks nothing: the counts are read after the locks, and
-  each statement reads what is committed, READ COMMITTED, so they are never stale).
+  rows per type and key (index `ix_cronjob_queue_limit`) and reads the starts in the
+  rolling window (`cronjob_flow_start`, `rate_states`). A queue's limits are locked and
+  counted before the first SELECT; a handler's only once the first candidates hold a
+  row of a limited type (a claim that meets none locks nothing: the counts are read
+  after the locks, and each statement reads what is committed, READ COMMITTED, so they
+  are never stale).
   `accept` takes at most what is left of each bucket; the next round excludes the full
   buckets in the SELECT and refills the slots from other keys. Nothing is ever counted
   up or down: a row killed with `kill -9` stops counting when recover-stale takes it
   back (it is no longer `running`).
+
+**Rates are spaced**: a rate of N per window admits one start of a key at a time, at
+least window/N after the key's previous start (and never more than N in a rolling
+window), so a claim takes at most one row of a rated key and the starts of `"10/s"` come
+one every 0.1 s instead of ten together at each window's edge. A claim that met a rate
+tells when its next start is admitted (`retry_seconds`): the worker claims again then.
+
+**Which clock**: with the system clock (`flow.uses_db_clock`) the start log is written
+and the windows judged with the database's clock, in the statements themselves (as
+leases are; `sql.now_sql`), so hosts whose clocks disagree share one window; an injected
+clock (a `FrozenClock` in tests) drives them with its `now` instead.
 
 A row without a key is in its type's keyless bucket. A claim by id (an operator's "run
 it now") honours pauses, blocks and the type's limits, not the queue's (it names no
@@ -42,25 +54,55 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ..flowrules import Limits
+from ..flowrules import Limits, Rate
 from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
 from .flow import HOLDS_STORED_SQL, claim_hold_sql, has_holds, hold_params
-from .sql import bind, insert_ignore, lock_sql, name, ph
+from .sql import (
+    bind,
+    db_now,
+    decode_times,
+    insert_ignore,
+    lease_sql,
+    lease_value,
+    lock_sql,
+    name,
+    now_sql,
+    ph,
+)
 
 ROUNDS = 4
 NO_KEY = ""  # the start log's key of a keyless row or of a limit without keys
 
 
+@dataclass(frozen=True)
+class RateState:
+    """A rate's starts of one key (or of a whole limit) now.
+
+    Attributes:
+        starts: starts in the rolling window.
+        admits: starts the rate admits now: 1 or 0 (starts are spaced, see the module
+            docstring).
+        next_in_seconds: seconds until the next start is admitted (0.0: now).
+    """
+
+    starts: int
+    admits: int
+    next_in_seconds: float
+
+
 @dataclass
 class _Budget:
-    """What one claim may still take: per (type, key) and for the whole queue."""
+    """What one claim may still take: per (type, key) and for the whole queue, and when a
+    rate that holds a bucket admits its next start (seconds)."""
 
     full: set[tuple[str, str | None]] = field(default_factory=set)
     left: dict[tuple[str, str | None], int] = field(default_factory=dict)
     queue_left: int | None = None
+    wait: dict[tuple[str, str | None], float] = field(default_factory=dict)
+    queue_wait: float | None = None
 
 
 _UNCOUNTED = _Budget()  # a claim's first round, before any limited row was seen
@@ -75,12 +117,16 @@ class FlowPolicy(ClaimPolicy):
         wait_for_holds: `holding` is also True while any pause or block is live (a
             worker claims again within a second); False: only after a claim met a limit
             (a burst, which reports paused and blocked rows as held instead of waiting).
+        db_clock: judge pauses, blocks and rate windows with the database's clock (the
+            App's clock is the system clock: `flow.uses_db_clock`); False: with each
+            claim's `now` (an injected clock).
     """
 
     def __init__(self, type_limits: Mapping[str, Limits] | None = None,
                  queue_limits: Mapping[str, Limits] | None = None, *,
-                 wait_for_holds: bool = True) -> None:
+                 wait_for_holds: bool = True, db_clock: bool = False) -> None:
         self.wait_for_holds = wait_for_holds
+        self.db_clock = db_clock
         self.type_limits = {t: lm for t, lm in (type_limits or {}).items() if lm}
         self.queue_limits = {n: lm for n, lm in (queue_limits or {}).items() if lm}
         # A second round selects with the hold condition when a probe found it needed.
@@ -98,9 +144,11 @@ class FlowPolicy(ClaimPolicy):
         if first:
             self._local.request = request
             self._local.recheck = False
+            self._local.wait = None
         self._local.lean = not (self._stored or self._local.recheck)
         hold, held = (("", {}) if self._local.lean else
-                      (claim_hold_sql(dialect), hold_params(dialect, request.now)))
+                      (claim_hold_sql(dialect, self.db_clock),
+                       hold_params(dialect, request.now, self.db_clock)))
         queue = self.queue_limits.get(request.queue) if request.queue else None
         if not self.type_limits and queue is None:
             self._local.budget = None
@@ -113,6 +161,7 @@ class FlowPolicy(ClaimPolicy):
         if budget.full or (budget.queue_left is not None and budget.queue_left <= 0):
             self._local.limited = True
         if budget.queue_left is not None and budget.queue_left <= 0:
+            self._waited(budget.queue_wait)
             return "1 = 0", {}
         extra, params = _exclude(dialect, budget.full, self.type_limits)
         return " AND ".join(c for c in (hold, extra) if c), {**held, **params}
@@ -149,6 +198,7 @@ class FlowPolicy(ClaimPolicy):
             bucket = (row["type"], self._key(row))
             room = budget.left.get(bucket, self._room(row["type"]))
             if room is not None and room <= 0:
+                self._waited(budget.wait.get(bucket))
                 continue
             if room is not None:
                 budget.left[bucket] = room - 1
@@ -171,7 +221,20 @@ class FlowPolicy(ClaimPolicy):
             return limited
         if getattr(self._local, "probe", None) == 0:  # nothing stored, as of the SELECT
             return False
-        return has_holds(conn, now)
+        return has_holds(conn, db_now(conn) if self.db_clock else now)
+
+    def retry_seconds(self) -> float | None:
+        """After a claim of this thread met a rate: seconds until the soonest start it was
+        refused is admitted (the worker claims again then); None when no rate held a row
+        it saw (a concurrency limit, a pause or a block: rows come free at no known time)."""
+        wait, self._local.wait = getattr(self._local, "wait", None), None
+        return wait
+
+    def _waited(self, seconds: float | None) -> None:
+        """Keep the soonest admitted start of the rates that refused rows."""
+        if seconds is not None:
+            known = getattr(self._local, "wait", None)
+            self._local.wait = seconds if known is None else min(known, seconds)
 
     def _key(self, row: dict) -> str | None:
         """The row's bucket key: its limit key for a keyed type, else None."""
@@ -179,10 +242,11 @@ class FlowPolicy(ClaimPolicy):
         return row.get("limit_key") if limits is not None and limits.keyed else None
 
     def _room(self, job_type: str) -> int | None:
+        """The room of a bucket with nothing running and no start in the window."""
         limits = self.type_limits.get(job_type)
         if limits is None:
             return None
-        return min(x for x in (limits.concurrency, limits.rate and limits.rate.count) if x)
+        return min(x for x in (limits.concurrency, limits.rate and 1) if x)
 
     def _count(self, conn: Connection, dialect: str, request: ClaimRequest,
                queue: Limits | None) -> _Budget:
@@ -195,15 +259,23 @@ class FlowPolicy(ClaimPolicy):
         for (job_type, key), n in running_counts(conn, dialect, list(self.type_limits)).items():
             running[(job_type, key if self.type_limits[job_type].keyed else None)] += n
         for job_type, limits in self.type_limits.items():
-            starts = (start_counts(conn, dialect, f"type:{job_type}", request.now,
-                                   limits.rate.window_seconds) if limits.rate else Counter())
-            for key in set(k for t, k in running if t == job_type) | set(starts):
-                left = _left(limits, running.get((job_type, key), 0), starts.get(key, 0))
+            rates = {}
+            if limits.rate:
+                limiter = f"type:{job_type}"
+                prune_starts(conn, limiter, limits.rate, request.now, db_clock=self.db_clock)
+                rates = rate_states(conn, limiter, limits.rate, request.now,
+                                    db_clock=self.db_clock)
+            for key in set(k for t, k in running if t == job_type) | set(rates):
+                rate = rates.get(key)
+                left = _left(limits, running.get((job_type, key), 0), rate)
                 budget.left[(job_type, key)] = left
                 if left <= 0:
                     budget.full.add((job_type, key))
+                    if rate is not None and not rate.admits:
+                        budget.wait[(job_type, key)] = rate.next_in_seconds
         if queue is not None:
-            budget.queue_left = queue_room(conn, dialect, request, queue)
+            budget.queue_left, budget.queue_wait = queue_room(
+                conn, dialect, request, queue, db_clock=self.db_clock)
         return budget
 
     def _log_starts(self, conn: Connection, request: ClaimRequest, taken: list[dict]) -> None:
@@ -213,14 +285,16 @@ class FlowPolicy(ClaimPolicy):
         if queue is not None and queue.rate:
             entries += [(f"queue:{request.queue}", NO_KEY)] * len(taken)
         if entries:
-            conn.execute(fs.insert(), [{"limiter": limiter, "limit_key": key,
-                                        "started_at": request.now} for limiter, key in entries])
+            stmt = fs.insert().values(started_at=db_now(conn)) if self.db_clock else fs.insert()
+            at = {} if self.db_clock else {"started_at": request.now}
+            conn.execute(stmt, [{"limiter": limiter, "limit_key": key, **at}
+                                for limiter, key in entries])
 
 
-def _left(limits: Limits, running: int, starts: int) -> int:
+def _left(limits: Limits, running: int, rate: RateState | None) -> int:
     room = [limits.concurrency - running] if limits.concurrency else []
     if limits.rate:
-        room.append(limits.rate.count - starts)
+        room.append(1 if rate is None else rate.admits)
     return min(room)
 
 
@@ -280,31 +354,89 @@ def running_counts(conn: Connection, dialect: str,
     return {(t, k): n for t, k, n in rows}
 
 
-def start_counts(conn: Connection, dialect: str, limiter: str, now: datetime,
-                 window_seconds: float) -> Counter:
-    """Starts of `limiter` per key (None for `NO_KEY`) in the window ending at `now`
-    (naive UTC; a start counts while it is less than `window_seconds` old); older
-    entries are deleted."""
-    since = bind(dialect, now - timedelta(seconds=window_seconds))
-    params = {"limiter": limiter, "since": since}
-    lim_, since_ = ph(dialect, "limiter"), ph(dialect, "since")
-    conn.exec_driver_sql(f"DELETE FROM {fs.name} WHERE limiter = {lim_} AND "
-                         f"started_at <= {since_}", params)
-    rows = conn.exec_driver_sql(f"SELECT limit_key, COUNT(*) FROM {fs.name} WHERE limiter = "
-                                f"{lim_} AND started_at > {since_} GROUP BY limit_key", params)
-    return Counter({(k if k != NO_KEY else None): n for k, n in rows})
+def spacing(rate: Rate) -> timedelta:
+    """The least time between two starts of one key under `rate`: its window over its
+    count, in whole microseconds (`"10/s"`: 0.1 s)."""
+    return timedelta(microseconds=round(rate.window_seconds * 1_000_000 / rate.count))
 
 
-def queue_room(conn: Connection, dialect: str, request: ClaimRequest, limits: Limits) -> int:
-    """How many more rows of `request.queue` may start now under the queue's limits."""
-    room = []
+def prune_starts(conn: Connection, limiter: str, rate: Rate, now: datetime, *,
+                 db_clock: bool) -> int:
+    """Delete the start-log entries of `limiter` that left `rate`'s window (at `now`, naive
+    UTC; with `db_clock` at the database's clock now). Returns how many."""
+    dialect = name(conn)
+    since, params = _since(dialect, rate, now, db_clock)
+    return conn.exec_driver_sql(f"DELETE FROM {fs.name} WHERE limiter = {ph(dialect, 'lim')} "
+                                f"AND started_at <= {since}", {**params, "lim": limiter}
+                                ).rowcount
+
+
+def rate_states(conn: Connection, limiter: str, rate: Rate, now: datetime, *,
+                db_clock: bool) -> dict[str | None, RateState]:
+    """What `rate` admits now, per key of `limiter` (`"type:<job type>"` or
+    `"queue:<queue>"`): a read, nothing written or locked (a view may call it).
+
+    A key admits one start when it had none in the last `spacing(rate)` and fewer than
+    `rate.count` in the rolling window; else `next_in_seconds` tells when it will.
+
+    Args:
+        limiter: the limit's name; rate: its rate (`flowrules.Rate`).
+        now: naive UTC, the window's end; ignored with `db_clock`, which judges with the
+            database's clock now (the workers do so when their clock is the system clock:
+            `flow.uses_db_clock`).
+
+    Returns:
+        `{limit key or None (a keyless row, a queue's limit): RateState}` for the keys
+        with a start in the window; a key not in it admits one start now.
+    """
+    dialect = name(conn)
+    since, params = _since(dialect, rate, now, db_clock)
+    at = f", {now_sql(dialect)}" if db_clock else ""
+    found = [dict(zip(("key", "starts", "first", "last", "now"), row, strict=False))
+             for row in conn.exec_driver_sql(
+                 f"SELECT limit_key, COUNT(*), MIN(started_at), MAX(started_at){at} FROM "
+                 f"{fs.name} WHERE limiter = {ph(dialect, 'lim')} AND started_at > {since} "
+                 f"GROUP BY limit_key", {**params, "lim": limiter})]
+    decode_times(dialect, found, ("first", "last", "now"))
+    step, window = spacing(rate), timedelta(seconds=rate.window_seconds)
+    states = {}
+    for row in found:
+        at_now = row.get("now") or now
+        wait = row["last"] + step - at_now
+        if row["starts"] >= rate.count:
+            wait = max(wait, row["first"] + window - at_now)
+        seconds = max(0.0, wait.total_seconds())
+        states[row["key"] if row["key"] != NO_KEY else None] = RateState(
+            row["starts"], 0 if seconds > 0 else 1, seconds)
+    return states
+
+
+def _since(dialect: str, rate: Rate, now: datetime, db_clock: bool
+           ) -> tuple[str, dict[str, Any]]:
+    """The SQL of the window's start (`started_at` must be after it) and its parameters."""
+    if db_clock:
+        return (lease_sql(dialect, ph(dialect, "ago")),
+                {"ago": lease_value(dialect, -rate.window_seconds)})
+    return ph(dialect, "since"), {"since": bind(dialect, now - timedelta(
+        seconds=rate.window_seconds))}
+
+
+def queue_room(conn: Connection, dialect: str, request: ClaimRequest, limits: Limits, *,
+               db_clock: bool = False) -> tuple[int, float | None]:
+    """How many more rows of `request.queue` may start now under the queue's limits, and,
+    when its rate admits none, in how many seconds it admits the next (else None)."""
+    room, wait = [], None
     if limits.concurrency:
         sql = (f"SELECT COUNT(*) FROM {q.name} WHERE queue = {ph(dialect, 'queue')} "
                f"AND status = 'running'")
         running = conn.exec_driver_sql(sql, {"queue": request.queue}).scalar_one()
         room.append(limits.concurrency - running)
     if limits.rate:
-        starts = start_counts(conn, dialect, f"queue:{request.queue}", request.now,
-                              limits.rate.window_seconds)
-        room.append(limits.rate.count - sum(starts.values()))
-    return min(room)
+        limiter = f"queue:{request.queue}"
+        prune_starts(conn, limiter, limits.rate, request.now, db_clock=db_clock)
+        state = rate_states(conn, limiter, limits.rate, request.now,
+                            db_clock=db_clock).get(None)
+        room.append(1 if state is None else state.admits)
+        if state is not None and not state.admits:
+            wait = state.next_in_seconds
+    return min(room), wait

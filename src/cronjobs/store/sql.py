@@ -106,6 +106,16 @@ def lease_sql(dialect: str, placeholder: str) -> str:
     return f"strftime('%Y-%m-%d %H:%M:%f', 'now', {placeholder}) || '000'"
 
 
+def now_sql(dialect: str) -> str:
+    """SQL: the database server's clock now (naive UTC), as `lease_sql` reads it (no
+    placeholder). Flow control's `until` and rate windows are judged with it."""
+    if dialect == "mysql":
+        return "UTC_TIMESTAMP(6)"
+    if dialect == "postgresql":
+        return "timezone('UTC', statement_timestamp())"
+    return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+
+
 def lease_value(dialect: str, seconds: float) -> Any:
     """The value to bind in `lease_sql` for `seconds` (negative: the past)."""
     if dialect == "mysql":

@@ -126,10 +126,10 @@ def pause():
     except InvalidJob as exc:
         return _page(_("Refused: %(reason)s", reason=str(exc)), 400, request.form)
     app = cronjobs_app()
-    now = app.clock.now()
-    until = now + wanted["for"] if wanted["for"] else None
     by = f"dashboard@{request.remote_addr or '-'}"[:limits.FLOW_BY_MAX_CHARS]
     with app.engine.begin() as conn:
+        now = store.flow.flow_now(conn, app.clock)  # `for` counts on the database's clock
+        until = now + wanted["for"] if wanted["for"] else None
         store.flow.pause(conn, wanted["scope"], wanted["name"], now=now, until=until,
                          reason=wanted["reason"], by=by)
     return redirect(url_for("flow.index"), 303)
