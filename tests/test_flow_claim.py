@@ -197,6 +197,7 @@ def test_pauses_and_blocks_hold_a_claim_by_id(make_app):
                     until=clock.now() + timedelta(seconds=5), reason="FloodWait")
         policy = Executor(app).claim_policy
         assert policy.holding(conn, "flow", clock.now())
+    assert policy.retry_seconds() == 5.0  # the worker claims again when the block ends
     assert claim(app, clock, job_id=job) == []
     clock.advance(5)
     assert claim(app, clock, job_id=job) == [job]

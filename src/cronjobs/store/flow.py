@@ -35,7 +35,7 @@ from ..models import cronjob_block as b
 from ..models import cronjob_flow_start as fs
 from ..models import cronjob_pause as p
 from ..models import cronjob_queue as q
-from .sql import bind, database_now, due, insert_ignore, now_sql, ph
+from .sql import bind, database_now, db_now, due, insert_ignore, now_sql, ph
 
 SCOPES = ("queue", "type", "task")
 # True while no pause and no block row is stored (the guard of `claim_hold_sql`).
@@ -232,6 +232,24 @@ def has_holds(conn: Connection, now: datetime | ColumnElement) -> bool:
     return (conn.execute(select(p.c.name).where(_live_pause(now)).limit(1)).first() is not None
             or conn.execute(select(b.c.id).where(b.c.until_at > now).limit(1)).first()
             is not None)
+
+
+def holds_end_in(conn: Connection, now: datetime | None) -> tuple[bool, float | None]:
+    """Whether any pause or block is live, and in how many seconds the soonest of those
+    with an end ends (None: none has one). `now`: naive UTC; None: the database's clock.
+    Two tiny reads."""
+    at = db_now(conn) if now is None else now
+    live, soonest = False, None
+    for table, cond in ((p, _live_pause(at)), (b, b.c.until_at > at)):
+        columns = [func.min(table.c.until_at), func.count()] + ([at] if now is None else [])
+        until, count, *then = conn.execute(select(*columns).where(cond)).one()
+        live = live or count > 0
+        if until is not None:
+            until, ref = (datetime.fromisoformat(v) if isinstance(v, str) else v
+                          for v in (until, then[0] if then else now))
+            left = max(0.0, (until - ref).total_seconds())
+            soonest = left if soonest is None else min(soonest, left)
+    return live, soonest
 
 
 @functools.lru_cache(maxsize=8)

@@ -59,7 +59,7 @@ from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
-from .flow import HOLDS_STORED_SQL, claim_hold_sql, has_holds, hold_params
+from .flow import HOLDS_STORED_SQL, claim_hold_sql, hold_params, holds_end_in
 from .sql import (
     bind,
     db_now,
@@ -221,12 +221,14 @@ class FlowPolicy(ClaimPolicy):
             return limited
         if getattr(self._local, "probe", None) == 0:  # nothing stored, as of the SELECT
             return False
-        return has_holds(conn, db_now(conn) if self.db_clock else now)
+        live, ends_in = holds_end_in(conn, None if self.db_clock else now)
+        self._waited(ends_in)
+        return live
 
     def retry_seconds(self) -> float | None:
-        """After a claim of this thread met a rate: seconds until the soonest start it was
-        refused is admitted (the worker claims again then); None when no rate held a row
-        it saw (a concurrency limit, a pause or a block: rows come free at no known time)."""
+        """After `holding`: seconds until the soonest start a rate refused is admitted, or
+        the soonest pause or block with an end ends (the worker claims again then); None
+        when neither is known (a full concurrency limit: rows come free at no known time)."""
         wait, self._local.wait = getattr(self._local, "wait", None), None
         return wait
 
