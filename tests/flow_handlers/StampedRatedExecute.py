@@ -1,0 +1,15 @@
+"""Test handler: at most 10 starts per rolling second, all workers together; returns the
+wall-clock time (`time.time()`, seconds) taken first thing in `handle`."""
+
+import time
+
+from cronjobs import CronJobHandler
+
+
+class StampedRatedExecute(CronJobHandler):
+    TYPE = "flow.stamped.execute"
+    RATE_LIMIT = "10/s"
+
+    def handle(self, payload, job):
+        started = time.time()
+        return {"success": True, "result": {"t": started}}
