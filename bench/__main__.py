@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import report
 
-SCENARIOS = ("dispatch", "tick", "latency", "throughput", "flow", "steady", "memory",
+SCENARIOS = ("dispatch", "tick", "latency", "throughput", "flow", "rate", "steady", "memory",
              "cleanup", "cli", "peers")
 
 

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 CASES = {
     "throughput": ["--backends", "mariadb"],
     "flow": [],
+    "rate": [],
     "steady": [],
     "latency": [],
     "dispatch": ["--backends", "mariadb,sqlite"],

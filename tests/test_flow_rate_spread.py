@@ -1,0 +1,61 @@
+"""RATE_LIMIT spreads the starts over the window: with `RATE_LIMIT = "10/s"`, three
+`cronjobs worker` processes (job processes, as in production) and 100 rows, at most 11
+handler starts fall in any rolling second, timestamps taken inside the handler (the claims
+are spaced 0.1 s apart, never more than 10 in a rolling second; a job process's start
+jitter may bring one more into a second). MariaDB and PostgreSQL, Redis broker. The five
+runs of 300 rows per backend are `make bench BENCH_ARGS="--only rate"`."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from cronjobs import queue
+from cronjobs.models import cronjob_queue as q
+from test_worker_e2e import worker
+
+pytestmark = [pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True),
+              pytest.mark.slow]
+
+FLOW_HANDLERS = str(Path(__file__).parent / "flow_handlers")
+STAMPED, ROWS = "flow.stamped.execute", 100
+
+
+def busiest_second(stamps: list[float]) -> int:
+    """The most of `stamps` (seconds) within any rolling second (half-open)."""
+    stamps = sorted(stamps)
+    return max(sum(1 for t in stamps[i:] if t - s < 1.0) for i, s in enumerate(stamps))
+
+
+def test_a_rate_spreads_handler_starts_across_three_workers(make_app, db_url, namespace,
+                                                             tmp_path):
+    app = make_app(handler_paths=(FLOW_HANDLERS,))
+    ids = queue.dispatch_many([{"type": STAMPED} for _ in range(ROWS)])
+    log = tmp_path / "workers.log"
+    with ExitStack() as stack:
+        for _ in range(3):
+            stack.enter_context(worker(db_url, namespace, log, threads=4, isolation="process",
+                                       CRONJOBS_HANDLER_PATHS=FLOW_HANDLERS))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with app.engine.connect() as conn:
+                done = conn.execute(sa.select(sa.func.count()).where(
+                    q.c.id.in_(ids), q.c.status == "completed")).scalar_one()
+            if done == ROWS:
+                break
+            time.sleep(0.5)
+    assert done == ROWS, log.read_text()[-3000:]
+    with app.engine.connect() as conn:
+        results = [json.loads(r) if isinstance(r, str) else r for (r,) in conn.execute(
+            sa.select(q.c.result_payload).where(q.c.id.in_(ids)))]
+        workers = conn.execute(sa.select(sa.func.count(q.c.worker_id.distinct())).where(
+            q.c.id.in_(ids))).scalar_one()
+    stamps = sorted(r["t"] for r in results)
+    assert busiest_second(stamps) <= 11
+    assert stamps[-1] - stamps[0] >= (ROWS - 1) * 0.1 - 0.1  # spaced, not bunched
+    assert workers == 3
