@@ -145,10 +145,14 @@ def test_rate_limit_spaces_starts_within_an_exact_rolling_window(make_app):
     rolling second; a refused claim tells when the next start is admitted."""
     app, clock = flow_app(make_app)
     ids = queue.dispatch_many([{"type": RatedExecute.TYPE} for _ in range(10)])
-    assert claim(app, clock) == ids[:1]
+    executor = Executor(app, "test:1")
+    with app.engine.begin() as conn:
+        taken = executor.claim_rows(conn, clock.now(), queue="flow", limit=4)
+        assert [row["id"] for row in taken] == ids[:1]
+        assert executor.claim_policy.holding(conn, "flow", clock.now())
+    assert executor.claim_policy.retry_seconds() == pytest.approx(0.333333)  # one spacing
     assert claim(app, clock) == []  # at the same instant: not two together
     clock.advance(0.333)
-    executor = Executor(app, "test:1")
     with app.engine.begin() as conn:
         assert executor.claim_rows(conn, clock.now(), queue="flow", limit=4) == []
         assert executor.claim_policy.holding(conn, "flow", clock.now())

@@ -202,6 +202,9 @@ class FlowPolicy(ClaimPolicy):
                 continue
             if room is not None:
                 budget.left[bucket] = room - 1
+                limits = self.type_limits.get(row["type"])
+                if limits is not None and limits.rate:  # its next start: one spacing on
+                    budget.wait[bucket] = spacing(limits.rate).total_seconds()
             if budget.queue_left is not None:
                 budget.queue_left -= 1
             taken.append(row)
