@@ -10,7 +10,7 @@ from sqlalchemy.engine import make_url
 
 from .. import heartbeat, store
 from ..app import App
-from ..flowstate import held_now
+from ..flowstate import held_now, held_text, held_totals, limit_text
 from ..slots import current_slot
 from ..tasks import task_infos
 from .check import Check
@@ -198,18 +198,17 @@ def overdue(app: App, check: Check) -> None:
 
 def flow(app: App, check: Check) -> None:
     """Pauses left on longer than `health_pause_warn_seconds`; due rows that waited longer
-    than `health_held_warn_seconds` behind a block or a full concurrency limit. Data: the
-    live pauses and blocks, and the held rows per reason (counts capped per statement)."""
+    than `health_held_warn_seconds` behind a block, a full concurrency limit or a rate
+    limit. Data: the live pauses and blocks, and the held rows per reason (`rate_limited`,
+    `limited`, `paused`, `blocked`; counts capped per statement)."""
     now, s = app.clock.now(), app.settings
     with app.engine.connect() as conn:
         pauses = store.flow.list_pauses(conn, now)
         blocks = store.flow.list_blocks(conn, now)
         held = held_now(app, conn, now, pauses, blocks)
-    totals = {reason: sum(h["rows"] for h in held if h["reason"] == reason)
-              for reason in store.held.REASONS}
-    check.data = {"pauses": len(pauses), "blocks": len(blocks), "held_rows": totals}
+    check.data = {"pauses": len(pauses), "blocks": len(blocks), "held_rows": held_totals(held)}
     check.message = (f"{len(pauses)} pause(s), {len(blocks)} block(s); held rows: "
-                     + ", ".join(f"{n} {reason}" for reason, n in totals.items()))
+                     + held_text(held))
     for p in pauses:
         age = _age(now, p["created_at"])
         if age > s.health_pause_warn_seconds:
@@ -220,9 +219,11 @@ def flow(app: App, check: Check) -> None:
     for h in held:
         age = _age(now, h["oldest_due_at"])
         if h["reason"] != "paused" and age is not None and age > s.health_held_warn_seconds:
+            limits = ", ".join(limit_text(lm, h["reason"]) for lm in h.get("limits", ()))
             check.problem(f"held:{h['queue']}:{h['type']}:{h['reason']}", "warn",
                           f"{h['rows']}{'+' if h['capped'] else ''} due row(s) of {h['type']} "
-                          f"in queue {h['queue']!r} are {h['reason']}; the oldest has waited "
+                          f"in queue {h['queue']!r} are {h['reason'].replace('_', '-')}"
+                          f"{f' ({limits})' if limits else ''}; the oldest has waited "
                           f"{age:.0f} s (warn after {s.health_held_warn_seconds:g} s)")
 
 
