@@ -156,8 +156,8 @@ def test_the_job_page_says_which_rate_it_waits_for_and_when_it_starts(make_app):
     page = " ".join(client.get(f"/jobs/{waiting[-1]}").get_data(as_text=True).split())
     said = page[page.index('id="waits-for"'):].split("</td>")[0]
     found = re.search(r"the rate limit 5/s of held\.chat\.execute</a>, next start in "
-                      r"~(\d+\.\d) s", said)
-    assert found, said
+                      r"~(\d+\.\d) s, (\d+) due rows ahead", said)
+    assert found and int(found[2]) == len(waiting) - 1, said
     next_in = float(found[1])
     assert 0 < next_in <= 1.0
     if next_in >= 0.15:  # not yet, by the claim's own rule
@@ -167,7 +167,7 @@ def test_the_job_page_says_which_rate_it_waits_for_and_when_it_starts(make_app):
     else:
         clock.advance(next_in + 0.05)
     assert claim(app, clock, "flow")
-    # a row of a free bucket waits for nothing; a row of a full concurrency limit says so
+    # a row of a free bucket waits for a slot; a row of a full concurrency limit says so
     add_row(app, type=PerChatExecute.TYPE, queue="flow", limit_key="a", status="running")
     add_row(app, type=PerChatExecute.TYPE, queue="flow", limit_key="a", status="running")
     full = add_row(app, type=PerChatExecute.TYPE, queue="flow", limit_key="a")
@@ -176,7 +176,8 @@ def test_the_job_page_says_which_rate_it_waits_for_and_when_it_starts(make_app):
     said = page[page.index('id="waits-for"'):].split("</td>")[0]
     assert "the concurrency limit 2 at once per chat of held.perchat.execute</a>, 2 running" \
         in said
-    assert 'id="waits-for"' not in client.get(f"/jobs/{free}").get_data(as_text=True)
+    page = " ".join(client.get(f"/jobs/{free}").get_data(as_text=True).split())
+    assert '<td id="waits-for">a free worker slot</td>' in page
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

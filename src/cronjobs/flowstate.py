@@ -161,11 +161,13 @@ def held_text(held: Iterable[Mapping]) -> str:
 
 
 def waits_for(app: App, conn: Connection, row: Mapping, now: datetime) -> list[dict]:
-    """The limits a due pending `row` (a dict with `status`, `scheduled_at`, `type`,
-    `queue`, `limit_key`) waits for at `now` (naive UTC), as the claim would find them:
-    `[{"kind": "concurrency", "limit": limit_views entry, "running": n} | {"kind":
-    "rate", "limit": ..., "next_in": seconds until the rate admits its next start}]`;
-    empty when nothing of its type's or queue's limits holds it now."""
+    """What a due pending `row` (a dict of its columns) waits for at `now` (naive UTC),
+    as the claim would find it: a full concurrency limit of its type's key or its queue
+    (`{"kind": "concurrency", "limit": limit_views entry, "running": n}`); a rate limit
+    that admits no start now, or fewer than the due rows ahead of it in its bucket
+    (`{"kind": "rate", "limit": ..., "next_in": seconds until it admits a start (0: now),
+    "ahead": (n, capped)}`); else a worker's free slot (`{"kind": "slot"}`). Empty for a
+    row that is not pending or not due."""
     if row["status"] != Status.PENDING or (row["scheduled_at"] or now) > now:
         return []
     types, queues = claim_limits(app)
@@ -175,17 +177,19 @@ def waits_for(app: App, conn: Connection, row: Mapping, now: datetime) -> list[d
                             (f"queue:{row['queue']}", queues.get(row["queue"]))):
         if limits is None or limiter not in views:
             continue
-        key = row["limit_key"] if limits.keyed else None
         if limits.concurrency:
             running = _running(conn, limiter, row, limits)
             if running >= limits.concurrency:
                 out.append({"kind": "concurrency", "limit": views[limiter], "running": running})
         if limits.rate:
+            bucket = "queue" if limiter.startswith("queue:") else "key" if limits.keyed else "type"
+            key = row["limit_key"] if bucket == "key" else None
             room = store.ratenow.rate_now(conn, limiter, limits.rate, now, key=key)
-            if not room.admits(key):
+            ahead = store.held.rows_ahead(conn, now, row, bucket=bucket)
+            if ahead[0] >= room.admits(key):
                 out.append({"kind": "rate", "limit": views[limiter],
-                            "next_in": room.next_start_in(key)})
-    return out
+                            "next_in": room.next_start_in(key), "ahead": ahead})
+    return out or [{"kind": "slot"}]
 
 
 def _running(conn: Connection, limiter: str, row: Mapping, limits: Limits) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from sqlalchemy import Connection, func, not_, select, true
+from sqlalchemy import Connection, and_, func, not_, or_, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..flowrules import Limits, Rate
@@ -30,6 +30,7 @@ from .sql import due
 
 HELD_CAP = 10_000
 KEYS_PER_STATEMENT = 500
+AHEAD_CAP = 1_000  # rows ahead of one row, on its Job page
 REASONS = ("paused", "blocked", "limited", "rate_limited")
 
 
@@ -87,6 +88,28 @@ def held_rows(conn: Connection, now: datetime, *, pauses: Iterable[Mapping],
     _queue_rate_limited(conn, out, now, dict(queue_rates or {}), free, cap)
     return [dict(queue=k[0], type=k[1], reason=k[2], **{**v, "limiters": sorted(v["limiters"])})
             for k, v in sorted(out.items())]
+
+
+def rows_ahead(conn: Connection, now: datetime, row: Mapping, *, bucket: str,
+               cap: int = AHEAD_CAP) -> tuple[int, bool]:
+    """The due rows of pending `row`'s queue that a claim takes before it (`priority`,
+    then `id`), in its rate bucket: `bucket` "queue" (the whole queue), "type" (its
+    type), "key" (its type and limit key). Reads at most `cap` + 1 through the claim's
+    index.
+
+    Returns:
+        `(n, capped)`, `capped` True when more than `cap` (n is then `cap`).
+    """
+    conds = [q.c.queue == row["queue"], due(now), or_(
+        q.c.priority < row["priority"], and_(q.c.priority == row["priority"], q.c.id < row["id"]))]
+    if bucket in ("type", "key"):
+        conds.append(q.c.type == row["type"])
+    if bucket == "key":
+        key = row["limit_key"]
+        conds.append(q.c.limit_key.is_(None) if key is None else q.c.limit_key == key)
+    inner = select(q.c.id).where(*conds).limit(cap + 1).subquery()
+    n = conn.execute(select(func.count()).select_from(inner)).scalar_one()
+    return min(n, cap), n > cap
 
 
 def oldest_held(rows: Iterable[Mapping], reasons: Iterable[str]) -> datetime | None:
