@@ -184,6 +184,7 @@ def test_the_job_page_says_which_rate_it_waits_for_and_when_it_starts(make_app):
 def test_the_overview_and_the_flow_page_say_why_due_rows_wait(make_app):
     app, clock = held_app(make_app)
     queue.dispatch_many([{"type": ChatExecute.TYPE} for _ in range(10)])
+    queue.dispatch_many([{"type": BulkExecute.TYPE} for _ in range(5)])  # no start yet
     due = 10 - len(claim(app, clock, "flow", limit=3))
     clock.advance(0.2)
     counted = held(app, clock)[("flow", ChatExecute.TYPE, "rate_limited")]
@@ -195,6 +196,8 @@ def test_the_overview_and_the_flow_page_say_why_due_rows_wait(make_app):
     free = f", {due - counted} waiting for a slot" if due > counted else ""
     assert f"{due} due:</a> {counted} rate-limited (5/s on held.chat.execute){free}</td>" \
         in why, why
+    why = page[page.index('data-held="bulk"'):].split("</tr>")[0]
+    assert "5 due:</a> 2 rate-limited (3/s on queue bulk), 3 waiting for a slot</td>" in why
     data = client.get("/api/overview").get_json()
     [flow] = [q for q in data["queues"] if q["queue"] == "flow"]
     assert flow["free"] == due - counted
@@ -202,5 +205,6 @@ def test_the_overview_and_the_flow_page_say_why_due_rows_wait(make_app):
     page = " ".join(client.get("/flow").get_data(as_text=True).split())
     held_table = page[page.index('id="held"'):].split("</table>")[0]
     assert 'data-reason="rate_limited"' in held_table
-    assert "rate-limited (5/s on held.chat.execute)" in held_table
+    assert '<td class="why">rate-limited (5/s)</td>' in held_table  # the type's own limit
     assert f'<td class="rows">{counted}</td>' in held_table
+    assert '<td class="why">rate-limited (3/s on queue bulk)</td>' in held_table
