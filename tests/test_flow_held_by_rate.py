@@ -8,7 +8,7 @@ On SQLite, MariaDB and PostgreSQL, with a frozen clock."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -208,3 +208,24 @@ def test_the_overview_and_the_flow_page_say_why_due_rows_wait(make_app):
     assert '<td class="why">rate-limited (5/s)</td>' in held_table  # the type's own limit
     assert f'<td class="rows">{counted}</td>' in held_table
     assert '<td class="why">rate-limited (3/s on queue bulk)</td>' in held_table
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_health_warns_about_rows_a_rate_limit_held_too_long(make_app):
+    from cronjobs.health import run_health
+
+    app, clock = held_app(make_app, health_held_warn_seconds=900)
+    for _ in range(8):
+        add_row(app, type=ChatExecute.TYPE, queue="flow", created_at=T0 - timedelta(minutes=20))
+    claim(app, clock, "flow")
+    clock.advance(0.1)
+    left = held(app, clock)[("flow", ChatExecute.TYPE, "rate_limited")]
+    assert left > 0
+    [flow] = [c for c in run_health(app).checks if c.name == "flow"]
+    assert flow.message == (f"0 pause(s), 0 block(s); held rows: {left} rate-limited (5/s on "
+                            f"{ChatExecute.TYPE}), 0 limited, 0 paused, 0 blocked")
+    [problem] = [p for p in flow.problems if p.key.startswith("held:")]
+    assert problem.key == f"held:flow:{ChatExecute.TYPE}:rate_limited"
+    assert problem.message.startswith(
+        f"{left} due row(s) of {ChatExecute.TYPE} in queue 'flow' are rate-limited (5/s on "
+        f"{ChatExecute.TYPE}); the oldest has waited 1200 s")
