@@ -62,10 +62,21 @@ def held_rows(conn: Connection, now: datetime, *, pauses: Iterable[Mapping],
         empty for a pause or block), sorted by queue, type, reason. A bucket's
         `rate_limited` rows are its due rows beyond the starts its rate admits now.
     """
-    pauses, blocks = list(pauses), list(blocks)
+    out: dict[tuple[str, str, str], dict] = {}
+    free = _paused_and_blocked(conn, out, now, list(pauses), list(blocks), cap)
+    _limited(conn, out, now, dict(concurrency or {}), free, cap)
+    _queue_limited(conn, out, now, dict(queue_concurrency or {}), free, cap)
+    _rate_limited(conn, out, now, dict(rates or {}), free, cap)
+    _queue_rate_limited(conn, out, now, dict(queue_rates or {}), free, cap)
+    return [dict(queue=k[0], type=k[1], reason=k[2], **{**v, "limiters": sorted(v["limiters"])})
+            for k, v in sorted(out.items())]
+
+
+def _paused_and_blocked(conn: Connection, out: dict, now: datetime, pauses: list[Mapping],
+                        blocks: list[Mapping], cap: int) -> dict:
+    """Count the rows paused, then those blocked; returns what the later reasons skip."""
     paused_queues = sorted({p["name"] for p in pauses if p["scope"] == "queue"})
     paused_types = sorted({p["name"] for p in pauses if p["scope"] == "type"})
-    out: dict[tuple[str, str, str], dict] = {}
     not_paused = _not_in(q.c.queue, paused_queues)
     for name in paused_queues:
         _add(conn, out, "paused", cap, q.c.queue == name, due(now))
@@ -80,14 +91,8 @@ def held_rows(conn: Connection, now: datetime, *, pauses: Iterable[Mapping],
     for name, chunk in _chunks(keys):
         _add(conn, out, "blocked", cap, q.c.status == Status.PENDING, q.c.type == name,
              q.c.limit_key.in_(chunk), due(now), not_paused)
-    free = {"paused_queues": paused_queues, "skip_types": set(paused_types) | set(blocked_whole),
+    return {"paused_queues": paused_queues, "skip_types": set(paused_types) | set(blocked_whole),
             "blocked_keys": keys, "limited_keys": {}, "full_queues": set()}
-    _limited(conn, out, now, dict(concurrency or {}), free, cap)
-    _queue_limited(conn, out, now, dict(queue_concurrency or {}), free, cap)
-    _rate_limited(conn, out, now, dict(rates or {}), free, cap)
-    _queue_rate_limited(conn, out, now, dict(queue_rates or {}), free, cap)
-    return [dict(queue=k[0], type=k[1], reason=k[2], **{**v, "limiters": sorted(v["limiters"])})
-            for k, v in sorted(out.items())]
 
 
 def rows_ahead(conn: Connection, now: datetime, row: Mapping, *, bucket: str,
