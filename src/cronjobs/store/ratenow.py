@@ -3,9 +3,9 @@ more starts of a bucket (a type's key, a queue) it admits now, and when it admit
 next one. The held-rows counts (`held`) and the Job page's "waits for the rate limit"
 ask here, so they say what the claim (`limiter.FlowPolicy`) would do.
 
-This is the one place outside the claim that applies the rate rule, and it applies it
-through the claim's own `limiter.start_counts`: when the rule changes there, `rate_now`
-follows (the time of the next start, below, is the only part read here).
+`rate_now` is the one place outside the claim that applies the rate rule, and it applies
+it through the claim's own `limiter.start_counts`; only the time of the next start is
+read here.
 """
 
 from __future__ import annotations
@@ -21,63 +21,60 @@ from ..models import cronjob_flow_start as fs
 from .limiter import NO_KEY, start_counts
 from .sql import name
 
-EVERY_KEY = object()  # `rate_now(key=...)`: count every key, no time of a next start
+EVERY_KEY = object()  # `rate_now(key=...)`: every key's room, no time of a next start
 
 
 @dataclass(frozen=True)
 class RateNow:
-    """A rate limit at `now` (`rate_now`).
+    """A rate limit at one instant (`rate_now`).
 
     Attributes:
-        rate: the limit.
-        now: naive UTC, the instant asked about.
-        starts: `{key (None: no key): starts in the window ending at now}`; a key that
-            is not here has none.
-        next_at: `{key: naive UTC}` when the asked key's next start is admitted, for a
-            key the rate admits nothing now.
+        fresh: the starts it admits now for a key with no start in its window.
+        admitted: `{key (None: no key): starts it admits now}` of the keys with starts in
+            the window.
+        next_in: `{key: seconds until it admits a start}`, for the key asked about when
+            it admits none now.
     """
 
-    rate: Rate
-    now: datetime
-    starts: Mapping[str | None, int]
-    next_at: Mapping[str | None, datetime]
+    fresh: int
+    admitted: Mapping[str | None, int]
+    next_in: Mapping[str | None, float]
 
     def admits(self, key: str | None) -> int:
-        """How many more starts of bucket `key` the rate admits at `now` (0: full)."""
-        return max(0, self.rate.count - self.starts.get(key, 0))
+        """How many more starts of bucket `key` the rate admits now (0: none)."""
+        return self.admitted.get(key, self.fresh)
 
     def next_start_in(self, key: str | None) -> float:
-        """Seconds from `now` until the rate admits a start of `key` (0 when it admits
-        one now; asked key only, see `rate_now`)."""
-        at = self.next_at.get(key)
-        return 0.0 if at is None or self.admits(key) else max(0.0, (at - self.now)
-                                                                   .total_seconds())
+        """Seconds until the rate admits a start of `key`: 0.0 when it admits one now."""
+        return 0.0 if self.admits(key) else self.next_in.get(key, 0.0)
 
 
 def rate_now(conn: Connection, limiter: str, rate: Rate, now: datetime, *,
              key: object = EVERY_KEY) -> RateNow:
-    """The starts of `limiter` (`"type:<type>"` or `"queue:<queue>"`, as the claim logs
-    them) in the rate's window at `now`, counted by `limiter.start_counts` (which also
-    deletes the entries older than the window, as every claim does).
+    """What `rate` of `limiter` (`"type:<type>"` or `"queue:<queue>"`, as the claim logs
+    its starts) admits at `now`, from the starts `limiter.start_counts` counts in the
+    window (it also deletes the entries older than the window, as every claim does).
 
     Args:
         rate: the limit of `limiter`.
         now: naive UTC.
-        key: one bucket (a limit key, None: no key) whose next start time to read too;
-            `EVERY_KEY` (default): counts only.
+        key: one bucket (a limit key; None: no key) whose next start time to read too;
+            `EVERY_KEY` (default): only what each key admits now.
 
     Returns:
         A `RateNow`.
     """
     counts = start_counts(conn, name(conn), limiter, now, rate.window_seconds)
-    next_at: dict[str | None, datetime] = {}
+    next_in: dict[str | None, float] = {}
     over = 0 if key is EVERY_KEY else counts.get(key, 0) - rate.count
     if over >= 0 and key is not EVERY_KEY:
-        # The window admits one more once its oldest start that fills it is window old.
+        # The window admits one more once the start that fills it is a window old.
         since = now - timedelta(seconds=rate.window_seconds)
         oldest = conn.execute(select(fs.c.started_at).where(
             fs.c.limiter == limiter, fs.c.limit_key == (NO_KEY if key is None else key),
             fs.c.started_at > since).order_by(fs.c.started_at).offset(over).limit(1)).scalar()
         if oldest is not None:
-            next_at[key] = oldest + timedelta(seconds=rate.window_seconds)
-    return RateNow(rate=rate, now=now, starts=dict(counts), next_at=next_at)
+            next_in[key] = max(0.0, (oldest - now).total_seconds() + rate.window_seconds)
+    return RateNow(fresh=rate.count,
+                   admitted={k: max(0, rate.count - n) for k, n in counts.items()},
+                   next_in=next_in)
