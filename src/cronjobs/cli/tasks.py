@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .base import Group, _app, _dump, _parse_time, _table, main
@@ -13,7 +15,10 @@ from .base import Group, _app, _dump, _parse_time, _table, main
                             "tasks start again only once the clock passes it (use a copy "
                             "of the database to try one).")
 def tick(now: str | None) -> None:
-    """Start every due task once (for a system cron line `* * * * * cronjobs tick`)."""
+    """Start every due task once (for a system cron line `* * * * * cronjobs tick`).
+
+    Exit status 1 when a task's slot could not be started (`skipped TASK: error (...)`;
+    the other tasks' slots start all the same), 2 when a handler is invalid."""
     from ..scheduler import tick as do_tick  # lazy: CLI start-up time
 
     at = _parse_time(now, "--now")
@@ -33,16 +38,30 @@ def tick(now: str | None) -> None:
             continue
         note = {"unavailable": " (module not installed)",
                 "buffered": " (a buffered slot waits already)"}.get(reason, "")
+        if task in report.errors:
+            note = f" ({report.errors[task]})"
         click.echo(f"skipped {task}: {reason}{note}")
+    if report.errors:
+        sys.exit(1)
 
 
 @main.command()
 def scheduler() -> None:
-    """Tick every minute (APScheduler) until SIGTERM/SIGINT."""
-    from ..scheduler import run_forever  # lazy: CLI start-up time
+    """Tick every minute (APScheduler) until SIGTERM/SIGINT.
+
+    Refused (exit 2, the line `cronjobs worker` and `cronjobs tick` give) when a handler is
+    invalid. SIGTERM lets a running tick end and stops ("scheduler: stopping; no new
+    ticks")."""
+    import logging  # lazy: CLI start-up time
+
+    from ..scheduler import run_forever
     from ..worker import Signals
 
-    run_forever(_app(), Signals().install().stop)
+    app = _app()
+    app.handlers.load()  # a bad handler: one line and exit 2 before anything starts
+    signals = Signals("scheduler: stopping; no new ticks",
+                      logging.getLogger("cronjobs.scheduler"), urgent=None)
+    run_forever(app, signals.install().stop)
 
 
 @main.group(cls=Group, invoke_without_command=True)
