@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .base import Group, _app, _dump, _parse_time, _table, main
+from .base import WIDE, Group, _app, _dump, _parse_time, _table, main
 
 
 @main.command()
@@ -64,10 +64,18 @@ def scheduler() -> None:
     run_forever(app, signals.install().stop)
 
 
+# `cronjobs tasks` on a terminal narrower than its table: TASK, FREQUENCY, ENABLED,
+# LAST_STATUS and NEXT_RUN_AT stay; these are added, the most wanted first, while they fit.
+TASKS_OPTIONAL = ["skip_reason", "last_run_at", "available", "limits", "paused", "skipped",
+                  "overlap", "last_job", "last_skipped", "buffered", "manual_status",
+                  "last_manual_at", "manual_job", "type", "source"]
+
+
 @main.group(cls=Group, invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@WIDE
 @click.pass_context
-def tasks(ctx: click.Context, as_json: bool) -> None:
+def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     """List tasks (default), or enable / disable / run one.
 
     LAST_RUN_AT, LAST_JOB, LAST_STATUS are the last scheduled run; LAST_MANUAL_AT,
@@ -76,7 +84,8 @@ def tasks(ctx: click.Context, as_json: bool) -> None:
     SKIPPED counts slots that started nothing, LAST_SKIPPED and SKIP_REASON (running,
     buffered, paused) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
     LIMITS are its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY; PAUSED names the live
-    pauses that hold it (`cronjobs pause`)."""
+    pauses that hold it (`cronjobs pause`). On a terminal the table fits its width
+    (--wide: every column)."""
     if ctx.invoked_subcommand is None:
         from ..taskrows import cli_row, task_rows  # lazy: CLI start-up time
 
@@ -85,7 +94,8 @@ def tasks(ctx: click.Context, as_json: bool) -> None:
             click.echo(_dump([r.as_dict() for r in found]))
             return
         rows = [cli_row(r) for r in found]
-        _table(rows, list(rows[0]) if rows else ["task"])
+        _table(rows, list(rows[0]) if rows else ["task"], TASKS_OPTIONAL if rows else None,
+               ("task",), wide)
 
 
 @tasks.command("enable")
