@@ -25,7 +25,6 @@ from cronjobs.health import alerts, run_health
 from cronjobs.models import cronjob_queue, cronjob_runtime
 from cronjobs.scheduler import tick
 from dashboard_helpers import recent_t0
-from dashboard_process import Dashboard
 from test_worker_e2e import wait_for
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
@@ -223,12 +222,3 @@ def test_cli_tick_names_the_failed_slot_and_exits_1(db_url, tmp_path):
     assert out.returncode == 1, out.stderr
     assert f"skipped test-keyless: error ({KEY_ERROR})" in out.stdout.splitlines()
     assert "started cronjobs-recoverstale slot" in out.stdout
-
-
-@SQLITE
-def test_sigterm_makes_the_dashboard_say_what_it_stops(db_url, tmp_path):
-    dashboard = Dashboard(cli_env(db_url, CRONJOBS_LOG_LEVEL="INFO"), tmp_path).wait_ready()
-    assert dashboard.stop() == 0
-    text = (tmp_path / "dashboard.log").read_text()
-    assert "received SIGTERM: dashboard: stopping; no new requests" in text, text
-    assert "no new jobs" not in text
