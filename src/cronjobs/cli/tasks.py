@@ -82,7 +82,7 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
     by the settings. OVERLAP is the handler's policy while its last run is still going;
     SKIPPED counts slots that started nothing, LAST_SKIPPED and SKIP_REASON (running,
-    buffered, paused) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
+    buffered, paused, error) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
     LIMITS are its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY; PAUSED names the live
     pauses that hold it (`cronjobs pause`). On a terminal the table fits its width
     (--wide: every column)."""
