@@ -224,3 +224,23 @@ def test_cli_tick_names_the_failed_slot_and_exits_1(db_url, tmp_path):
     assert out.returncode == 1, out.stderr
     assert f"skipped test-keyless: error ({KEY_ERROR})" in out.stdout.splitlines()
     assert "started cronjobs-recoverstale slot" in out.stdout
+
+
+@SQLITE
+def test_a_task_whose_frequency_gives_no_slot_fails_alone(make_app, caplog):
+    """A frequency written into the runtime row by hand that is no cron line: that task
+    has no slot to record; its error is reported and logged once, the others start."""
+    app = make_app(clock=FrozenClock(recent_t0()))
+    tick(app=app)
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_runtime.update().where(cronjob_runtime.c.task == "test-count")
+                     .values(frequency="every minute"))
+    caplog.set_level(logging.ERROR, "cronjobs.scheduler")
+    app.clock.advance(60)
+    reports = [tick(app=app), tick(app=app)]
+    for report in reports:
+        assert report.skipped["test-count"] == "error"
+        assert report.errors["test-count"].startswith("CronSimError: ")
+    assert "cronjobs-recoverstale" in {task for task, _, _ in reports[0].started}
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "task test-count"]  # once for this process
