@@ -79,6 +79,7 @@ class {base}Execute(CronJobHandler):
     TYPE = "{name}.execute"
     MAX_ATTEMPTS = 3      # a failure is retried after 2, then 4 minutes
     MAX_RUNTIME = 120     # seconds; a job running longer is killed and retried
+    EXAMPLE_PAYLOAD = {{"target": "example-1"}}  # the dashboard's Run now box shows it
 
     def handle(self, payload, job):
         target = payload.get("target")
