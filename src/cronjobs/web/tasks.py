@@ -83,8 +83,9 @@ def index():
 
 def _task_row(task: str) -> TaskRow:
     row = next((r for r in task_rows(cronjobs_app()) if r.task == task), None)
-    if row is None:
-        abort(404, f"unknown task {task!r}")
+    if row is None:  # handlers are loaded at the start: a task added since needs a restart
+        abort(404, f"unknown task {task!r} (a task whose handler was added after this "
+                   f"dashboard started appears once the dashboard is restarted)")
     return row
 
 
