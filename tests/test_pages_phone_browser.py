@@ -1,9 +1,10 @@
 """The pages on a 390 px phone and a 1280 px screen (Chromium driven by Playwright, one
 `cronjobs dashboard` process on SQLite): the charts' axis labels are at least 11 px as
 drawn (not an SVG text scaled down with its drawing), a worker id is one line (a long host
-name may wrap after a hyphen, never inside the pid), every Run now of the Tasks page is on
-screen and runs its task, the Run now box shows the handler's own example, and a pending
-job that ran once before says "No result yet." instead of an empty box."""
+name may wrap after a hyphen, never inside the pid), every Run now of the Tasks page and a
+running job's Stop on the Workers page are on screen (and Run now runs its task), the Run
+now box shows the handler's own example, and a pending job that ran once before says
+"No result yet." instead of an empty box."""
 
 from __future__ import annotations
 
@@ -152,7 +153,11 @@ def test_chart_labels_worker_ids_and_run_now(served, width, tmp_path):
                 assert worker["pidLines"] == 1, (path, worker)
                 if worker["id"] == WORKER:
                     assert worker["lines"] == 1, (path, worker)
-        page.screenshot(path=str(tmp_path / "job.png"), full_page=True)
+        page.goto(base + "/workers")
+        for part in ("#running a.stop", "#running td.elapsed", "#running td.what"):
+            box = page.locator(part).first.bounding_box()  # a running job's Stop on screen
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (part, box)
+        page.screenshot(path=str(tmp_path / "workers.png"), full_page=True)
 
         for lang in ("en", "tr"):
             page.goto(f"{base}/tasks?lang={lang}")
