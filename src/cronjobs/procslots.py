@@ -7,14 +7,14 @@ once and runs as soon as the process has loaded the handlers (its MAX_RUNTIME is
 from the process's ready signal). This module sends a job to an idle process (the one used
 last, so the others can retire), reads what comes back over its pipe (the ready signal,
 the job's outcome), kills a process silent past MAX_RUNTIME + grace (SIGKILL; the row gets
-a `timeout` outcome; so does a process found gone by its own kill timer, when this worker
-was frozen past that deadline) or whose job an operator stopped (`stopped`), ends a process idle
-for `job_process_idle_seconds`, and stops the fork server once no job process has lived
-for as long: an idle worker is its own process alone. A process that ended is not
-replaced until a row needs it; the first one after the fork server stopped starts it
-again. Every way a job ends here becomes an outcome of `cronjobs.outcome`, handed to the
-`report` callback; the loop that owns these slots
-(`pool.SlotPool`) decides when to wait and what to send.
+a `timeout` outcome, as it does for a process found gone by its own kill timer when this
+worker was frozen past that deadline) or whose job an operator stopped (`stopped`), ends
+a process idle for `job_process_idle_seconds`, and stops the fork server once no job
+process has lived for as long: an idle worker is its own process alone. A process that
+ended is not replaced until a row needs it; the first one after the fork server stopped
+starts it again. Every way a job ends here becomes an outcome of `cronjobs.outcome`,
+handed to the `report` callback; the loop that owns these slots (`pool.SlotPool`) decides
+when to wait and what to send.
 """
 
 from __future__ import annotations
