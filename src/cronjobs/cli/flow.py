@@ -177,7 +177,8 @@ def limits(as_json: bool) -> None:
         for b in blocks], ["id", "type", "limit_key", "until", "created_at", "reason"])
     _section("limits", [{k: "" if v is None else v for k, v in row.items()} for row in configured],
              ["scope", "name", "concurrency", "rate_limit", "limit_key"])
-    click.echo(f"HELD: {sum(h['rows'] for h in held_rows) or 'none'} due row(s)")
+    total = sum(h["rows"] for h in held_rows)
+    click.echo(f"HELD: {total} due row(s)" if total else "HELD: none")
     if held_rows:
         _table([dict(h, reason=h["reason"].replace("_", "-"),
                      rows=f"{h['rows']}{'+' if h['capped'] else ''}",
