@@ -17,7 +17,6 @@ from .app import App
 from .executor import flow_policy
 from .flowrules import Limits
 from .handler import task_name
-from .models import cronjob_queue as q
 from .status import Status
 
 # `cronjobs limits --json`'s "held" and health's flow data: this order, these names.
@@ -177,12 +176,12 @@ def waits_for(app: App, conn: Connection, row: Mapping, now: datetime) -> list[d
                             (f"queue:{row['queue']}", queues.get(row["queue"]))):
         if limits is None or limiter not in views:
             continue
+        bucket = "queue" if limiter.startswith("queue:") else "key" if limits.keyed else "type"
         if limits.concurrency:
-            running = _running(conn, limiter, row, limits)
+            running = store.held.running_in(conn, row, bucket=bucket, cap=limits.concurrency)
             if running >= limits.concurrency:
                 out.append({"kind": "concurrency", "limit": views[limiter], "running": running})
         if limits.rate:
-            bucket = "queue" if limiter.startswith("queue:") else "key" if limits.keyed else "type"
             key = row["limit_key"] if bucket == "key" else None
             room = store.ratenow.rate_now(conn, limiter, limits.rate, now, key=key)
             ahead = store.held.rows_ahead(conn, now, row, bucket=bucket)
@@ -190,16 +189,6 @@ def waits_for(app: App, conn: Connection, row: Mapping, now: datetime) -> list[d
                 out.append({"kind": "rate", "limit": views[limiter],
                             "next_in": room.next_start_in(key), "ahead": ahead})
     return out or [{"kind": "slot"}]
-
-
-def _running(conn: Connection, limiter: str, row: Mapping, limits: Limits) -> int:
-    """Rows running in `row`'s bucket of `limiter` (its type's key, or its queue)."""
-    if limiter.startswith("queue:"):
-        return store.views.capped_count(conn, q.c.queue == row["queue"],
-                                        q.c.status == Status.RUNNING, cap=limits.concurrency)[0]
-    counts = store.limiter.running_counts(conn, store.sql.name(conn), [row["type"]])
-    return sum(n for (_, key), n in counts.items()
-               if not limits.keyed or key == row["limit_key"])
 
 
 def pauses_holding(pauses: Iterable[Mapping], task: str | None, types: Iterable[str],

@@ -117,6 +117,21 @@ def rows_ahead(conn: Connection, now: datetime, row: Mapping, *, bucket: str,
     return min(n, cap), n > cap
 
 
+def running_in(conn: Connection, row: Mapping, *, bucket: str, cap: int) -> int:
+    """The rows running in `row`'s concurrency bucket (`bucket` as in `rows_ahead`), at
+    most `cap` counted (its limit: the index range read stops there)."""
+    conds = [q.c.status == Status.RUNNING]
+    if bucket == "queue":
+        conds.append(q.c.queue == row["queue"])
+    else:
+        conds.append(q.c.type == row["type"])
+    if bucket == "key":
+        key = row["limit_key"]
+        conds.append(q.c.limit_key.is_(None) if key is None else q.c.limit_key == key)
+    inner = select(q.c.id).where(*conds).limit(cap).subquery()
+    return conn.execute(select(func.count()).select_from(inner)).scalar_one()
+
+
 def oldest_held(rows: Iterable[Mapping], reasons: Iterable[str]) -> datetime | None:
     """The oldest `oldest_due_at` (naive UTC) of `held_rows` entries of `reasons`, or None."""
     wanted = set(reasons)
