@@ -155,9 +155,12 @@ def test_a_job_and_its_children_update_without_a_reload(served):
     assert page.locator("#elapsed").inner_text().startswith("Running for 4")
     assert page.locator("#result").count() == 0 and page.locator("#not-yet").is_visible()
     mark_page(page)
+    update(engine, [running], result_payload='{"ok": true}')
     finish(engine, [running])
     page.wait_for_selector("h1 .st-completed", timeout=WAIT_MS)
     assert page.locator("#result").count() == 1 and not_reloaded(page)
+    assert json.loads(page.locator("pre#result").inner_text()) == {"ok": True}
+    assert page.locator("#no-log").inner_text() == "No process log."  # not an empty box
 
 
 def test_a_tasks_page_shows_its_history_and_runs_it_with_a_payload(served):

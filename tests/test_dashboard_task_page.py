@@ -136,3 +136,32 @@ def test_run_now_takes_a_payload_and_refuses_one_that_is_not_an_object(app):
             deep = {"a": deep}
         run_now("test-count", payload=deep, again=True, app=app)
     assert count(app) == 1
+
+
+@SQLITE
+def test_run_now_shows_the_handlers_own_example_payload(app):
+    """The Run now box's placeholder is the handler's EXAMPLE_PAYLOAD, `{}` without one
+    (not one task's example on every task)."""
+    from cronjobs import CronJobHandler
+
+    class ExampleExecute(CronJobHandler):
+        TYPE = "test.example.execute"
+        EXAMPLE_PAYLOAD = {"chat_id": 42, "text": "Grüße <b>"}
+
+        def handle(self, payload, job):
+            return True
+
+    app.handlers.register(ExampleExecute.TYPE, ExampleExecute)
+    client = web_client(app)
+    box = page(client, "/tasks/test-example").split('id="payload"', 1)[1].split(">", 1)[0]
+    assert html.unescape(re.search(r'placeholder="([^"]*)"', box)[1]) == \
+        '{"chat_id": 42, "text": "Grüße <b>"}'
+    other = page(client, "/tasks/test-count").split('id="payload"', 1)[1].split(">", 1)[0]
+    assert 'placeholder="{}"' in other and "Ada" not in other
+
+
+@SQLITE
+def test_an_unknown_task_says_a_new_handler_needs_a_restart(app):
+    text = page(web_client(app), "/tasks/added-later", 404)
+    assert "unknown task &#39;added-later&#39;" in text
+    assert "appears once the dashboard is restarted" in text

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,15 +44,49 @@ def test_the_pages_that_promise_runnable_blocks_have_them():
     assert sum(len(blocks(p)) for p in PAGES) >= 9
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
-def test_runnable_blocks_run_as_written(page, tmp_path):
+def docs_env(**extra: str) -> dict:
+    """A reader's environment: this venv's commands first, no CRONJOBS_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONJOBS_")}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["CRONJOBS_LOG_LEVEL"] = "WARNING"
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_runnable_blocks_run_as_written(page, tmp_path):
+    run_blocks(page, tmp_path, docs_env())
+
+
+def test_the_tutorial_runs_in_a_folder_inside_the_checkout_without_pytest_timeout():
+    """A reader whose project folder sits inside a cronjobs checkout (below its
+    pyproject.toml, whose pytest settings name pytest-timeout's `timeout`) and whose venv
+    has pytest but no pytest-timeout (`-p no:timeout` stands for that venv): every block
+    passes, the test step too (the handler folder's own pytest.ini is the rootdir). The
+    same page outside the checkout is `test_runnable_blocks_run_as_written[tutorial.md]`;
+    both folders are also run with that venv here."""
+    env = docs_env(PYTEST_ADDOPTS="-p no:timeout")
+    (ROOT / "build").mkdir(exist_ok=True)  # git-ignored
+    inside = Path(tempfile.mkdtemp(prefix="tutorial-", dir=ROOT / "build"))
+    outside = Path(tempfile.mkdtemp(prefix="tutorial-"))
+    try:
+        for folder in (inside, outside):
+            run_blocks(DOCS / "tutorial.md", folder, env)
+            out = subprocess.run([sys.executable, "-m", "pytest", "handlers/test_disk_free.py"],
+                                 cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert f"rootdir: {folder / 'handlers'}" in out.stdout, out.stdout
+            assert "configfile: pytest.ini" in out.stdout and "2 passed" in out.stdout
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def run_blocks(page: Path, folder: Path, env: dict) -> None:
+    """Run the runnable blocks of `page` in `folder`, in order, as a reader would type them."""
     for n, block in enumerate(blocks(page), 1):
         code, where = block["code"], f"{page.name} block {n} ({block['lang']})"
         if block["path"]:
-            target = tmp_path / block["path"]
+            target = folder / block["path"]
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(code, encoding="utf-8")
             continue
@@ -60,7 +96,7 @@ def test_runnable_blocks_run_as_written(page, tmp_path):
             args = [sys.executable, "-c", code]
         else:
             raise AssertionError(f"{where}: cannot run a {block['lang']!r} block")
-        out = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,
+        out = subprocess.run(args, cwd=folder, env=env, capture_output=True, text=True,
                              timeout=300)
         assert out.returncode == 0, f"{where} failed:\n{code}\n--- stdout\n{out.stdout}" \
                                     f"\n--- stderr\n{out.stderr}"

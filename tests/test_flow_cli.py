@@ -42,6 +42,7 @@ def test_pause_limits_resume_and_unblock(make_app, db_url, namespace):
     assert "BLOCKS: 1" in text.stdout and "FloodWait 300" in text.stdout
     blocks_header = text.stdout.split("BLOCKS: 1")[1].splitlines()[1]
     assert "CREATED_AT" in blocks_header and "UNTIL" in blocks_header
+    assert text.stdout.rstrip().endswith("HELD: none")  # no due row waits
     data = json.loads(run_cli(["limits", "--json"], env).stdout)
     assert sorted((p["scope"], p["name"], p["reason"]) for p in data["pauses"]) == [
         ("queue", "mail", None), ("task", "nightly-report", "quiet")]

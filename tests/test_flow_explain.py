@@ -1,8 +1,9 @@
 """The flow-control reads (the Pauses & blocks page, the Tasks pages' pause state, the
 held-rows gauge of /metrics and the `flow` health check) use an index: with 30,000 rows on
 MariaDB, a paused queue, a paused type, blocked keys, a blocked whole type and a
-concurrency-limited type with running rows, EXPLAIN of every SELECT on `cronjob_queue` they
-run shows no full table scan and no full index scan over more than 1,000 rows."""
+concurrency- and rate-limited type with running rows, EXPLAIN of every SELECT on
+`cronjob_queue` they run shows no full table scan and no full index scan over more than 1,000
+rows."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from test_dashboard_explain import ROWS, _bench
 
 
 class MailExecute(CronJobHandler):
-    """The bench's mail rows, one at a time per recipient."""
+    """The bench's mail rows, one at a time and 10 a second per recipient."""
 
     TYPE = "bench.mail.execute"
     CONCURRENCY = 1
+    RATE_LIMIT = "10/s"
     LIMIT_KEY = "to"
 
     def handle(self, payload, job):
@@ -56,6 +58,8 @@ def test_every_flow_query_uses_an_index(make_app):
     with app.engine.begin() as conn:
         conn.exec_driver_sql("UPDATE cronjob_queue SET limit_key = CONCAT('to-', MOD(id, 7)) "
                              "WHERE type = 'bench.mail.execute'")
+        conn.exec_driver_sql("UPDATE cronjob_queue SET limit_key = 'to-free' WHERE type = "
+                             "'bench.mail.execute' AND status = 'pending' AND MOD(id, 2) = 0")
         conn.exec_driver_sql("ANALYZE TABLE cronjob_queue").all()
         store.flow.pause(conn, "queue", "maintenance", now=now, by="ops@h")
         store.flow.pause(conn, "type", "bench.sync.discover", now=now, by="ops@h")
@@ -83,6 +87,7 @@ def test_every_flow_query_uses_an_index(make_app):
         sa.event.remove(engine, "before_cursor_execute", capture)
     held = flow.data["held_rows"]
     assert held["paused"] > 0 and held["blocked"] > 0 and held["limited"] > 0, held
+    assert held["rate_limited"] > 0, held  # key to-free: rows beyond 10 a second
     held_sql = [s for s, _ in captured if "limit_key" in s or "LIMIT" in s]
     assert len(held_sql) >= 5
     with app.engine.connect() as conn:

@@ -74,7 +74,7 @@ def test_health_warns_about_an_old_pause_and_rows_held_too_long(make_app):
     limited = problems[f"held:broadcast:{OneAtATimeExecute.TYPE}:limited"]
     assert limited.message.startswith("1 due row(s)")  # key A's; key B is free to start
     flow = next(c for c in run_health(app).checks if c.name == "flow")
-    assert flow.data["held_rows"] == {"paused": 1, "blocked": 2, "limited": 1}
+    assert flow.data["held_rows"] == {"rate_limited": 0, "limited": 1, "paused": 1, "blocked": 2}
 
     # younger than the settings: nothing to say; the held default queue is not "stuck"
     with app.engine.begin() as conn:

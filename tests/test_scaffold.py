@@ -35,7 +35,7 @@ def test_new_handler_writes_files_that_register_and_pass_their_test(tmp_path, di
     out = run_cli(args, env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     written = sorted(p.name for p in (tmp_path / "handlers").iterdir())
-    want = ["AcmeQuotaSyncExecute.py", "test_acme_quota_sync.py"]
+    want = ["AcmeQuotaSyncExecute.py", "pytest.ini", "test_acme_quota_sync.py"]
     assert written == sorted(want + (["AcmeQuotaSyncDiscover.py"] if discover else []))
     assert list((tmp_path / "more").iterdir()) == []  # only the first folder
     for name in written:
@@ -52,6 +52,23 @@ def test_new_handler_writes_files_that_register_and_pass_their_test(tmp_path, di
     ran = pytest_in(tmp_path, tmp_path / "handlers" / "test_acme_quota_sync.py")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert f"{3 if discover else 2} passed" in ran.stdout
+
+
+def test_the_folder_gets_one_pytest_ini_and_keeps_its_own(tmp_path):
+    """The first handler of a folder brings a pytest.ini (pytest's rootdir stops there);
+    the next one, or a folder with a pytest.ini of its own, keeps the file as it is."""
+    env = env_with(tmp_path, CRONJOBS_HANDLER_PATHS="handlers")
+    first = run_cli(["new-handler", "acme.one"], env, cwd=tmp_path)
+    assert "wrote handlers/pytest.ini" in first.stdout, first.stdout + first.stderr
+    ini = tmp_path / "handlers" / "pytest.ini"
+    assert ini.read_text().rstrip().endswith("[pytest]")
+    ini.write_text("[pytest]\naddopts = -vv\n")
+    second = run_cli(["new-handler", "acme.two"], env, cwd=tmp_path)
+    assert second.returncode == 0 and "pytest.ini" not in second.stdout, second.stdout
+    assert ini.read_text() == "[pytest]\naddopts = -vv\n"
+    ran = pytest_in(tmp_path, "handlers")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.count(" PASSED") == 4, ran.stdout  # its own addopts (-vv) applied
 
 
 def test_refuses_to_overwrite_and_writes_nothing(tmp_path):
@@ -94,7 +111,7 @@ def test_without_pytest_the_hint_names_the_testing_extra(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, "new-handler", "acme.greet"], env=env,
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "pip install 'cronjobs[testing]'" in out.stdout
+    assert f"pytest is not installed in this venv ({sys.prefix}): pip install pytest" in out.stdout
     assert "cronjobs[testing]" not in run_cli(["new-handler", "acme.other"], env,
                                               cwd=tmp_path).stdout  # pytest is here
     from importlib.metadata import metadata

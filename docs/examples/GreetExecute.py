@@ -7,6 +7,7 @@ class GreetExecute(CronJobHandler):
     TYPE = "tour.greet.execute"   # dotted; the last part is the stage
     MAX_ATTEMPTS = 3              # retried with backoff 2, 4, 8 ... minutes
     MAX_RUNTIME = 30              # seconds
+    EXAMPLE_PAYLOAD = {"name": "Ada"}  # the example in the dashboard's Run now box
 
     def handle(self, payload, job):
         name = payload.get("name")

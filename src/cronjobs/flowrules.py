@@ -96,6 +96,10 @@ def handler_limits(cls: type) -> Limits:
     if field is not None and (not isinstance(field, str) or not field.strip()):
         raise ValueError(f"LIMIT_KEY must be the name of a payload field (a non-empty "
                          f"string), got {field!r:.60}")
+    if field is not None and field != field.strip():  # a payload field named " chat_id"?
+        raise ValueError(f"LIMIT_KEY {field!r:.60} has spaces around the field name: no "
+                         f"payload field is named that way; write LIMIT_KEY = "
+                         f"{field.strip()!r:.60}")
     method = getattr(cls, "limit_key", None)
     if field is not None and method is not None:
         raise ValueError(f"set LIMIT_KEY ({field!r}) or define limit_key(payload), not both")

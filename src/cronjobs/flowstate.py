@@ -1,8 +1,8 @@
-"""Flow control as an operator sees it, for the dashboard, `health` and `/metrics`: the
-limits of each job type (its handler's CONCURRENCY, RATE_LIMIT, LIMIT_KEY) and of
-each queue (the settings' `[queues.<name>]`), the pauses that hold a task, and the rows
-held now (`store.held`, with the concurrency limits filled in from the handlers and the
-settings)."""
+"""Flow control as an operator sees it, for the dashboard, `health`, `cronjobs limits` and
+`/metrics`: the limits of each job type (its handler's CONCURRENCY, RATE_LIMIT, LIMIT_KEY)
+and of each queue (the settings' `[queues.<name>]`), the pauses that hold a task, the rows
+held now (`store.held`, with the limits the claim enforces: `executor.flow_policy`) and
+what a pending row waits for."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from sqlalchemy import Connection
 
 from . import store
 from .app import App
+from .executor import flow_policy
+from .flowrules import Limits
 from .handler import task_name
+from .status import Status
+
+# `cronjobs limits --json`'s "held" and health's flow data: this order, these names.
+HELD_ORDER = ("rate_limited", "limited", "paused", "blocked")
 
 
 @dataclass(frozen=True)
@@ -69,15 +75,121 @@ def queue_limits(app: App) -> dict[str, dict]:
     return out
 
 
+def claim_limits(app: App) -> tuple[dict[str, Limits], dict[str, Limits]]:
+    """The limits the claim enforces (`executor.flow_policy`): `({job type: Limits},
+    {queue: Limits})`, limited ones only."""
+    policy = flow_policy(app)
+    return dict(policy.type_limits), dict(policy.queue_limits)
+
+
+def limit_views(app: App) -> dict[str, dict]:
+    """Every limit by the claim's name for it (`type:<type>`, `queue:<queue>`): `{"scope":
+    "type" | "queue", "name", "concurrency" (N or None), "rate" ("5/s" or None), "per"
+    (the limit key field, "limit_key()" or None)}`, as the pages and `limits` word it."""
+    out = {f"type:{t.type}": {"scope": "type", "name": t.type, "concurrency": t.concurrency,
+                              "rate": t.rate_limit, "per": t.limit_key}
+           for t in type_limits(app) if t.limited}
+    for name, lim in queue_limits(app).items():
+        out[f"queue:{name}"] = {"scope": "queue", "name": name, "per": None,
+                                "concurrency": lim["concurrency"], "rate": lim["rate_limit"]}
+    return out
+
+
 def held_now(app: App, conn: Connection, now: datetime, pauses: Iterable[Mapping],
              blocks: Iterable[Mapping]) -> list[dict]:
-    """Due rows held now by `pauses`, `blocks` (as `store.flow` lists them) and full
-    concurrency limits of types and queues: `store.held.held_rows` entries."""
-    return store.held.held_rows(
+    """Due rows held now by `pauses`, `blocks` (as `store.flow` lists them), full
+    concurrency limits and rate limits of types and queues: `store.held.held_rows`
+    entries, each with `limits`: the `limit_views` of its `limiters`."""
+    types, queues = claim_limits(app)
+    held = store.held.held_rows(
         conn, now, pauses=pauses, blocks=blocks,
-        concurrency={t.type: t.concurrency for t in type_limits(app) if t.concurrency},
-        queue_concurrency={q: lim["concurrency"] for q, lim in queue_limits(app).items()
-                           if lim["concurrency"]})
+        concurrency={t: lm.concurrency for t, lm in types.items() if lm.concurrency},
+        queue_concurrency={n: lm.concurrency for n, lm in queues.items() if lm.concurrency},
+        rates={t: lm for t, lm in types.items() if lm.rate},
+        queue_rates={n: lm.rate for n, lm in queues.items() if lm.rate})
+    views = limit_views(app)
+    for entry in held:
+        entry["limits"] = [views[n] for n in entry["limiters"] if n in views]
+    return held
+
+
+def held_totals(held: Iterable[Mapping]) -> dict[str, int]:
+    """`{"rate_limited": n, "limited": n, "paused": n, "blocked": n}` of `held_now`
+    entries (rows, capped counts as counted)."""
+    held = list(held)
+    return {reason: sum(h["rows"] for h in held if h["reason"] == reason)
+            for reason in HELD_ORDER}
+
+
+def held_by_queue(held: Iterable[Mapping]) -> dict[str, list[dict]]:
+    """`held_now` entries summed per queue and reason: `{queue: [{"reason", "rows",
+    "capped", "limits"}]}`, reasons in `HELD_ORDER`, each limit once."""
+    out: dict[str, dict[str, dict]] = {}
+    for h in held:
+        entry = out.setdefault(h["queue"], {}).setdefault(
+            h["reason"], {"reason": h["reason"], "rows": 0, "capped": False, "limits": []})
+        entry["rows"] += h["rows"]
+        entry["capped"] = entry["capped"] or h["capped"]
+        entry["limits"] += [lm for lm in h.get("limits", ()) if lm not in entry["limits"]]
+    return {queue: [reasons[r] for r in HELD_ORDER if r in reasons]
+            for queue, reasons in sorted(out.items())}
+
+
+def limit_text(limit: Mapping, reason: str) -> str:
+    """A limit in words, for the CLI and health: `5/s on flow.chat`, `1/s per chat_id on
+    tg.send`, `30/s on queue broadcast`; a concurrency limit (`reason` "limited"): `2 at
+    once on ...`."""
+    what = limit["rate"] if reason == "rate_limited" else f"{limit['concurrency']} at once"
+    per = f" per {limit['per']}" if limit["per"] else ""
+    where = f"queue {limit['name']}" if limit["scope"] == "queue" else limit["name"]
+    return f"{what}{per} on {where}"
+
+
+def held_text(held: Iterable[Mapping]) -> str:
+    """The held rows in words, per reason: `8 rate-limited (5/s on flow.chat), 2
+    limited (2 at once per chat on tg.send), 0 paused, 0 blocked`."""
+    held = list(held)
+    parts = []
+    for reason in HELD_ORDER:
+        rows = [h for h in held if h["reason"] == reason]
+        texts = sorted({limit_text(lm, reason) for h in rows for lm in h.get("limits", ())})
+        n = sum(h["rows"] for h in rows)
+        parts.append(f"{n}{'+' if any(h['capped'] for h in rows) else ''} "
+                     f"{reason.replace('_', '-')}" + (f" ({', '.join(texts)})" if texts else ""))
+    return ", ".join(parts)
+
+
+def waits_for(app: App, conn: Connection, row: Mapping, now: datetime) -> list[dict]:
+    """What a due pending `row` (a dict of its columns) waits for at `now` (naive UTC),
+    as the claim would find it: a full concurrency limit of its type's key or its queue
+    (`{"kind": "concurrency", "limit": limit_views entry, "running": n}`); a rate limit
+    that admits no start now, or fewer than the due rows ahead of it in its bucket
+    (`{"kind": "rate", "limit": ..., "next_in": seconds until it admits a start (0: now),
+    "ahead": (n, capped)}`); else a worker's free slot (`{"kind": "slot"}`). Empty for a
+    row that is not pending or not due."""
+    if row["status"] != Status.PENDING or (row["scheduled_at"] or now) > now:
+        return []
+    types, queues = claim_limits(app)
+    views = limit_views(app)
+    out = []
+    for limiter, limits in ((f"type:{row['type']}", types.get(row["type"])),
+                            (f"queue:{row['queue']}", queues.get(row["queue"]))):
+        if limits is None or limiter not in views:
+            continue
+        bucket = "queue" if limiter.startswith("queue:") else "key" if limits.keyed else "type"
+        if limits.concurrency:
+            running = store.held.running_in(conn, row, bucket=bucket, cap=limits.concurrency)
+            if running >= limits.concurrency:
+                out.append({"kind": "concurrency", "limit": views[limiter], "running": running})
+        if limits.rate:
+            key = row["limit_key"] if bucket == "key" else None
+            room = store.ratenow.rate_now(conn, limiter, limits.rate, now, key=key,
+                                          db_clock=store.flow.uses_db_clock(app.clock))
+            ahead = store.held.rows_ahead(conn, now, row, bucket=bucket)
+            if ahead[0] >= room.admits(key):
+                out.append({"kind": "rate", "limit": views[limiter],
+                            "next_in": room.next_start_in(key), "ahead": ahead})
+    return out or [{"kind": "slot"}]
 
 
 def pauses_holding(pauses: Iterable[Mapping], task: str | None, types: Iterable[str],

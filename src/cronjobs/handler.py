@@ -169,6 +169,8 @@ class CronJobHandler:
             may instead define a method `limit_key(self, payload) -> str | None`. Rows
             without a key share the type's keyless limit. `raise RetryLater(delay,
             block="key")` blocks the row's key (docs/handlers.md, "Limits").
+        EXAMPLE_PAYLOAD: a payload this handler takes (a dict), shown as the example in
+            the dashboard's Run now box of its task; None (the default): `{}`.
         error / gateway_error / message: set one before returning `False` to give the
             row its error text.
     """
@@ -184,6 +186,7 @@ class CronJobHandler:
     RATE_LIMIT: ClassVar[str | None] = None
     LIMIT_KEY: ClassVar[str | None] = None
     OVERLAP: ClassVar[str] = "skip"
+    EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

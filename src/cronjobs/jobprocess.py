@@ -8,7 +8,9 @@ more (the worker imports it too). Each runs a job under `setitimer`: at
 MAX_RUNTIME a SIGALRM interrupts the handler, even inside a blocked system call
 (`time.sleep`, a socket read), its `finally` blocks run, the process reports `timeout` and
 exits — a job process is never reused after a timeout. A handler stuck where no signal
-reaches it (a C loop) is killed by the worker with SIGKILL a moment later.
+reaches it (a C loop, SIGALRM blocked) is killed `KILL_GRACE_SECONDS` later: by its
+worker with SIGKILL, and by its own kill timer (`killtimer.KillTimer`) should the worker
+be frozen — the process never outlives MAX_RUNTIME + grace, whatever its worker does.
 
 The fork server builds the App of the worker's settings once (`preloaded()`), handler
 registry loaded. A job process whose worker has the same settings (the `cronjobs worker`
@@ -48,6 +50,8 @@ from .config import Settings
 from .context import Runtime
 from .executor import call_handler
 from .handler import Job
+from .killtimer import KILL_GRACE_SECONDS, KillTimer
+from .killtimer import load as load_kill_timer
 from .outcome import Outcome, timeout, unsendable
 from .status import Reason
 
@@ -106,6 +110,7 @@ def preload() -> None:
         except Exception:  # never the fork server's end: each job process sets up its own
             pass
     _libc()
+    load_kill_timer()
     if LEAN_PYTHON:  # this process is a fork server: its loop calls it
         forkserver._serve_one = _serve_one
     gc.freeze()
@@ -292,14 +297,22 @@ def app_for(settings: Settings | None) -> App:
 
 
 def run_one(app: App, job: Job, max_runtime_seconds: float,
-            runtime: Runtime | None = None) -> tuple[Outcome, bool]:
-    """Run `job` under the alarm; returns `(outcome, keep_going)` — False after a timeout."""
+            runtime: Runtime | None = None,
+            kill_timer: KillTimer | None = None) -> tuple[Outcome, bool]:
+    """Run `job` under the alarm (SIGALRM at `max_runtime_seconds`) and, when given,
+    `kill_timer` (SIGKILL `KILL_GRACE_SECONDS` later, for a handler the alarm cannot
+    reach); returns `(outcome, keep_going)` — False after a timeout, when the process
+    ends (its kill timer stays armed: it ends by then at the latest)."""
+    if kill_timer is not None:
+        kill_timer.arm(max_runtime_seconds + KILL_GRACE_SECONDS)
     try:
         signal.setitimer(signal.ITIMER_REAL, max_runtime_seconds)
         try:
             outcome = call_handler(app, job, runtime, reraise=(RuntimeLimit,))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        if kill_timer is not None:
+            kill_timer.disarm()
         return outcome, True
     except RuntimeLimit:  # also one that fired just before the timer was cancelled
         return timeout(max_runtime_seconds, Reason.TIMEOUT_ALARM), False
@@ -321,14 +334,16 @@ def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None
     signal.signal(signal.SIGALRM, _on_alarm)
     logs.setup((settings if settings is not None else _PRELOADED.settings).log_level)
     app = app_for(settings)
+    kill_timer = KillTimer.create()  # per process: a fork does not inherit it
     conn.send(READY)
     try:
-        _serve_jobs(conn, app, runtime)
+        _serve_jobs(conn, app, runtime, kill_timer)
     finally:
         _send_rung()
 
 
-def _serve_jobs(conn: Connection, app: App, runtime: Runtime) -> None:
+def _serve_jobs(conn: Connection, app: App, runtime: Runtime,
+                kill_timer: KillTimer | None) -> None:
     me = os.getpid()
     while True:
         try:
@@ -337,7 +352,7 @@ def _serve_jobs(conn: Connection, app: App, runtime: Runtime) -> None:
             return
         if message is None:
             return
-        outcome, keep_going = run_one(app, *message, runtime)
+        outcome, keep_going = run_one(app, *message, runtime, kill_timer)
         if os.getpid() != me:
             # A handler forked and its child returned from handle() too: only the job
             # process answers (two answers on one pipe would be read as the next job's).

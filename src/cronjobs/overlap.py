@@ -23,7 +23,9 @@ that takes such rows back.
 
 A slot recorded as skipped never starts later in its period (a later tick in the same
 hour sees `last_skipped_slot` and does nothing), whatever the reason: `running`,
-`buffered`, or `paused` (a paused task; `record` takes the reason).
+`buffered`, `paused` (a paused task; `record` takes the reason), or `error` (the
+scheduler could not make the slot's job row: the handler's `limit_key` raised on the slot's
+payload, say; `Decision.detail` holds the error, logged at ERROR once per slot).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ log = logging.getLogger("cronjobs.scheduler")
 
 POLICIES = OVERLAPS
 DEFAULT = "skip"
-SKIP_REASONS = ("running", "buffered", "paused")
+SKIP_REASONS = ("running", "buffered", "paused", "error")
 
 START, SKIP, BUFFER, WAIT, NONE = "start", "skip", "buffer", "wait", "none"
 
@@ -57,11 +59,13 @@ class Decision:
             it as the task's buffered slot); `wait` (it is the buffered slot already);
             `none` (it was recorded as skipped before: nothing to do).
         reason: `running` / `buffered` for `skip`, `buffer` and `wait`; `skipped` for
-            `none`; None for `start`.
+            `none`; None for `start`; or one the caller gives (`paused`, `error`).
+        detail: the error of an `error` skip, one line; None otherwise.
     """
 
     action: str
     reason: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -193,8 +197,9 @@ def record(app: App, held: list[Held], now: datetime) -> None:
 
     skipped, buffered = run_in_transaction(app.engine, write)
     for h in skipped:
-        log.info("task %s slot %s skipped (%s)%s", h.info.task, h.slot.key,
-                 h.decision.reason, _because(h))
+        level = logging.ERROR if h.decision.reason == "error" else logging.INFO
+        log.log(level, "task %s slot %s skipped (%s)%s", h.info.task, h.slot.key,
+                h.decision.reason, _because(h))
     for h in buffered:
         log.info("task %s slot %s buffered: it starts when job %s and its family are done "
                  "(OVERLAP buffer_one)", h.info.task, h.slot.key, h.live_job)
@@ -209,6 +214,8 @@ def _because(h: Held) -> str:
                 f"{h.live_job} (OVERLAP buffer_one)")
     if h.decision.reason == "paused":
         return f": the task is paused (`cronjobs resume --task {h.info.task}`)"
+    if h.decision.reason == "error":
+        return f": its job row could not be made: {h.decision.detail}"
     return ""
 
 

@@ -7,13 +7,14 @@ once and runs as soon as the process has loaded the handlers (its MAX_RUNTIME is
 from the process's ready signal). This module sends a job to an idle process (the one used
 last, so the others can retire), reads what comes back over its pipe (the ready signal,
 the job's outcome), kills a process silent past MAX_RUNTIME + grace (SIGKILL; the row gets
-a `timeout` outcome) or whose job an operator stopped (`stopped`), ends a process idle
-for `job_process_idle_seconds`, and stops the fork server once no job process has lived
-for as long: an idle worker is its own process alone. A process that ended is not
-replaced until a row needs it; the first one after the fork server stopped starts it
-again. Every way a job ends here becomes an outcome of `cronjobs.outcome`, handed to the
-`report` callback; the loop that owns these slots
-(`pool.SlotPool`) decides when to wait and what to send.
+a `timeout` outcome, as it does for a process found gone by its own kill timer when this
+worker was frozen past that deadline) or whose job an operator stopped (`stopped`), ends
+a process idle for `job_process_idle_seconds`, and stops the fork server once no job
+process has lived for as long: an idle worker is its own process alone. A process that
+ended is not replaced until a row needs it; the first one after the fork server stopped
+starts it again. Every way a job ends here becomes an outcome of `cronjobs.outcome`,
+handed to the `report` callback; the loop that owns these slots (`pool.SlotPool`) decides
+when to wait and what to send.
 """
 
 from __future__ import annotations
@@ -280,7 +281,13 @@ class ProcessSlots:
             result = cut_off_by_shutdown()
         else:
             proc.process.join(0.5)  # reap it, so that its exit code is known
-            result = process_died(proc.process.exitcode, str(exc))
+            if proc.ended_by_own_deadline():  # its worker (this one) was frozen, or late
+                result = timeout(proc.max_runtime, Reason.TIMEOUT_KILLED)
+                log.warning("job %s: %s (its job process ended itself %g s after "
+                            "MAX_RUNTIME)", proc.job.id, result.error, KILL_GRACE_SECONDS,
+                            extra={"trace_id": proc.job.id})
+            else:
+                result = process_died(proc.process.exitcode, str(exc))
         self._ended(proc, result)
 
     def _answer(self, proc: JobProcess, job_id: int, result: Outcome, keep_going: bool) -> None:
@@ -290,7 +297,7 @@ class ProcessSlots:
                 log.error("job process answered for job %s while running job none; process "
                           "ended", job_id)
                 proc.kill()
-                self.procs.remove(proc)
+                self._leave(proc)
             else:
                 result = wrong_answer(job_id, job.id)
                 log.error("%s; process replaced", result.error)
@@ -304,7 +311,7 @@ class ProcessSlots:
             log.warning("job %s: %s", job.id, result.error, extra={"trace_id": job.id})
             proc.end()
             self._report(job, result, duration_ms)
-            self.procs.remove(proc)
+            self._leave(proc)
 
     def _overdue(self, proc: JobProcess) -> None:
         if not proc.ready:
@@ -323,6 +330,12 @@ class ProcessSlots:
         job = proc.job
         proc.kill()
         self._report(job, result, (time.monotonic() - proc.started_at) * 1000)
+        self._leave(proc)
+
+    def _leave(self, proc: JobProcess) -> None:
+        """`proc` has ended: out of its slot, and no longer `busy` (`serve` may still
+        hold it in its list of processes to check for their deadlines)."""
+        proc.state = "ended"
         self.procs.remove(proc)
 
     def _new(self) -> JobProcess:

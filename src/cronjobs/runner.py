@@ -7,8 +7,11 @@ outcome:
 
 - at MAX_RUNTIME the job process's own alarm (SIGALRM) interrupts the handler, even in a
   blocked system call; it reports `timeout after N s` and exits (`cronjobs.jobprocess`);
-- if no outcome comes `KILL_GRACE_SECONDS` later (a C loop that signals cannot reach), the
-  worker kills the process with SIGKILL, which always works.
+- if no outcome comes `KILL_GRACE_SECONDS` later (a C loop that signals cannot reach, a
+  handler that blocks SIGALRM), the worker kills the process with SIGKILL, which always
+  works; so does the process's own kill timer (`killtimer`), should the worker be frozen
+  (`kill -STOP`, a stuck host): a process gone by its own deadline is a `timeout` too
+  (`JobProcess.ended_by_own_deadline`), not a crash.
 
 Either way the row is retried or failed with `timeout after N s`, the process is replaced,
 and no second copy of the job can start while the first lives (the kill comes first; the
@@ -33,9 +36,12 @@ import functools
 import multiprocessing
 import os
 import pickle
+import signal
 import threading
 import time
 from typing import TYPE_CHECKING, Any
+
+from .killtimer import KILL_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -49,7 +55,6 @@ __all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
 _CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["cronjobs.preload"])
 START_TIMEOUT_SECONDS = 60
-KILL_GRACE_SECONDS = 2.0  # after MAX_RUNTIME, the alarm's turn before SIGKILL
 READY = "ready"  # what a job process sends once it can take jobs (`jobprocess.READY`)
 _LOCK = threading.Lock()  # job processes are not started while the fork server stops
 _LIVE: set[int] = set()  # ids of the JobProcess objects not yet killed, in this process
@@ -227,7 +232,8 @@ class JobProcess:
     `conn` becomes readable when the process is ready (after start-up: `READY`) and when a
     job's outcome is there; `read()` returns what came. States: `idle` (since
     `idle_since`, a `time.monotonic()`), `busy` (a job was sent; `ready` tells whether the
-    process has said `READY`, and so whether the job runs yet).
+    process has said `READY`, and so whether the job runs yet), `ended` (out of its slot:
+    its job ended with it).
 
     Args:
         settings: the worker's settings. When they equal the fork server's (the `cronjobs
@@ -252,6 +258,7 @@ class JobProcess:
         self.started_at = self.idle_since = time.monotonic()
         self.job: Job | None = None
         self.max_runtime = 0.0
+        self.sent_at = self.started_at  # when the job was sent: before its process got it
         self.deadline = self.started_at + START_TIMEOUT_SECONDS
 
     def start(self, job: Job, max_runtime_seconds: float) -> None:
@@ -260,7 +267,7 @@ class JobProcess:
         due within `START_TIMEOUT_SECONDS`."""
         self.job, self.state = job, "busy"
         self.max_runtime = max_runtime_seconds
-        self.started_at = time.monotonic()
+        self.started_at = self.sent_at = time.monotonic()
         if self.ready:
             self.deadline = self.started_at + max_runtime_seconds + KILL_GRACE_SECONDS
         else:
@@ -275,6 +282,15 @@ class JobProcess:
         if self.state == "busy":
             self.started_at = time.monotonic()
             self.deadline = self.started_at + self.max_runtime + KILL_GRACE_SECONDS
+
+    def ended_by_own_deadline(self) -> bool:
+        """Whether the process, now ended (`process.exitcode` known), was killed by its
+        own kill timer (`killtimer`): by SIGKILL, at least MAX_RUNTIME +
+        `KILL_GRACE_SECONDS` after its job was sent, which is before the process armed the
+        timer, so a process that did end that way is never taken for a crash. A SIGKILL
+        from elsewhere that late (the OOM killer) counts as the timeout it would have met."""
+        return (self.process.exitcode == -signal.SIGKILL and time.monotonic() - self.sent_at
+                >= self.max_runtime + KILL_GRACE_SECONDS)
 
     def read(self) -> Any:
         """What the process sent: `READY`, or `(job id, outcome, keep_going)`.

@@ -2,7 +2,10 @@
 
 `files(name, discover)` builds them in memory; `write(folder, files)` writes them all or
 nothing (it refuses to overwrite). The generated test passes as generated, so a new
-handler starts from green.
+handler starts from green, wherever the folder is: `write_pytest_ini(folder)` gives the
+folder a `pytest.ini` of its own (when it has none), which makes it pytest's rootdir, so
+the settings of a `pyproject.toml` in a folder above (a cronjobs checkout's asks for
+pytest-timeout) do not apply to these tests.
 """
 
 from __future__ import annotations
@@ -67,6 +70,28 @@ def write(folder: str | Path, contents: dict[str, str]) -> list[Path]:
     return paths
 
 
+def write_pytest_ini(folder: str | Path) -> Path | None:
+    """Write `folder/pytest.ini` unless it exists; returns its path, or None when kept.
+
+    pytest takes the first folder holding a `pytest.ini` (or a `pyproject.toml`, `tox.ini`,
+    `setup.cfg` with its section), from the tests' folder upwards, as its rootdir and reads
+    its settings there: this one stops the search at the handler folder.
+    """
+    path = Path(folder) / PYTEST_INI
+    if path.exists():
+        return None
+    path.write_text(_PYTEST_INI, encoding="utf-8")
+    return path
+
+
+PYTEST_INI = "pytest.ini"
+_PYTEST_INI = """# Written by `cronjobs new-handler`: pytest settings for the tests of this folder.
+# It makes this folder pytest's rootdir, so `python -m pytest <this folder>/test_x.py` does
+# not read the settings of a pyproject.toml or pytest.ini in a folder above (a cronjobs
+# checkout's asks for plugins your venv may not have). Add your own settings below.
+[pytest]
+"""
+
 _EXECUTE = '''"""{name}: does the work for one target (written by `cronjobs new-handler`)."""
 
 from cronjobs import CronJobHandler
@@ -79,6 +104,7 @@ class {base}Execute(CronJobHandler):
     TYPE = "{name}.execute"
     MAX_ATTEMPTS = 3      # a failure is retried after 2, then 4 minutes
     MAX_RUNTIME = 120     # seconds; a job running longer is killed and retried
+    EXAMPLE_PAYLOAD = {{"target": "example-1"}}  # the dashboard's Run now box shows it
 
     def handle(self, payload, job):
         target = payload.get("target")

@@ -8,6 +8,13 @@ skipped. Slots are ordered by their instants (`slots.slot_start`), never by thei
 cron fire in the second pass of a repeated DST hour has a key of its own
 (`202610250215+0100`) that sorts before the first pass's `202610250230` but comes later.
 
+One task never stops the others: a slot whose job row cannot be made (the handler's
+`limit_key` raises on the slot's payload `{"slot": key}`, say) is recorded as skipped with
+reason `error` (`overlap.record`, logged at ERROR once per slot; health's scheduler check
+fails while it is the task's latest slot), and every other due slot of the tick starts. A
+handler the worker would refuse (`CONCURRENCY = 0`, ...) stops the scheduler before its
+first tick (`run_forever`), as it stops `cronjobs worker` and `cronjobs tick`.
+
 The task list and its kill switch (`TaskInfo`, `task_infos`, `set_enabled`) live in
 `cronjobs.tasks`; they are re-exported here, where code written before that split looks.
 """
@@ -24,7 +31,7 @@ from . import dispatching, overlap, store
 from .app import App, current
 from .clock import as_utc
 from .db import run_in_transaction
-from .errors import DatabaseRefused
+from .errors import CronjobsError, DatabaseRefused
 from .slots import Slot, current_slot, is_cron, slot_start, slots_between
 from .tasks import TaskInfo, set_enabled, task_infos
 
@@ -50,7 +57,10 @@ class TickReport:
             family is still going: slot skipped and recorded), `buffered` (the slot waits
             as the task's buffered run, or is skipped because one waits already),
             `skipped` (the current slot was recorded as skipped by an earlier tick); `paused`
-            (the task is paused: `cronjobs pause --task`; the slot is recorded as skipped).
+            (the task is paused: `cronjobs pause --task`; the slot is recorded as skipped);
+            `error`: the slot's job row could not be made (`errors` says why; the slot is
+            recorded as skipped).
+        errors: task -> the one-line error of each `error` skip of this tick.
         buffered: the tasks of `skipped` whose `buffered` slot is the one that waits (it
             starts when the previous run's family ends), not one dropped.
     """
@@ -58,6 +68,7 @@ class TickReport:
     now: datetime
     started: list[tuple[str, str, int]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
     buffered: set[str] = field(default_factory=set)
 
 
@@ -75,17 +86,21 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     report = TickReport(now)
     due, paused = overlap.hold_paused(app, _due(app, now, report), now)
     due, held = overlap.hold_back(app, due)
-    held += paused
+    rows, failed = _slot_rows(app, due)
+    due = [(info, slot) for info, slot in due if info.task in rows]
+    held += paused + failed
     overlap.record(app, held, now)
     for h in held:
         report.skipped[h.info.task] = h.decision.reason
+        if h.decision.detail is not None:
+            report.errors[h.info.task] = h.decision.detail
         if h.decision.action in (overlap.BUFFER, overlap.WAIT):
             report.buffered.add(h.info.task)
-    started = _start_all(app, due, now)
+    started = _start_all(app, due, rows, now, report)
     for info, slot in due:
         job_id = started.get(info.task)
         if job_id is None:
-            report.skipped[info.task] = "lost-race"
+            report.skipped.setdefault(info.task, "lost-race")
             continue
         last = info.runtime["last_slot"]
         skipped = info.runtime.get("last_skipped_slot")
@@ -113,7 +128,13 @@ def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Sl
     for info in task_infos(app, full=False):
         if not info.frequency:
             continue
-        reason, slot = _skip_reason(app, info, now)
+        try:
+            reason, slot = _skip_reason(app, info, now)
+        except Exception as exc:  # e.g. a frequency stored by hand that no slot fits
+            report.skipped[info.task] = "error"
+            report.errors[info.task] = _one_line(exc)
+            _log_slotless_error(info.task, report.errors[info.task])
+            continue
         if reason is None:
             due.append((info, slot))
         else:
@@ -163,12 +184,58 @@ def _older_than_last(app: App, info: TaskInfo, slot: Slot, tz: str) -> bool:
     return True
 
 
-def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dict[str, int]:
+def _slot_rows(app: App, due: list[tuple[TaskInfo, Slot]]
+               ) -> tuple[dict[str, dict], list[overlap.Held]]:
+    """The job row of each due slot: `(task -> row, held)`, where `held` has an `error`
+    skip for each slot whose row could not be made (the others still start)."""
+    rows: dict[str, dict] = {}
+    failed: list[overlap.Held] = []
+    for info, slot in due:
+        try:
+            rows[info.task] = _slot_row(app, info, slot)
+        except Exception as exc:  # the handler's code (limit_key) or its names: this slot only
+            failed.append(overlap.Held(info, slot, overlap.Decision(
+                overlap.SKIP, "error", _one_line(exc)), None))
+    return rows, failed
+
+
+def slot_error(app: App, info: TaskInfo, slot_key: str) -> str | None:
+    """Why the job row of `info`'s slot `slot_key` cannot be made (one line), or None when
+    it can now (health: the text of a slot recorded as skipped for `error`)."""
+    try:
+        _slot_row(app, info, Slot(slot_key, app.clock.now(), app.clock.now()))
+    except Exception as exc:
+        return _one_line(exc)
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line of at most 300 characters (our errors say what failed; anything
+    else is named by its class)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if not isinstance(exc, CronjobsError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text[:300]
+
+
+_slotless_logged: dict[str, str] = {}  # task -> the error last logged for it (no slot to record)
+
+
+def _log_slotless_error(task: str, error: str) -> None:
+    """Log an error that left a task without a slot at all (nothing can be recorded), once
+    per task and error text in this process."""
+    if _slotless_logged.get(task) != error:
+        _slotless_logged[task] = error
+        log.error("task %s: no slot can be computed: %s", task, error)
+
+
+def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
+               now: datetime, report: TickReport) -> dict[str, int]:
     """Start the due slots of one tick in one transaction: claim every slot record, insert
-    the jobs of the slots won, note the runs; then ring each queue once. Returns task ->
-    job id for the slots this scheduler won (a lost slot logs at DEBUG only)."""
+    the jobs of the slots won (`rows`: task -> its slot's job row), note the runs; then
+    ring each queue once. Returns task -> job id for the slots this scheduler won (a lost
+    slot logs at DEBUG only)."""
     due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
-    rows = {info.task: _slot_row(app, info, slot) for info, slot in due}
 
     def claim_and_insert(conn) -> dict[str, int]:
         won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in due], now)
@@ -183,12 +250,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dic
     try:
         started = run_in_transaction(app.engine, claim_and_insert)
     except DatabaseRefused:  # e.g. a job row already holds a slot's key: one by one
-        started = {}
-        for info, slot in due:
-            job_id = _start(app, info, slot, now)
-            if job_id is not None:
-                started[info.task] = job_id
-        return started
+        return _start_each(app, due, rows, now, report)
     rung: set[str] = set()
     for info, slot in due:
         job_id = started.get(info.task)
@@ -205,16 +267,37 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime) -> dic
     return started
 
 
+def _start_each(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
+                now: datetime, report: TickReport) -> dict[str, int]:
+    """Start the due slots one transaction each (after the tick's batch was refused): a
+    slot the database refuses is an `error` of that task alone, tried again next tick."""
+    started = {}
+    for info, slot in due:
+        try:
+            job_id = _start(app, info, slot, rows[info.task], now)
+        except DatabaseRefused as exc:
+            report.skipped[info.task] = "error"
+            report.errors[info.task] = _one_line(exc)
+            log.error("task %s slot %s not started: the database refused it: %s", info.task,
+                      slot.key, report.errors[info.task])
+            continue
+        if job_id is not None:
+            started[info.task] = job_id
+    return started
+
+
 def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
-    """The job row of one slot of a task (its key makes a second row of the slot a no-op)."""
+    """The job row of one slot of a task (its key makes a second row of the slot a no-op).
+
+    Raises:
+        InvalidJob: the row cannot be made (the handler's `limit_key` raised, ...).
+    """
     return dispatching.build_row(app, info.type, {"slot": slot.key},
                                  title=f"{info.task} {slot.key}",
                                  idempotency_key=f"cronjobs:{info.task}:{slot.key}")
 
 
-def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
-    values = _slot_row(app, info, slot)
-
+def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) -> int | None:
     def claim_and_insert(conn) -> int | None:
         if not store.claim_slot(conn, info.task, slot.key, now):
             return None
@@ -234,9 +317,16 @@ def _start(app: App, info: TaskInfo, slot: Slot, now: datetime) -> int | None:
 def run_forever(app: App, stop: threading.Event | None = None, *, background: bool = False) -> Any:
     """Tick at second 0 of every minute with APScheduler until `stop` is set.
 
+    The handlers are loaded first: a handler the worker would refuse stops the scheduler
+    here, before its first tick, instead of failing every tick of every task.
+
     Args:
         background: start a BackgroundScheduler and return it instead of blocking.
+
+    Raises:
+        HandlerError, DuplicateHandlerType: a bad or conflicting handler class.
     """
+    app.handlers.load()
     # lazy: CLI start-up time (`cronjobs tick` and the dashboard's task pages need no APScheduler)
     from apscheduler.schedulers.background import BackgroundScheduler
     from apscheduler.triggers.cron import CronTrigger

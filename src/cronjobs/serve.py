@@ -33,7 +33,8 @@ def serve(app: App, host: str, port: int, slots: int = 4, *, shutdown_timeout: f
         shutdown_timeout: seconds running jobs may take to finish after SIGTERM.
         on_ready: called with the base URL once everything runs.
     """
-    signals = signals or Signals().install()
+    signals = signals or Signals("serve: stopping; no new ticks, no new jobs, finishing the "
+                                 "running ones", log).install()
     server, url, generated = open_server(app, host, port)
     web_thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
     web_thread.start()

@@ -34,7 +34,7 @@ class TaskRow:
         overlap: the handler's OVERLAP (`skip`, `buffer_one`, `allow`).
         skipped_count: slots that started nothing (overlap, pause), all time.
         last_skipped_slot, last_skipped_at, last_skip_reason: the last of them, when it
-            was skipped and why (`running`, `buffered`, `paused`).
+            was skipped and why (`running`, `buffered`, `paused`, `error`).
         buffered_slot: the slot a `buffer_one` task keeps waiting behind its running run.
         limits: its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY in words ("at most 2
             running per chat_id; 30/s"), "" when none is limited.

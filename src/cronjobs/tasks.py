@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from . import store
 from .app import App, current
+from .config.sources import did_you_mean
 from .db import run_in_transaction
 from .errors import HandlerNotFound
 
 log = logging.getLogger("cronjobs.scheduler")
-_warned: set[str] = set()  # unknown [tasks.x] names already reported by this process
+_warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
 
 _TICK_COLUMNS = ("frequency", "enabled", "last_slot", "last_run_at", "last_job_id",
                  "last_skipped_slot", "buffered_slot")
@@ -65,10 +66,10 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     with app.engine.connect() as conn:
         runtimes = store.list_runtimes(conn, columns)
     known = registry.tasks()
-    for task in set(app.settings.tasks) - set(known) - _warned:
-        _warned.add(task)
-        log.warning("[tasks.%s] in the settings names no registered task (tasks: %s)", task,
-                    ", ".join(sorted(known)))
+    for line in unknown_sections(app):
+        if line not in _warned:
+            _warned.add(line)
+            log.warning("%s", line)
     missing = [(task, job_type) for task, job_type in known.items() if task not in runtimes]
     if missing:  # tasks seen for the first time: one statement for all of them
         _add_runtimes(app, missing)
@@ -82,6 +83,22 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
                               _available(cls), runtime))
     return infos
+
+
+def unknown_sections(app: App) -> list[str]:
+    """The settings' `[tasks.x]` sections that name no registered task and `[queues.x]`
+    sections that name no queue of a registered handler (nor the default queue), one
+    warning line each, with a "did you mean" hint. A queue section is only warned of, not
+    refused: rows dispatched with `queue="x"` by code still obey it."""
+    tasks, queues = sorted(app.handlers.tasks()), app.queues()
+    lines = [f"[tasks.{name}] in the settings names no registered task"
+             f"{did_you_mean(name, tasks)} (tasks: {', '.join(tasks)})"
+             for name in sorted(set(app.settings.tasks) - set(tasks))]
+    lines += [f"[queues.{name}] in the settings names no queue of a registered handler"
+              f"{did_you_mean(name, queues)} (queues: {', '.join(queues)}); its limits apply "
+              f"only to rows dispatched to queue {name!r}"
+              for name in sorted(set(app.settings.queues) - set(queues))]
+    return lines
 
 
 def _add_runtimes(app: App, missing: list[tuple[str, str]]) -> None:

@@ -57,11 +57,25 @@ class Limits:
 
 
 class Signals:
-    """First SIGTERM/SIGINT sets `stop`; a second SIGINT also sets `urgent`."""
+    """First SIGTERM/SIGINT sets `stop`; a second SIGINT also sets `urgent`.
 
-    def __init__(self) -> None:
+    Args:
+        stopping: what the process says it stops, logged at the first signal (`received
+            SIGTERM: <stopping>`); the default is a worker's.
+        logger: the logger that says it (default `cronjobs.worker`).
+        urgent: what a second SIGINT does, logged (a process without running jobs:
+            None, "already stopping").
+    """
+
+    WORKER = "no new jobs; finishing the running ones"
+
+    def __init__(self, stopping: str = WORKER, logger: logging.Logger | None = None,
+                 urgent: str | None = "cutting running jobs off now") -> None:
         self.stop = threading.Event()
         self.urgent = threading.Event()
+        self.stopping = stopping
+        self.urgent_says = urgent or "already stopping"
+        self.log = logger or log
 
     def install(self) -> Signals:
         """Install the handlers (main thread only)."""
@@ -72,10 +86,10 @@ class Signals:
     def _on_signal(self, signum, _frame) -> None:
         name = signal.Signals(signum).name
         if self.stop.is_set() and signum == signal.SIGINT:
-            log.warning("second SIGINT: cutting running jobs off now")
+            self.log.warning("second SIGINT: %s", self.urgent_says)
             self.urgent.set()
         else:
-            log.info("received %s: no new jobs; finishing the running ones", name)
+            self.log.info("received %s: %s", name, self.stopping)
         self.stop.set()
 
 

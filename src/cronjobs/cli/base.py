@@ -209,8 +209,19 @@ def main() -> None:
     """
 
 
-def _table(rows: list[dict], columns: list[str]) -> None:
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
-    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+def _table(rows: list[dict], columns: list[str], optional: list[str] | None = None,
+           whole: tuple[str, ...] = (), wide: bool = False) -> None:
+    """Print a table, one line per row; given its `optional` columns (and not `wide`),
+    fitted to the terminal's width on a terminal (`cli.table.layout`)."""
+    from .table import layout, lines, terminal_width  # lazy: CLI start-up time
+
+    width = None if optional is None or wide else terminal_width()
+    shown, widths = layout(rows, columns, width, optional or (), whole)
+    for line in lines(rows, shown, widths):
+        click.echo(line)
+
+
+WIDE = click.option("--wide", is_flag=True,
+                    help="Every column, one line per row, however wide (on a terminal the "
+                         "table fits its width: some columns are left out, long cells wrap; "
+                         "piped output is always wide).")

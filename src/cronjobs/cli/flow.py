@@ -146,19 +146,31 @@ def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print pauses, blocks and limits as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print pauses, blocks, limits and held rows as JSON; \"held\" counts the "
+                   "held rows by reason: rate_limited, limited, paused, blocked.")
 def limits(as_json: bool) -> None:
-    """List the live pauses and blocks (who, when, why, until) and the configured limits
-    (handlers' CONCURRENCY / RATE_LIMIT / LIMIT_KEY, the [queues.<queue>] settings)."""
+    """List the live pauses and blocks (who, when, why, until), the configured limits
+    (handlers' CONCURRENCY / RATE_LIMIT / LIMIT_KEY, the [queues.<queue>] settings) and
+    the due rows they hold now, per queue, type and reason: rate-limited (beyond the
+    starts a rate limit admits now), limited (a full concurrency limit), paused, blocked."""
     from .. import store
+    from ..flowstate import HELD_ORDER, held_now, held_totals, limit_text
 
     app = _app()
     now = app.clock.now()
     with app.engine.connect() as conn:
         pauses, blocks = store.list_pauses(conn, now), store.list_blocks(conn, now)
+        held = held_now(app, conn, now, pauses, blocks)
     configured = configured_limits(app)
+    held_rows = [{"queue": h["queue"], "type": h["type"], "reason": h["reason"],
+                  "rows": h["rows"], "capped": h["capped"], "oldest_due_at": h["oldest_due_at"],
+                  "limits": [limit_text(lm, h["reason"]) for lm in h["limits"]]}
+                 for h in sorted(held, key=lambda h: (HELD_ORDER.index(h["reason"]),
+                                                      h["queue"], h["type"]))]
     if as_json:
-        click.echo(_dump({"pauses": pauses, "blocks": blocks, "limits": configured}))
+        click.echo(_dump({"pauses": pauses, "blocks": blocks, "limits": configured,
+                          "held": held_totals(held), "held_rows": held_rows}))
         return
     _section("pauses", [dict(p, until=_time(p["until"]) or "(until resumed)", created_at=_time(
         p["created_at"]), reason=p["reason"] or "") for p in pauses],
@@ -168,6 +180,13 @@ def limits(as_json: bool) -> None:
         for b in blocks], ["id", "type", "limit_key", "until", "created_at", "reason"])
     _section("limits", [{k: "" if v is None else v for k, v in row.items()} for row in configured],
              ["scope", "name", "concurrency", "rate_limit", "limit_key"])
+    total = sum(h["rows"] for h in held_rows)
+    click.echo(f"HELD: {total} due row(s)" if total else "HELD: none")
+    if held_rows:
+        _table([dict(h, reason=h["reason"].replace("_", "-"),
+                     rows=f"{h['rows']}{'+' if h['capped'] else ''}",
+                     oldest_due_at=_time(h["oldest_due_at"]), limits=", ".join(h["limits"]))
+                for h in held_rows], ["queue", "type", "reason", "rows", "oldest_due_at", "limits"])
 
 
 def configured_limits(app) -> list[dict]:

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import click
 
-from .base import _app, _dump, _table, main
+from .base import WIDE, _app, _dump, _table, main
 
 
 @main.command()
@@ -52,16 +52,23 @@ def _alembic_quiet(quiet: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
+# `list-handlers` on a terminal narrower than its table: TYPE, FREQUENCY, QUEUE, LIMITS
+# and AVAILABLE stay; these are added, the most wanted first, while they fit.
+HANDLERS_OPTIONAL = ["task", "max_runtime", "max_attempts", "source", "class"]
+
+
 @main.command("list-handlers")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_handlers(as_json: bool) -> None:
+@WIDE
+def list_handlers(as_json: bool, wide: bool) -> None:
     """Every registered handler: type, task, class, source, frequency, queue, attempts and
     runtime, flow-control limits, available.
 
     A cron macro is shown with its expansion (`@daily (0 0 * * *)`); the limits in words
     ("at most 2 running, 30/s per chat_id"; `--json`: `concurrency`, `rate_limit`,
     `limit_key`); a handler whose available() is False shows "module not installed" (its
-    task is not scheduled)."""
+    task is not scheduled). On a terminal the table fits its width (--wide: every
+    column)."""
     from registry import class_name  # lazy: CLI start-up time
 
     from ..flowstate import type_limits  # lazy: CLI start-up time
@@ -90,7 +97,7 @@ def list_handlers(as_json: bool) -> None:
         row["frequency"] = describe(row["frequency"])
         row["available"] = available_text(row["available"])
     _table(rows, ["type", "task", "class", "source", "frequency", "queue", "max_attempts",
-                  "max_runtime", "limits", "available"])
+                  "max_runtime", "limits", "available"], HANDLERS_OPTIONAL, ("type",), wide)
 
 
 def available_text(available: bool) -> str:

@@ -17,12 +17,13 @@ from .base import main
               help="Write here instead of the first handler folder (CRONJOBS_HANDLER_PATHS).")
 def new_handler(name: str, discover: bool, folder: str | None) -> None:
     """Write handler NAME (the type without its stage, e.g. acme.quota_sync) and a test
-    file into the first handler folder. Refuses to overwrite a file.
+    file into the first handler folder, and a pytest.ini there if it has none (its tests
+    then ignore the pytest settings of the folders above). Refuses to overwrite a file.
 
     The generated test passes as generated: python -m pytest FOLDER/test_NAME.py"""
     from ..app import current  # lazy: CLI start-up time
     from ..errors import ConfigError
-    from ..scaffold import files, write
+    from ..scaffold import files, write, write_pytest_ini
 
     contents = files(name, discover)  # check NAME before anything else
     if folder is None:
@@ -33,10 +34,16 @@ def new_handler(name: str, discover: bool, folder: str | None) -> None:
         folder = paths[0]
     for path in write(folder, contents):
         click.echo(f"wrote {path}")
+    ini = write_pytest_ini(folder)  # the tests run the same inside a checkout or outside
+    if ini is not None:
+        click.echo(f"wrote {ini}")
     test = next(p for p in contents if p.startswith("test_"))
     click.echo(f"next: cronjobs list-handlers; python -m pytest {folder}/{test}")
     if not _have_pytest():
-        click.echo("pytest is not installed here: pip install 'cronjobs[testing]'")
+        import sys  # lazy: CLI start-up time
+
+        click.echo(f"pytest is not installed in this venv ({sys.prefix}): pip install pytest "
+                   f"(the extra 'cronjobs[testing]' of a wheel brings it too)")
 
 
 def _have_pytest() -> bool:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from .base import Group, _app, _dump, _parse_time, _table, main
+from .base import WIDE, Group, _app, _dump, _parse_time, _table, main
 
 
 @main.command()
@@ -13,7 +15,10 @@ from .base import Group, _app, _dump, _parse_time, _table, main
                             "tasks start again only once the clock passes it (use a copy "
                             "of the database to try one).")
 def tick(now: str | None) -> None:
-    """Start every due task once (for a system cron line `* * * * * cronjobs tick`)."""
+    """Start every due task once (for a system cron line `* * * * * cronjobs tick`).
+
+    Exit status 1 when a task's slot could not be started (`skipped TASK: error (...)`;
+    the other tasks' slots start all the same), 2 when a handler is invalid."""
     from ..scheduler import tick as do_tick  # lazy: CLI start-up time
 
     at = _parse_time(now, "--now")
@@ -33,31 +38,54 @@ def tick(now: str | None) -> None:
             continue
         note = {"unavailable": " (module not installed)",
                 "buffered": " (a buffered slot waits already)"}.get(reason, "")
+        if task in report.errors:
+            note = f" ({report.errors[task]})"
         click.echo(f"skipped {task}: {reason}{note}")
+    if report.errors:
+        sys.exit(1)
 
 
 @main.command()
 def scheduler() -> None:
-    """Tick every minute (APScheduler) until SIGTERM/SIGINT."""
-    from ..scheduler import run_forever  # lazy: CLI start-up time
+    """Tick every minute (APScheduler) until SIGTERM/SIGINT.
+
+    Refused (exit 2, the line `cronjobs worker` and `cronjobs tick` give) when a handler is
+    invalid. SIGTERM lets a running tick end and stops ("scheduler: stopping; no new
+    ticks")."""
+    import logging  # lazy: CLI start-up time
+
+    from ..scheduler import run_forever
     from ..worker import Signals
 
-    run_forever(_app(), Signals().install().stop)
+    app = _app()
+    app.handlers.load()  # a bad handler: one line and exit 2 before anything starts
+    signals = Signals("scheduler: stopping; no new ticks",
+                      logging.getLogger("cronjobs.scheduler"), urgent=None)
+    run_forever(app, signals.install().stop)
+
+
+# `cronjobs tasks` on a terminal narrower than its table: TASK, FREQUENCY, ENABLED,
+# LAST_STATUS and NEXT_RUN_AT stay; these are added, the most wanted first, while they fit.
+TASKS_OPTIONAL = ["skip_reason", "last_run_at", "available", "limits", "paused", "skipped",
+                  "overlap", "last_job", "last_skipped", "buffered", "manual_status",
+                  "last_manual_at", "manual_job", "type", "source"]
 
 
 @main.group(cls=Group, invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@WIDE
 @click.pass_context
-def tasks(ctx: click.Context, as_json: bool) -> None:
+def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     """List tasks (default), or enable / disable / run one.
 
     LAST_RUN_AT, LAST_JOB, LAST_STATUS are the last scheduled run; LAST_MANUAL_AT,
     MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
     by the settings. OVERLAP is the handler's policy while its last run is still going;
     SKIPPED counts slots that started nothing, LAST_SKIPPED and SKIP_REASON (running,
-    buffered, paused) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
+    buffered, paused, error) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
     LIMITS are its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY; PAUSED names the live
-    pauses that hold it (`cronjobs pause`)."""
+    pauses that hold it (`cronjobs pause`). On a terminal the table fits its width
+    (--wide: every column)."""
     if ctx.invoked_subcommand is None:
         from ..taskrows import cli_row, task_rows  # lazy: CLI start-up time
 
@@ -66,7 +94,8 @@ def tasks(ctx: click.Context, as_json: bool) -> None:
             click.echo(_dump([r.as_dict() for r in found]))
             return
         rows = [cli_row(r) for r in found]
-        _table(rows, list(rows[0]) if rows else ["task"])
+        _table(rows, list(rows[0]) if rows else ["task"], TASKS_OPTIONAL if rows else None,
+               ("task",), wide)
 
 
 @tasks.command("enable")

@@ -59,6 +59,7 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     skip_resource_tracker()  # before `--processes N` forks: the children inherit it
     from .. import logs  # lazy: CLI start-up time
     from ..children import run_children
+    from ..tasks import unknown_sections
     from ..worker import Limits, connections_needed, run_worker
 
     app = _app(pool_size=connections_needed(slots) if processes == 1 else None)
@@ -72,6 +73,8 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     logs.add_daily_file(log_dir or app.settings.log_dir)
     for name in set(names) - set(app.queues()):
         click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
+    for line in unknown_sections(app):
+        click.echo(f"warning: {line}", err=True)
     if burst:
         _run_burst(app, names, slots, shutdown_timeout, isolation)
     limits = Limits(max_jobs=max_jobs, memory_mb=memory_limit, time_seconds=time_limit)

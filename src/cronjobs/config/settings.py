@@ -88,7 +88,7 @@ class Settings(BaseModel):
                     "(minutes).")
     lease_grace_seconds: float = Field(
         default=30, ge=0,
-        description="A running row's lease is its handler's MAX_RUNTIME plus this (seconds).")
+        description="A running row's lease is its MAX_RUNTIME plus this; keep above 2 s (seconds).")
     lease_renew_seconds: float = Field(
         default=10, gt=0,
         description="How often a worker renews the leases of the rows it runs (seconds).")

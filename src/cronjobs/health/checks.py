@@ -10,7 +10,8 @@ from sqlalchemy.engine import make_url
 
 from .. import heartbeat, store
 from ..app import App
-from ..flowstate import held_now
+from ..flowstate import held_now, held_text, held_totals, limit_text
+from ..scheduler import slot_error
 from ..slots import current_slot
 from ..tasks import task_infos
 from .check import Check
@@ -144,9 +145,14 @@ def workers(app: App, check: Check) -> None:
 
 
 def scheduler(app: App, check: Check) -> None:
-    """The scheduler's last tick that started work (`cronjob_runtime.last_run_at`)."""
+    """The scheduler's last tick that started work (`cronjob_runtime.last_run_at`), and the
+    tasks whose latest slot started nothing because its job row could not be made (skip
+    reason `error`): each fails until a slot of the task starts. Data: `failed_slots`,
+    task -> that slot's key."""
     now = app.clock.now()
-    periods = [_period(i.frequency, now, app.settings.timezone) for i in _scheduled(app)]
+    scheduled = _scheduled(app)
+    periods = [_period(i.frequency, now, app.settings.timezone) for i in scheduled]
+    failed = _failed_slots(app, scheduled)
     with app.engine.connect() as conn:
         last = store.views.last_tick_at(conn)
     if not periods:
@@ -155,7 +161,12 @@ def scheduler(app: App, check: Check) -> None:
     limit = max(180.0, 2 * min(periods))
     age = _age(now, last)
     check.data = {"last_tick_at": last.isoformat() + "Z" if last else None,
-                  "age_seconds": age, "limit_seconds": limit}
+                  "age_seconds": age, "limit_seconds": limit,
+                  "failed_slots": {task: slot for task, (slot, _) in failed.items()}}
+    for task, (slot, text) in failed.items():
+        check.problem(f"slot-error:{task}", "fail",
+                      f"task {task}: slot {slot} started nothing: its job row could not be "
+                      f"made ({text}); the other tasks run")
     if last is None:
         check.message = "the scheduler has never started a task"
         check.problem("scheduler", "fail", "the scheduler has never started a task "
@@ -166,6 +177,25 @@ def scheduler(app: App, check: Check) -> None:
                                            f"(limit {limit:.0f} s)")
     else:
         check.message = f"last tick {age:.0f} s ago"
+    if failed:
+        check.message += f"; {len(failed)} task(s) whose last slot failed"
+
+
+def _failed_slots(app: App, scheduled: list) -> dict[str, tuple[str, str]]:
+    """Task -> `(slot key, error)` for each task whose latest slot was skipped for
+    `error` after its last start. The error is made again from the handler as it is now
+    (the database keeps the reason word, not the text); the scheduler's log has it too."""
+    failed = {}
+    for info in scheduled:
+        rt = info.runtime
+        if rt.get("last_skip_reason") != "error" or rt.get("last_skipped_at") is None:
+            continue
+        if rt.get("last_run_at") is not None and rt["last_run_at"] >= rt["last_skipped_at"]:
+            continue  # a later slot started
+        slot = rt["last_skipped_slot"]
+        text = slot_error(app, info, slot) or "it can be made now: the next slot starts"
+        failed[info.task] = (slot, text)
+    return failed
 
 
 def overdue(app: App, check: Check) -> None:
@@ -198,18 +228,17 @@ def overdue(app: App, check: Check) -> None:
 
 def flow(app: App, check: Check) -> None:
     """Pauses left on longer than `health_pause_warn_seconds`; due rows that waited longer
-    than `health_held_warn_seconds` behind a block or a full concurrency limit. Data: the
-    live pauses and blocks, and the held rows per reason (counts capped per statement)."""
+    than `health_held_warn_seconds` behind a block, a full concurrency limit or a rate
+    limit. Data: the live pauses and blocks, and the held rows per reason (`rate_limited`,
+    `limited`, `paused`, `blocked`; counts capped per statement)."""
     now, s = app.clock.now(), app.settings
     with app.engine.connect() as conn:
         pauses = store.flow.list_pauses(conn, now)
         blocks = store.flow.list_blocks(conn, now)
         held = held_now(app, conn, now, pauses, blocks)
-    totals = {reason: sum(h["rows"] for h in held if h["reason"] == reason)
-              for reason in store.held.REASONS}
-    check.data = {"pauses": len(pauses), "blocks": len(blocks), "held_rows": totals}
+    check.data = {"pauses": len(pauses), "blocks": len(blocks), "held_rows": held_totals(held)}
     check.message = (f"{len(pauses)} pause(s), {len(blocks)} block(s); held rows: "
-                     + ", ".join(f"{n} {reason}" for reason, n in totals.items()))
+                     + held_text(held))
     for p in pauses:
         age = _age(now, p["created_at"])
         if age > s.health_pause_warn_seconds:
@@ -220,9 +249,11 @@ def flow(app: App, check: Check) -> None:
     for h in held:
         age = _age(now, h["oldest_due_at"])
         if h["reason"] != "paused" and age is not None and age > s.health_held_warn_seconds:
+            limits = ", ".join(limit_text(lm, h["reason"]) for lm in h.get("limits", ()))
             check.problem(f"held:{h['queue']}:{h['type']}:{h['reason']}", "warn",
                           f"{h['rows']}{'+' if h['capped'] else ''} due row(s) of {h['type']} "
-                          f"in queue {h['queue']!r} are {h['reason']}; the oldest has waited "
+                          f"in queue {h['queue']!r} are {h['reason'].replace('_', '-')}"
+                          f"{f' ({limits})' if limits else ''}; the oldest has waited "
                           f"{age:.0f} s (warn after {s.health_held_warn_seconds:g} s)")
 
 

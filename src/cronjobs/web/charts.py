@@ -3,7 +3,9 @@
 A chart is a row of columns; each column is a stack of segments (a value and the CSS class
 that colours it: `seg-completed`, `seg-failed`, ...), with a tooltip (`<title>`) and an
 optional label under it. Every text is escaped. The SVG scales to the width of its box
-(`viewBox`), so it fits a phone as well as a wide screen.
+(`viewBox`), so it fits a phone as well as a wide screen; its axis labels are HTML placed
+over and under it (in percent of its box), so they keep their size in CSS pixels however
+far the drawing is scaled down (a text inside the SVG shrinks with it: 5.6 px on a phone).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup
 
-WIDTH, HEIGHT = 720, 200  # the viewBox; the page scales it
-LEFT, BOTTOM, TOP = 44, 22, 8  # room for the axis labels
+WIDTH, HEIGHT = 720, 180  # the viewBox; the page scales it
+TOP, BOTTOM = 8, 1  # room for the top grid line's label and the base line
 
 
 @dataclass
@@ -56,7 +58,7 @@ def _number(value: float) -> str:
 
 
 def bars(columns: list[Column], *, label: str, unit: str = "", chart_id: str = "") -> Markup:
-    """An SVG bar chart of `columns`, oldest left.
+    """A bar chart of `columns`, oldest left: an `<svg>` with its axis labels around it.
 
     Args:
         columns: the columns, left to right.
@@ -65,30 +67,37 @@ def bars(columns: list[Column], *, label: str, unit: str = "", chart_id: str = "
         chart_id: the `id` of the `<svg>` (for links and tests).
 
     Returns:
-        The `<svg>` element; `data-total` holds the sum of every column (what a test or a
-        script can read without parsing the drawing).
+        A `<div class="chart-area">` holding the `<svg>` (whose `data-total` holds the sum
+        of every column: what a test or a script can read without parsing the drawing), the
+        value labels (`span.axis.y`) and the column labels (`span.axis.x`).
     """
     top = nice_max(max([c.total for c in columns] + [c.marker or 0 for c in columns] + [0]))
-    plot_w, plot_h = WIDTH - LEFT - 4, HEIGHT - BOTTOM - TOP
-    step = plot_w / max(1, len(columns))
+    plot_h = HEIGHT - BOTTOM - TOP
+    step = WIDTH / max(1, len(columns))
     gap = min(2.0, step * 0.2)
-    parts = [Markup('<svg class="chart" id="{}" viewBox="0 0 {} {}" role="img" aria-label="{}" '
+    parts = [Markup('<div class="chart-area"><div class="plot">'
+                    '<svg class="chart" id="{}" viewBox="0 0 {} {}" role="img" aria-label="{}" '
                     'data-total="{}">').format(chart_id, WIDTH, HEIGHT, label,
                                                _number(sum(c.total for c in columns))),
              Markup("<title>{}</title>").format(label)]
+    values = []
     for fraction in (0, 0.5, 1):
         y = TOP + plot_h * (1 - fraction)
-        parts.append(Markup('<line class="grid" x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}"/>'
-                            '<text class="axis" x="{}" y="{:.1f}" text-anchor="end">{}{}</text>')
-                     .format(LEFT, WIDTH - 4, y, y, LEFT - 4, y + 4, _number(top * fraction),
-                             unit))
+        parts.append(Markup('<line class="grid" x1="0" x2="{}" y1="{:.1f}" y2="{:.1f}"/>')
+                     .format(WIDTH, y, y))
+        values.append(Markup('<span class="axis y" style="top: {:.2f}%">{}{}</span>').format(
+            100 * y / HEIGHT, _number(top * fraction), unit))
+    for i, column in enumerate(columns):
+        parts.append(_column(column, i * step + gap / 2, step - gap, top, plot_h))
+    parts.append(Markup("</svg>"))
+    parts.extend(values)
+    parts.append(Markup('</div><div class="x-labels" aria-hidden="true">'))
     every = max(1, len(columns) // 6)
     for i, column in enumerate(columns):
-        parts.append(_column(column, LEFT + i * step + gap / 2, step - gap, top, plot_h))
         if column.label and i % every == 0:
-            parts.append(Markup('<text class="axis" x="{:.1f}" y="{}">{}</text>').format(
-                LEFT + i * step, HEIGHT - 6, column.label))
-    parts.append(Markup("</svg>"))
+            parts.append(Markup('<span class="axis x" style="left: {:.2f}%">{}</span>').format(
+                100 * i * step / WIDTH, column.label))
+    parts.append(Markup("</div></div>"))
     return Markup("").join(parts)
 
 

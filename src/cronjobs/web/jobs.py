@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 
 from .. import limits, operator, store
-from ..flowstate import pauses_holding
+from ..flowstate import pauses_holding, waits_for
 from ..handler import stage_of
 from ..models import STATUSES
 from ..status import Status
@@ -153,11 +153,12 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
     """What the Job page shows of row `job_id` (404 when there is none).
 
     Returns:
-        `{row, tab, summary, children, child_counts, handler_known, live, refresh, holds}`:
-        `live` while the row or one of its children is pending or running (the page
-        polls), `refresh` while it runs or is due within a minute (the page reloads
+        `{row, tab, summary, children, child_counts, handler_known, live, refresh, holds,
+        waits}`: `live` while the row or one of its children is pending or running (the
+        page polls), `refresh` while it runs or is due within a minute (the page reloads
         itself every 2 s when JavaScript is off), `holds` the pauses and blocks that hold
-        a pending row now (`_holds`).
+        a pending row now (`_holds`), `waits` the full limits a due row no pause or block
+        holds waits for (`flowstate.waits_for`).
     """
     app = cronjobs_app()
     now = app.clock.now()
@@ -170,13 +171,15 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
         cls = app.resolve(row["type"])
         summary = _summary(conn, cls, row) if tab == "results" else None
         holds = _holds(conn, row, now) if row["status"] == Status.PENDING else []
+        waits = [] if holds else waits_for(app, conn, row, now)
     busy_kids = any(kid_counts.get(s) for s in LIVE)
     refresh = row["status"] == Status.RUNNING or busy_kids or (
         row["status"] == Status.PENDING and (row["scheduled_at"] is None
                                         or row["scheduled_at"] <= now + timedelta(seconds=60)))
     return {"row": row, "tab": tab, "summary": summary, "children": kids,
             "child_counts": kid_counts, "handler_known": cls is not None,
-            "live": row["status"] in LIVE or busy_kids, "refresh": refresh, "holds": holds}
+            "live": row["status"] in LIVE or busy_kids, "refresh": refresh, "holds": holds,
+            "waits": waits}
 
 
 def _holds(conn, row: dict, now) -> list[dict]:

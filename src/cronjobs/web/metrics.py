@@ -193,9 +193,10 @@ def _held_gauge(held: list[dict], types: set[str], queues: set[str]) -> GaugeMet
         key = (h["queue"] if h["queue"] in queues else OTHER,
                h["type"] if h["type"] in types else OTHER, h["reason"])
         values[key] += h["rows"]
-    return _gauge("cronjobs_held_rows", "Due pending rows held by a pause, a block or a full "
-                  "concurrency limit, per queue, type and reason (capped at 10,000 per pause, "
-                  "blocked type or limited type).", ["queue", "type", "reason"], values)
+    return _gauge("cronjobs_held_rows", "Due pending rows held by a pause, a block, a full "
+                  "concurrency limit or a rate limit, per queue, type and reason (capped at "
+                  "10,000 per pause, blocked type or limited type or queue).",
+                  ["queue", "type", "reason"], values)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict) -> GaugeMetricFamily:

@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 from flask import Blueprint, current_app, jsonify, render_template
 from flask_babel import gettext as _
 
+from .. import store
+from ..flowstate import held_by_queue, held_now
 from ..heartbeat import LIVE_SECONDS
 from ..store import stats
 from . import charts
@@ -69,7 +71,10 @@ def snapshot() -> dict:
         `{"now", "minutes": [bucket] (60, oldest first), "hours": [bucket] (24),
         "last_hour"/"last_day": {"completed", "failed", "retried"}, "queues":
         stats.queue_stats(...), "busy": stats.busy(...)}`; a bucket is
-        `{"at", "completed", "failed", "retried"}` (see `stats.finished_buckets`).
+        `{"at", "completed", "failed", "retried"}` (see `stats.finished_buckets`). Each
+        queue also has `held` (why its due rows wait: `flowstate.held_by_queue`) and
+        `free` (its due rows nothing holds, which wait for a slot; None when `due` is
+        capped).
     """
     app = cronjobs_app()
     now = app.clock.now()
@@ -82,11 +87,24 @@ def snapshot() -> dict:
         minutes = stats.finished_buckets(conn, _floor(now, 60) - timedelta(minutes=59), 60, 60)
         hours = _hours(conn, now)
         snap = {"now": now, "minutes": minutes, "hours": hours, "last_hour": _total(minutes),
-                "last_day": _total(hours), "queues": stats.queue_stats(conn, now),
+                "last_day": _total(hours), "queues": _with_held(
+                    stats.queue_stats(conn, now), held_now(
+                        app, conn, now, store.flow.list_pauses(conn, now),
+                        store.flow.list_blocks(conn, now))),
                 "busy": stats.busy(conn, LIVE_SECONDS)}
     with _lock:
         _state()["snap"] = snap
     return snap
+
+
+def _with_held(queues: dict, held: list[dict]) -> dict:
+    """`stats.queue_stats` with each queue's `held` and `free` (see `snapshot`)."""
+    by_queue = held_by_queue(held)
+    for qs in queues["queues"]:
+        qs["held"] = by_queue.get(qs["queue"], [])
+        due, capped = qs["due"]
+        qs["free"] = None if capped else max(0, due - sum(h["rows"] for h in qs["held"]))
+    return queues
 
 
 def chart(buckets: list[dict], label_format: str, label: str, chart_id: str):

@@ -129,7 +129,8 @@ def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:
     """`cronjobs dashboard`: serve the pages until SIGTERM/SIGINT; returns 0."""
     from ..worker import Signals  # lazy: `cronjobs dashboard` alone loads no worker code
 
-    signals = signals or Signals().install()
+    signals = signals or Signals("dashboard: stopping; no new requests",
+                                 log, urgent=None).install()
     server, url, generated = open_server(app, host, port)
     thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
     thread.start()

@@ -83,8 +83,9 @@ def index():
 
 def _task_row(task: str) -> TaskRow:
     row = next((r for r in task_rows(cronjobs_app()) if r.task == task), None)
-    if row is None:
-        abort(404, f"unknown task {task!r}")
+    if row is None:  # handlers are loaded at the start: a task added since needs a restart
+        abort(404, f"unknown task {task!r} (a task whose handler was added after this "
+                   f"dashboard started appears once the dashboard is restarted)")
     return row
 
 
@@ -118,6 +119,18 @@ def duration_chart(runs: list[dict]):
                        chart_id="chart-durations")
 
 
+def example_payload(cls: type | None) -> str:
+    """The Run now box's placeholder: the handler's `EXAMPLE_PAYLOAD` as JSON, or `{}` (no
+    handler here, no example, or an example that is not a JSON object)."""
+    example = getattr(cls, "EXAMPLE_PAYLOAD", None)
+    if not isinstance(example, dict):
+        return "{}"
+    try:
+        return json.dumps(example, ensure_ascii=False)
+    except (TypeError, ValueError):  # a value JSON cannot hold
+        return "{}"
+
+
 def _task_page(task: str, error: str | None = None, payload_text: str = "", code: int = 200):
     app = cronjobs_app()
     row = _task_row(task)
@@ -129,8 +142,9 @@ def _task_page(task: str, error: str | None = None, payload_text: str = "", code
     zone = app.settings.timezone
     return render_template(
         "task.html", t=row, cls=cls, runs=runs, children=children, error=error,
-        payload_text=payload_text, zone=zone if row.frequency and is_cron(row.frequency)
-        else "UTC", fires=next_fires(row.frequency, page_now(), zone), stats=run_stats(runs),
+        payload_text=payload_text, example_payload=example_payload(cls),
+        zone=zone if row.frequency and is_cron(row.frequency) else "UTC",
+        fires=next_fires(row.frequency, page_now(), zone), stats=run_stats(runs),
         chart=duration_chart(runs), gone=_gone([row]), token=new_request_token(),
         flow=flows_of(app, [row])[row.task],
         payload_limit=limits.PAYLOAD_MAX_BYTES), code
