@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
-from sqlalchemy.sql import ColumnElement
 
 from .. import limits
 from ..clock import SystemClock
@@ -224,14 +223,6 @@ def due_queues(conn: Connection, now: datetime, *, queue: str | None = None,
     stmt = (select(q.c.queue, func.min(q.c.id)).where(due(now), q.c.type.in_(types or []))
             .group_by(q.c.queue))
     return {name: int(job_id) for name, job_id in conn.execute(stmt)}
-
-
-def has_holds(conn: Connection, now: datetime | ColumnElement) -> bool:
-    """Whether any pause or block is live at `now` (naive UTC, or `sql.db_now(conn)`: the
-    database's clock): two tiny reads."""
-    return (conn.execute(select(p.c.name).where(_live_pause(now)).limit(1)).first() is not None
-            or conn.execute(select(b.c.id).where(b.c.until_at > now).limit(1)).first()
-            is not None)
 
 
 def holds_end_in(conn: Connection, now: datetime | None) -> tuple[bool, float | None]:
