@@ -6,8 +6,10 @@ The figure is the most handler starts in any rolling second (half-open), the tim
 taken inside the handler (`time.time()` first thing in `handle`, returned as its result):
 what an API that counts its own window sees. Target: at most 11 (the claims are spaced
 1/rate apart and never more than 10 in a rolling second; a job process's start jitter may
-bring one more into a second). Also shown: the claims' own busiest second (`started_at`)
-and the rate achieved (rows over the span of their handler starts).
+bring one more into a second). Also shown: the claims' busiest second (`started_at`: the
+claiming worker's clock read just before its claim, so a wait for the limiter's lock may
+show one more than the start log holds) and the rate achieved (rows over the span of
+their handler starts; a little under 10/s: each start waits the whole 0.1 s).
 """
 
 from __future__ import annotations
