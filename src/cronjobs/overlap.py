@@ -150,7 +150,8 @@ def hold_paused(app: App, due: list, now: datetime) -> tuple[list, list[Held]]:
 
     Args:
         due: `(TaskInfo, Slot)` pairs the tick found due.
-        now: the tick's instant (naive UTC): a pause whose `--for` ended holds nothing.
+        now: the tick's instant (naive UTC): a pause whose `--for` ended holds nothing
+            (judged on the database's clock, `store.flow.judged_at`).
 
     Returns:
         `(start, held)`: the pairs of tasks not paused, and a `Held` for each paused one.
@@ -158,7 +159,8 @@ def hold_paused(app: App, due: list, now: datetime) -> tuple[list, list[Held]]:
     if not due:
         return due, []
     with app.engine.connect() as conn:
-        paused = {p["name"] for p in store.list_pauses(conn, now) if p["scope"] == "task"}
+        at = store.flow.judged_at(conn, app.clock, now)
+        paused = {p["name"] for p in store.list_pauses(conn, at) if p["scope"] == "task"}
     if not paused:
         return due, []
     return ([(info, slot) for info, slot in due if info.task not in paused],

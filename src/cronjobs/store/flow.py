@@ -59,6 +59,16 @@ def flow_now(conn: Connection, clock) -> datetime:
     return database_now(conn) if uses_db_clock(clock) else clock.now()
 
 
+def judged_at(conn: Connection, clock, at: datetime) -> datetime:
+    """`at` (naive UTC, an instant of `clock`: a tick's, maybe `tick --now`'s) moved onto
+    the database's clock when `uses_db_clock(clock)` (by the host's offset from it: one
+    round trip), so a host whose clock is off judges a pause's `until` as the others do;
+    `at` itself for an injected clock."""
+    if not uses_db_clock(clock):
+        return at
+    return at + (database_now(conn) - clock.now())
+
+
 def pause(conn: Connection, scope: str, name: str, *, now: datetime,
           until: datetime | None = None, reason: str | None = None, by: str) -> dict:
     """Pause queue, job type or task `name` (replacing its pause, if any): its rows wait
