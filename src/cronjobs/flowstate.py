@@ -183,8 +183,8 @@ def waits_for(app: App, conn: Connection, row: Mapping, now: datetime) -> list[d
                 out.append({"kind": "concurrency", "limit": views[limiter], "running": running})
         if limits.rate:
             key = row["limit_key"] if bucket == "key" else None
-            room = store.ratenow.rate_now(conn, limiter, limits.rate, now, key=key,
-                                          db_clock=store.flow.uses_db_clock(app.clock))
+            room = store.rates.rate_now(conn, limiter, limits.rate, now,
+                                        db_clock=store.flow.uses_db_clock(app.clock))
             ahead = store.held.rows_ahead(conn, now, row, bucket=bucket)
             if ahead[0] >= room.admits(key):
                 out.append({"kind": "rate", "limit": views[limiter],

@@ -9,8 +9,8 @@
   claims), `workers` (heartbeats), and the dashboard's `views`, `queues` (reads per
   queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`;
   `flow` (pauses, blocks, what waits behind them), `held` (the rows they hold, bounded,
-  for metrics, health and the dashboard), `ratenow` (what a rate limit admits now),
-  `stops` (an operator's stop requests).
+  for metrics, health and the dashboard), `rates` (the rate rule: the start log, what a
+  rate limit admits now), `stops` (an operator's stop requests).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -26,7 +26,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     held,
     operations,
     queues,
-    ratenow,
+    rates,
     secrets,
     selection,
     stops,
@@ -84,6 +84,6 @@ __all__ = [
     "lock_runtime",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
-    "queues", "secrets", "selection", "stops", "views", "FlowPolicy", "held", "ratenow",
+    "queues", "secrets", "selection", "stops", "views", "FlowPolicy", "held", "rates",
     "live_in_families", "record_skips", "buffer_slot",
 ]

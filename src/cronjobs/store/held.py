@@ -11,7 +11,7 @@ and grouping only those. A row held for two reasons counts once, under the first
 
 A rate limit holds the due rows of a bucket (a type's key, a queue) beyond the starts it
 admits now; what it admits is read from the claim's own start log through
-`limiter.rate_states` (`rate_now`), never counted a second way.
+`rates.rate_states` (`rate_now`), never counted a second way.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..flowrules import Limits, Rate
 from ..models import cronjob_queue as q
 from ..status import Status
-from .ratenow import rate_now
+from .rates import rate_now
 from .sql import due
 
 HELD_CAP = 10_000

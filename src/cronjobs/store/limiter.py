@@ -16,7 +16,7 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
   the claimer locks the limiter row of each limit it enforces, FOR UPDATE in name order
   (claimers of one limit take turns; one order: no deadlock), then counts the `running`
   rows per type and key (index `ix_cronjob_queue_limit`) and reads the starts in the
-  rolling window (`cronjob_flow_start`, `rate_states`). A queue's limits are locked and
+  rolling window (`cronjob_flow_start`, `rates.rate_states`). A queue's limits are locked and
   counted before the first SELECT; a handler's only once the first candidates hold a
   row of a limited type (a claim that meets none locks nothing: the counts are read
   after the locks, and each statement reads what is committed, READ COMMITTED, so they
@@ -49,48 +49,27 @@ import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
-from ..flowrules import Limits, Rate
+from ..flowrules import Limits
 from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
 from .flow import HOLDS_STORED_SQL, claim_hold_sql, hold_params, holds_end_in
+from .rates import NO_KEY, RateState, prune_starts, rate_states, spacing
 from .sql import (
-    bind,
     db_now,
-    decode_times,
     insert_ignore,
-    lease_sql,
-    lease_value,
     lock_sql,
     name,
-    now_sql,
     ph,
 )
 
 ROUNDS = 4
-NO_KEY = ""  # the start log's key of a keyless row or of a limit without keys
-
-
-@dataclass(frozen=True)
-class RateState:
-    """A rate's starts of one key (or of a whole limit) now.
-
-    Attributes:
-        starts: starts in the rolling window.
-        admits: starts the rate admits now: 1 or 0 (starts are spaced, see the module
-            docstring).
-        next_in_seconds: seconds until the next start is admitted (0.0: now).
-    """
-
-    starts: int
-    admits: int
-    next_in_seconds: float
 
 
 @dataclass
@@ -357,73 +336,6 @@ def running_counts(conn: Connection, dialect: str,
            f"AND type IN ({marks}) GROUP BY type, limit_key")
     rows = conn.exec_driver_sql(sql, {f"t{i}": t for i, t in enumerate(types)})
     return {(t, k): n for t, k, n in rows}
-
-
-def spacing(rate: Rate) -> timedelta:
-    """The least time between two starts of one key under `rate`: its window over its
-    count, in whole microseconds (`"10/s"`: 0.1 s)."""
-    return timedelta(microseconds=round(rate.window_seconds * 1_000_000 / rate.count))
-
-
-def prune_starts(conn: Connection, limiter: str, rate: Rate, now: datetime, *,
-                 db_clock: bool) -> int:
-    """Delete the start-log entries of `limiter` that left `rate`'s window (at `now`, naive
-    UTC; with `db_clock` at the database's clock now). Returns how many."""
-    dialect = name(conn)
-    since, params = _since(dialect, rate, now, db_clock)
-    return conn.exec_driver_sql(f"DELETE FROM {fs.name} WHERE limiter = {ph(dialect, 'lim')} "
-                                f"AND started_at <= {since}", {**params, "lim": limiter}
-                                ).rowcount
-
-
-def rate_states(conn: Connection, limiter: str, rate: Rate, now: datetime, *,
-                db_clock: bool) -> dict[str | None, RateState]:
-    """What `rate` admits now, per key of `limiter` (`"type:<job type>"` or
-    `"queue:<queue>"`): a read, nothing written or locked (a view may call it).
-
-    A key admits one start when it had none in the last `spacing(rate)` and fewer than
-    `rate.count` in the rolling window; else `next_in_seconds` tells when it will.
-
-    Args:
-        limiter: the limit's name; rate: its rate (`flowrules.Rate`).
-        now: naive UTC, the window's end; ignored with `db_clock`, which judges with the
-            database's clock now (the workers do so when their clock is the system clock:
-            `flow.uses_db_clock`).
-
-    Returns:
-        `{limit key or None (a keyless row, a queue's limit): RateState}` for the keys
-        with a start in the window; a key not in it admits one start now.
-    """
-    dialect = name(conn)
-    since, params = _since(dialect, rate, now, db_clock)
-    at = f", {now_sql(dialect)}" if db_clock else ""
-    found = [dict(zip(("key", "starts", "first", "last", "now"), row, strict=False))
-             for row in conn.exec_driver_sql(
-                 f"SELECT limit_key, COUNT(*), MIN(started_at), MAX(started_at){at} FROM "
-                 f"{fs.name} WHERE limiter = {ph(dialect, 'lim')} AND started_at > {since} "
-                 f"GROUP BY limit_key", {**params, "lim": limiter})]
-    decode_times(dialect, found, ("first", "last", "now"))
-    step, window = spacing(rate), timedelta(seconds=rate.window_seconds)
-    states = {}
-    for row in found:
-        at_now = row.get("now") or now
-        wait = row["last"] + step - at_now
-        if row["starts"] >= rate.count:
-            wait = max(wait, row["first"] + window - at_now)
-        seconds = max(0.0, wait.total_seconds())
-        states[row["key"] if row["key"] != NO_KEY else None] = RateState(
-            row["starts"], 0 if seconds > 0 else 1, seconds)
-    return states
-
-
-def _since(dialect: str, rate: Rate, now: datetime, db_clock: bool
-           ) -> tuple[str, dict[str, Any]]:
-    """The SQL of the window's start (`started_at` must be after it) and its parameters."""
-    if db_clock:
-        return (lease_sql(dialect, ph(dialect, "ago")),
-                {"ago": lease_value(dialect, -rate.window_seconds)})
-    return ph(dialect, "since"), {"since": bind(dialect, now - timedelta(
-        seconds=rate.window_seconds))}
 
 
 def queue_room(conn: Connection, dialect: str, request: ClaimRequest, limits: Limits, *,
