@@ -170,8 +170,9 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
         kid_counts = store.views.children_counts(conn, [job_id]).get(job_id, {})
         cls = app.resolve(row["type"])
         summary = _summary(conn, cls, row) if tab == "results" else None
-        holds = _holds(conn, row, now) if row["status"] == Status.PENDING else []
-        waits = [] if holds else waits_for(app, conn, row, now)
+        at = store.flow.judged_at(conn, app.clock, now)  # what the claims judge with
+        holds = _holds(conn, row, at) if row["status"] == Status.PENDING else []
+        waits = [] if holds else waits_for(app, conn, row, at)
     busy_kids = any(kid_counts.get(s) for s in LIVE)
     refresh = row["status"] == Status.RUNNING or busy_kids or (
         row["status"] == Status.PENDING and (row["scheduled_at"] is None

@@ -147,8 +147,9 @@ class Metrics:
             statuses = store.views.count_by_status(conn)
             speed = store.views.throughput(conn, now)
             failed = store.views.failed_counts(conn, now - timedelta(hours=1))["since"][0]
-            held = held_now(self.app, conn, now, store.flow.list_pauses(conn, now),
-                            store.flow.list_blocks(conn, now))
+            at = store.flow.judged_at(conn, self.app.clock, now)  # as the claims judge
+            held = held_now(self.app, conn, at, store.flow.list_pauses(conn, at),
+                            store.flow.list_blocks(conn, at))
             while True:
                 rows = store.views.finished_since(conn, self._since, self._after_id)
                 for row in rows:

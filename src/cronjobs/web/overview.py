@@ -88,9 +88,7 @@ def snapshot() -> dict:
         hours = _hours(conn, now)
         snap = {"now": now, "minutes": minutes, "hours": hours, "last_hour": _total(minutes),
                 "last_day": _total(hours), "queues": _with_held(
-                    stats.queue_stats(conn, now), held_now(
-                        app, conn, now, store.flow.list_pauses(conn, now),
-                        store.flow.list_blocks(conn, now))),
+                    stats.queue_stats(conn, now), _held(app, conn, now)),
                 "busy": stats.busy(conn, LIVE_SECONDS)}
     with _lock:
         _state()["snap"] = snap
@@ -159,3 +157,11 @@ def api():
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() + "Z" if value else None
+
+
+def _held(app, conn, now) -> list[dict]:
+    """The due rows held now (`flowstate.held_now`), pauses and blocks judged as the claims
+    judge them (`store.flow.judged_at`: the database's clock)."""
+    at = store.flow.judged_at(conn, app.clock, now)
+    return held_now(app, conn, at, store.flow.list_pauses(conn, at),
+                    store.flow.list_blocks(conn, at))
