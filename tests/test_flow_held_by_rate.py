@@ -16,8 +16,8 @@ from cronjobs import flowstate, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.handler import CronJobHandler
-from cronjobs.models import cronjob_queue
-from dashboard_helpers import TOKEN, add_row, login, web_client
+from cronjobs.models import cronjob_queue, cronjob_worker
+from dashboard_helpers import TOKEN, add_row, db_now, login, web_client
 
 T0 = datetime(2026, 6, 6, 6, 0, 0)
 BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "mariadb", "postgresql"],
@@ -64,7 +64,17 @@ def held_app(make_app, **settings):
                    **settings)
     for cls in (ChatExecute, PerChatExecute, BulkExecute):
         app.handlers.register(cls.TYPE, cls)
+    live_worker(app, "flow,bulk")
     return app, clock
+
+
+def live_worker(app, queues: str) -> None:
+    """A live worker's heartbeat (by the database's clock) that takes `queues`."""
+    seen = db_now(app)
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_worker.insert().values(
+            id="host-a:11", host="host-a", pid=11, queues=queues, status="running",
+            started_at=seen, last_seen_at=seen, jobs_done=0, current_jobs="", slots=8))
 
 
 def claim(app, clock, name: str, limit: int = 100, *, finish: bool = True) -> list[dict]:
@@ -230,3 +240,22 @@ def test_health_warns_about_rows_a_rate_limit_held_too_long(make_app):
     assert problem.message.startswith(
         f"{left} due row(s) of {ChatExecute.TYPE} in queue 'flow' are rate-limited (5/s on "
         f"{ChatExecute.TYPE}); the oldest has waited 1200 s")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_rows_of_a_queue_no_live_worker_takes_say_so_first(make_app):
+    app, clock = held_app(make_app)
+    ids = queue.dispatch_many([{"type": ChatExecute.TYPE, "queue": "lonely"} for _ in range(4)])
+    client = web_client(app)
+    login(client)
+    page = " ".join(client.get("/").get_data(as_text=True).split())
+    why = page[page.index('data-held="lonely"'):].split("</tr>")[0]
+    assert 'href="/workers">4 due:</a> no live worker takes queue lonely</td>' in why, why
+    page = " ".join(client.get(f"/jobs/{ids[-1]}").get_data(as_text=True).split())
+    assert '<td id="waits-for">a worker: no live worker takes queue lonely</td>' in page
+    # a queue a live worker takes: its rows are explained by their limits, as before
+    queue.dispatch_many([{"type": ChatExecute.TYPE} for _ in range(4)])  # queue flow
+    clock.advance(10)  # past the Overview's cached numbers
+    page = " ".join(client.get("/").get_data(as_text=True).split())
+    why = page[page.index('data-held="flow"'):].split("</tr>")[0]
+    assert "rate-limited (5/s on held.chat.execute)" in why and "no live worker" not in why

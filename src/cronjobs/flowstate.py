@@ -17,6 +17,7 @@ from .app import App
 from .executor import flow_policy
 from .flowrules import Limits
 from .handler import task_name
+from .limits import WORKER_LIST_MAX_CHARS
 from .status import Status
 
 # `cronjobs limits --json`'s "held" and health's flow data: this order, these names.
@@ -234,3 +235,15 @@ def task_flows(app: App, tasks: Mapping[str, tuple[str, ...]], pauses: Iterable[
         out[task] = TaskFlow(limits=mine, pauses=tuple(pauses_holding(
             pauses, task, types, {t.queue for t in mine})))
     return out
+
+
+def untaken(queue: str, live: Iterable[Mapping]) -> bool:
+    """Whether no live worker takes `queue`: its due rows then wait for a worker, whatever
+    else would hold them. `live`: the live workers' heartbeat rows (`store.list_workers`),
+    whose `queues` is a comma-separated list; a list cut at `WORKER_LIST_MAX_CHARS` may
+    name it, so it counts as taken."""
+    for worker in live:
+        names = worker.get("queues") or ""
+        if len(names) >= WORKER_LIST_MAX_CHARS or queue in names.split(","):
+            return False
+    return True

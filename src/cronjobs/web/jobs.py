@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 
 from .. import limits, operator, store
-from ..flowstate import pauses_holding, waits_for
+from ..flowstate import pauses_holding, untaken, waits_for
 from ..handler import stage_of
+from ..heartbeat import LIVE_SECONDS
 from ..models import STATUSES
 from ..status import Status
 from .fields import page_row
@@ -173,6 +174,9 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
         at = store.flow.judged_at(conn, app.clock, now)  # what the claims judge with
         holds = _holds(conn, row, at) if row["status"] == Status.PENDING else []
         waits = [] if holds else waits_for(app, conn, row, at)
+        if waits and untaken(row["queue"], [w for w in store.list_workers(
+                conn, LIVE_SECONDS) if w["live"]]):
+            waits = [{"kind": "worker", "queue": row["queue"]}]  # first of all, a worker
     busy_kids = any(kid_counts.get(s) for s in LIVE)
     refresh = row["status"] == Status.RUNNING or busy_kids or (
         row["status"] == Status.PENDING and (row["scheduled_at"] is None

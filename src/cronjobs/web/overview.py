@@ -18,7 +18,7 @@ from flask import Blueprint, current_app, jsonify, render_template
 from flask_babel import gettext as _
 
 from .. import store
-from ..flowstate import held_by_queue, held_now
+from ..flowstate import held_by_queue, held_now, untaken
 from ..heartbeat import LIVE_SECONDS
 from ..store import stats
 from . import charts
@@ -74,7 +74,8 @@ def snapshot() -> dict:
         `{"at", "completed", "failed", "retried"}` (see `stats.finished_buckets`). Each
         queue also has `held` (why its due rows wait: `flowstate.held_by_queue`) and
         `free` (its due rows nothing holds, which wait for a slot; None when `due` is
-        capped).
+        capped) and `untaken` (no live worker takes the queue: its due rows wait for one,
+        whatever else holds them).
     """
     app = cronjobs_app()
     now = app.clock.now()
@@ -87,18 +88,20 @@ def snapshot() -> dict:
         minutes = stats.finished_buckets(conn, _floor(now, 60) - timedelta(minutes=59), 60, 60)
         hours = _hours(conn, now)
         snap = {"now": now, "minutes": minutes, "hours": hours, "last_hour": _total(minutes),
-                "last_day": _total(hours), "queues": _with_held(
-                    stats.queue_stats(conn, now), _held(app, conn, now)),
-                "busy": stats.busy(conn, LIVE_SECONDS)}
+                "last_day": _total(hours), "busy": stats.busy(conn, LIVE_SECONDS)}
+        snap["queues"] = _with_held(stats.queue_stats(conn, now), _held(app, conn, now),
+                                    snap["busy"]["live"])
     with _lock:
         _state()["snap"] = snap
     return snap
 
 
-def _with_held(queues: dict, held: list[dict]) -> dict:
-    """`stats.queue_stats` with each queue's `held` and `free` (see `snapshot`)."""
+def _with_held(queues: dict, held: list[dict], live: list[dict]) -> dict:
+    """`stats.queue_stats` with each queue's `held`, `free` and `untaken` (see
+    `snapshot`); `live`: the live workers' heartbeat rows."""
     by_queue = held_by_queue(held)
     for qs in queues["queues"]:
+        qs["untaken"] = untaken(qs["queue"], live)
         qs["held"] = by_queue.get(qs["queue"], [])
         due, capped = qs["due"]
         qs["free"] = None if capped else max(0, due - sum(h["rows"] for h in qs["held"]))
