@@ -67,3 +67,29 @@ def test_columns_that_must_stay_wrap_their_widest_cells():
         "                       chat_id"]
     assert layout(rows, ["task", "limits", "note"], None, ["note"])[0] == ["task", "limits",
                                                                            "note"]
+
+
+def test_a_narrow_terminal_never_breaks_a_word_or_a_whole_column():
+    rows = [{"type": "cronjobs.cleanup.execute", "frequency": "*/5 * * * *",
+             "queue": "maintenance", "limits": "at most 2 running, 30/s per chat_id"}]
+    shown, widths = layout(rows, list(rows[0]), 60, whole=["type", "frequency", "queue"])
+    table = list(lines(rows, shown, widths))
+    assert table[1].split("  ")[:1] == ["cronjobs.cleanup.execute"]
+    assert "*/5 * * * *" in table[1] and "maintenance" in table[1], table
+    words = " ".join(line[sum(widths[c] + 2 for c in shown[:-1]):] for line in table[1:])
+    assert words.split() == rows[0]["limits"].split()  # wrapped at spaces only
+    long = [{"limits": "30/s per chat_id_of_the_bot_account"}]
+    shown, widths = layout(long, ["limits"], 12)  # a word longer than the terminal is wide
+    assert widths["limits"] == len("chat_id_of_the_bot_account")  # whole, not cut at 12
+    assert [line.strip() for line in lines(long, shown, widths)][1:] == [
+        "30/s per", "chat_id_of_the_bot_account"]
+
+
+@SQLITE
+def test_list_handlers_on_a_narrow_terminal_keeps_cron_lines_and_queues_whole(db_url, tmp_path):
+    code, out = run_on_tty(["list-handlers"], cli_env(db_url, COLUMNS="60"), tmp_path)
+    assert code == 0, out
+    data = json.loads(run_cli(["list-handlers", "--json"], cli_env(db_url), cwd=tmp_path).stdout)
+    for handler in data:
+        if handler["queue"]:
+            assert f" {handler['queue']}" in out, (handler["queue"], out)

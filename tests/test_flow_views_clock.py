@@ -7,7 +7,6 @@ and PostgreSQL (SQLite's clock is its host's)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

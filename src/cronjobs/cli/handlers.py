@@ -97,7 +97,8 @@ def list_handlers(as_json: bool, wide: bool) -> None:
         row["frequency"] = describe(row["frequency"])
         row["available"] = available_text(row["available"])
     _table(rows, ["type", "task", "class", "source", "frequency", "queue", "max_attempts",
-                  "max_runtime", "limits", "available"], HANDLERS_OPTIONAL, ("type",), wide)
+                  "max_runtime", "limits", "available"], HANDLERS_OPTIONAL,
+           ("type", "frequency", "queue"), wide)
 
 
 def available_text(available: bool) -> str:

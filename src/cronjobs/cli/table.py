@@ -4,8 +4,10 @@ Piped output (not a terminal) keeps every column, one line per row, for `grep` a
 (scripts read `--json`). On a terminal, a table given its `optional` columns fits the
 width (`COLUMNS`, else the terminal's size): the columns that must stay are shown, then
 each optional one, the most wanted first, that still fits; when those that must stay are
-wider than the terminal, the widest cells wrap onto more lines (never narrower than their
-heading or 10 characters; `whole` columns never wrap). `--wide` keeps every column.
+wider than the terminal, the widest cells wrap onto more lines, at spaces and hyphens only
+(never inside a word, a number or a name; never narrower than their heading or 10
+characters; `whole` columns, such as a cron line, never wrap: a table that cannot fit
+otherwise is wider than the terminal). `--wide` keeps every column.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ def layout(rows: list[dict], columns: Sequence[str], width: int | None,
         if total(kept | {column}) <= width:
             kept.add(column)
     shown = [c for c in columns if c in kept]
-    floor = {c: widths[c] if c in whole else min(widths[c], max(len(c), NARROWEST))
-             for c in shown}
+    floor = {c: widths[c] if c in whole else min(widths[c], max(
+        [len(c), NARROWEST] + [len(word) for r in rows for word in str(r[c]).split()]))
+        for c in shown}
     while total(shown) > width:
         widest = max(shown, key=lambda c: (widths[c] > floor[c], widths[c]))
         if widths[widest] <= floor[widest]:
@@ -68,7 +71,7 @@ def layout(rows: list[dict], columns: Sequence[str], width: int | None,
 
 def lines(rows: list[dict], shown: Sequence[str], widths: dict[str, int]) -> Iterator[str]:
     """The heading (upper case) and the rows of a table, a cell wider than its column
-    wrapped onto the row's next lines (at spaces and hyphens where it can)."""
+    wrapped onto the row's next lines (at spaces and hyphens only)."""
     yield "  ".join(c.upper().ljust(widths[c]) for c in shown).rstrip()
     for row in rows:
         cells = {c: _wrap(str(row[c]), widths[c]) for c in shown}
@@ -80,4 +83,4 @@ def lines(rows: list[dict], shown: Sequence[str], widths: dict[str, int]) -> Ite
 def _wrap(text: str, width: int) -> list[str]:
     if len(text) <= width:
         return [text]
-    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=True) or [""]
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=True) or [""]

@@ -95,7 +95,7 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
             return
         rows = [cli_row(r) for r in found]
         _table(rows, list(rows[0]) if rows else ["task"], TASKS_OPTIONAL if rows else None,
-               ("task",), wide)
+               ("task", "frequency", "queue"), wide)
 
 
 @tasks.command("enable")
