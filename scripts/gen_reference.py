@@ -1,5 +1,6 @@
 """Write the generated reference pages: docs/reference/configuration.md (from `Settings`)
-and docs/reference/cli.md (from the click commands).
+and docs/reference/cli.md (from the click commands, after the hand-written overview of
+scripts/cli_overview.md: the table of commands and the Python API in a few lines).
 
     python scripts/gen_reference.py          # rewrite both pages
     python scripts/gen_reference.py --check  # exit 1 and show a diff when a page is stale
@@ -25,6 +26,7 @@ from cronjobs.config import ENV_PREFIX, QueueSettings, Settings, TaskSettings, U
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"configuration": ROOT / "docs" / "reference" / "configuration.md",
          "cli": ROOT / "docs" / "reference" / "cli.md"}
+OVERVIEW = ROOT / "scripts" / "cli_overview.md"
 UNITS = {"_seconds": "seconds", "_minutes": "minutes", "_days": "days", "_port": "TCP port",
          "_batch_size": "rows", "_keep": "files"}
 NO_VARIABLE = {"tasks"}
@@ -131,6 +133,8 @@ def cli_page() -> str:
            "Every command reads the settings of the [configuration reference](configuration.md). "
            "Bad input ends with one line `error: ...` on stderr and exit status 2, and nothing "
            "is written; a database that cannot be reached is exit status 1.", ""]
+    overview = OVERVIEW.read_text(encoding="utf-8")
+    out += [overview[overview.index("## "):].rstrip(), ""]
     for path, command in walk(cli_main, ["cronjobs"]):
         ctx = click.Context(command, info_name=path[-1], terminal_width=88, max_content_width=88)
         if len(path) > 1:
