@@ -45,7 +45,7 @@ test-faults: $(STAMP) services
 	$(BIN)/python -m pytest -p no:cacheprovider -m faults -s tests/test_faults.py
 
 ## bench: the benchmark suite (< 12 min): figures against same-run baselines, PASS/MISS,
-## bench/results/latest.json and a dated copy (docs/performance.md);
+## bench/results/latest.json and a dated copy in bench/results/runs/ (docs/performance.md);
 ## one section: make bench BENCH_ARGS="--only peers"
 bench: $(STAMP) services
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -1,5 +1,6 @@
-"""`make bench`: run every scenario, then write `bench/results/latest.json`, a dated copy
-and `latest.md` (the table in Markdown), and print the table.
+"""`make bench`: run every scenario, then write `bench/results/latest.json`, `latest.md`
+(the table in Markdown) and a dated copy in `bench/results/runs/` (git-ignored: only the
+latest run and the before/after sets a note cites are committed), and print the table.
 
 Usage: python -m bench [--quick] [--only a,b] [--results DIR]
 (`make bench BENCH_ARGS="--only peers"`: one section; its figures replace theirs in
@@ -60,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
             "failed": failed,
             "scenarios": [{k: v for k, v in s.items() if k != "machine"} for s in scenarios]}
     stamp = started.strftime("%Y-%m-%dT%H%M%SZ")
-    report.write_json(args.results / f"{stamp}.json", data)
+    report.write_json(args.results / "runs" / f"{stamp}.json", data)
     latest = _merged(args.results / "latest.json", data) if args.only else data
     report.write_json(args.results / "latest.json", latest)
     (args.results / "latest.md").write_text(report.markdown(latest["scenarios"]) + "\n")
     print()
     print(report.table(data["scenarios"]))
     print(f"\nsuite: {data['seconds']:.0f} s; results in {args.results}/latest.json and "
-          f"{stamp}.json" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+          f"runs/{stamp}.json" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 

@@ -1,7 +1,7 @@
 """Smoke test of the benchmark suite: every scenario runs with `--quick` (tiny sizes) and
 writes its JSON with the figures, same-run baselines and verdicts (the peers scenario also
 its table of systems and guarantees); `python -m bench` merges scenarios into
-`latest.json` and a dated copy. Not a timed test: the values are
+`latest.json` and a dated copy in `runs/`. Not a timed test: the values are
 not asserted, only that each was measured. The quick runs are started together (they
 mostly wait for worker start-up) and each test checks one of them."""
 
@@ -85,7 +85,8 @@ def test_suite_merges_scenarios_into_latest_and_a_dated_copy(runs):
     code, output, folder = runs["suite"]
     assert code == 0, output
     latest = json.loads((folder / "latest.json").read_text())
-    dated = [p for p in folder.glob("*.json") if p.name != "latest.json"]
+    dated = list((folder / "runs").glob("*.json"))
+    assert [p.name for p in folder.glob("*.json")] == ["latest.json"]
     assert len(dated) == 1 and json.loads(dated[0].read_text()) == latest
     assert [s["scenario"] for s in latest["scenarios"]] == ["tick"]
     assert latest["failed"] == [] and MACHINE_KEYS <= set(latest["machine"])
