@@ -9,11 +9,11 @@ the scheduler, your application) never consumes and needs no callback.
 
 `ring` is how a new row's message leaves (`dispatching.send`): for a network broker it
 hands the message to a background thread of the process (`Doorbells`) and returns at
-once, so a dispatch does not wait for a Redis round trip (~64 % of a keyed dispatch's
-time in the profile). The thread sends one message per `ROWS_PER_RING` rings of a queue
+once, so a dispatch does not wait for a Redis round trip (most of a keyed dispatch's time
+in the profile). The thread sends one message per `ROWS_PER_RING` rings of a queue
 that piled up meanwhile (at most `DOORBELLS_PER_QUEUE`; a message is a doorbell: the
 worker claims rows, not message ids), keeps a queue that is rung fast to one batch per
-`RING_GAP_SECONDS` (each message costs ~350 µs of CPU in Dramatiq and redis-py), sends
+`RING_GAP_SECONDS` (each message costs CPU in Dramatiq and redis-py), sends
 each delayed message for its own time, and is flushed by `close()` and at the exit of the
 process. A process killed before its thread sent leaves
 the rows to the worker's sweep, like any lost message.

@@ -4,16 +4,17 @@ server asks for RSA password exchange.
 PyMySQL imports `cryptography` when it is imported, for one purpose: encrypting the
 password with the server's RSA key (MySQL's `sha256_password` and `caching_sha2_password`
 over a connection without TLS). MariaDB never asks for it (its `mysql_native_password` and
-`ed25519` need no RSA), yet the import costs every process ~8 MB of PSS (the worker, its
-fork server, every job process's share) and ~40 ms. `import_pymysql()` imports PyMySQL with
-that import held back and wraps `pymysql._auth.sha2_rsa_encrypt`, the only function that
-uses it: its first call imports `cryptography` then, fills in the names PyMySQL would have
-imported, and runs PyMySQL's own function.
+`ed25519` need no RSA), yet the import costs every process PSS and start-up time (the
+worker, its fork server, every job process's share; figures in bench/NOTES.md).
+`import_pymysql()` imports PyMySQL with that import held back and wraps
+`pymysql._auth.sha2_rsa_encrypt`, the only function that uses it: its first call imports
+`cryptography` then, fills in the names PyMySQL would have imported, and runs PyMySQL's
+own function.
 
 PyMySQL 1.2 tries TLS whenever the server offers it ("PREFERRED", no `ssl_*` option
 given) and so builds a TLS context, loading the system's CA bundle, for every connection
-it opens: ~18 ms of CPU each, also when the server offers no TLS (the whole cost of a
-local connection is ~0.4 ms). `connect_pymysql` (the engine's `do_connect` listener) opens
+it opens, also when the server offers no TLS: many times the CPU of the rest of a local
+connection (bench/NOTES.md). `connect_pymysql` (the engine's `do_connect` listener) opens
 PyMySQL's connections with that context built when a server first offers TLS, by PyMySQL,
 and shared by the process's later connections; a connection given `ssl_*` options or an
 `ssl` context builds its own, as PyMySQL does. The same connections, in autocommit mode

@@ -69,7 +69,8 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
 
 def _sqlite_engine(url: str, pool: dict, timeout: float | None) -> Engine:
     """`make_engine` for SQLite: pooled (opening the file, the PRAGMAs, the WAL checkpoint
-    cost ~20 ms a transaction), but in memory SQLAlchemy's own pool (one database)."""
+    would otherwise be paid by every transaction), but in memory SQLAlchemy's own pool (one
+    database)."""
     if ":memory:" in url:
         pool = {}
     elif "poolclass" not in pool:  # a pool of `pool_size` (NullPool when 0)

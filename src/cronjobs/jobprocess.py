@@ -138,8 +138,8 @@ def _serve_one(child_r: int, fds: list[int], unused_fds: list[int],
     """In a job process just forked by the fork server (multiprocessing's loop calls it
     in place of its own `_serve_one`): what that one does, then `serve` at once for a
     lean start. multiprocessing's start unpickles its preparation data and a `Process`
-    object with the worker's settings in every job process, which made ~1.2 MB of the
-    fork server's pages its own (of ~3.4 MB private per job process); a lean start reads
+    object with the worker's settings in every job process, which made a good part of the
+    fork server's pages its own (bench/NOTES.md has the figures); a lean start reads
     the settings' key (`settings_key`) and unpickles the settings only when it differs
     from the fork server's, and the runtime only in `cronjobs serve`. Any other
     process asked of this fork server (a thread handler of the worker that uses

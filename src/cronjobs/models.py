@@ -9,8 +9,7 @@ options that only `CREATE TABLE` reads (InnoDB, utf8mb4 and `utf8mb4_bin` on
 MySQL/MariaDB, SQLite's `AUTOINCREMENT`) are the migrations' alone: SQLAlchemy checks a
 table's `mysql_*` or `sqlite_*` option by importing that dialect's package, and every
 process on another database paid for it: every CLI command and every worker's start
-(measured in a slow hour: 30 ms and 1.1 MB for MySQL's, 12 ms and 0.7 MB for SQLite's,
-where `import sqlalchemy` took 450 ms). MySQL's `DATETIME(6)` and `LONGTEXT` are named by
+(bench/NOTES.md has the figures). MySQL's `DATETIME(6)` and `LONGTEXT` are named by
 `MicrosecondDateTime` and `LongTextType` for the same reason.
 """
 

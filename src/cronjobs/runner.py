@@ -183,7 +183,7 @@ def stop_fork_server() -> bool:
 
 def skip_resource_tracker() -> None:
     """Spare this process multiprocessing's resource tracker, unless one runs already: a
-    Python interpreter of its own (~6.8 MB of PSS) that multiprocessing starts with the
+    Python interpreter of its own (a process's worth of PSS) that multiprocessing starts with the
     fork server and hands to every process the fork server starts, to unlink the named
     semaphores and shared-memory segments they registered and leaked, once all of them
     have ended.
@@ -211,7 +211,7 @@ def _main_as_module() -> None:
 
     multiprocessing runs the parent's main script again in every new process unless the
     parent was started as a module (`python -m cronjobs`): for the console script that is
-    an import of the CLI and click per job process (~20 ms and ~1 MB each), for nothing a
+    an import of the CLI and click per job process (time and memory each), for nothing a
     job needs. The console script's main is named as `cronjobs.__main__` (what `python -m
     cronjobs` runs, which a job process skips). Any other main script (a program that
     starts a worker from code, and may define handlers there) is left as it is."""
@@ -273,7 +273,7 @@ class JobProcess:
         else:
             self.deadline = self.started_at + START_TIMEOUT_SECONDS
         # pickle's own, not the Connection's `send`: a multiprocessing pickler copies
-        # its table of reducers for every message (~5 us), for nothing a Job holds.
+        # its table of reducers for every message, for nothing a Job holds.
         self.conn.send_bytes(pickle.dumps((job, max_runtime_seconds), pickle.HIGHEST_PROTOCOL))
 
     def begin(self) -> None:

@@ -82,10 +82,10 @@ def run() -> None:
     and embedding, leaves the caller's alone).
 
     The collector is off while the command imports its libraries (several hundred
-    thousand objects: each collection would go over all of them again, ~35 ms of a `get`,
-    `dispatch`, `tick` or `health` of ~300 ms); every command turns it on again when it
+    thousand objects: each collection would go over all of them again, a good part of a
+    `get`, `dispatch`, `tick` or `health`); every command turns it on again when it
     builds its App (`_collect_from_now`). At exit it is frozen: the interpreter's last
-    collections over every object imported (~80 ms with SQLAlchemy loaded) are spared;
+    collections over every object imported (SQLAlchemy's included) are spared;
     exit handlers still run, files are still flushed and closed.
     """
     global _OWN_PROCESS

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from ..models import cronjob_queue as q
 
-if TYPE_CHECKING:  # only SQLite's paths use it, and its dialect has imported it (~15 ms)
+if TYPE_CHECKING:  # only SQLite's paths use it, and its dialect has imported it
     import sqlite3
 
 FIELDS = ("payload", "result_payload", "error", "process_logs")

@@ -127,8 +127,8 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
         ids = [r[0] for r in conn.execute(skip_locked(conn, stmt))]
         if ids:
             # One range over the parent index, filtered here: MariaDB turns an IN list of
-            # 1,000 values into a derived table and scans the whole index for it (75 ms a
-            # batch at 1,000,000 rows against ~1 ms for the range).
+            # 1,000 values into a derived table and scans the whole index for it (many
+            # times the range's time at 1,000,000 rows).
             parents = {r[0] for r in conn.execute(
                 select(q.c.parent_id).distinct()
                 .where(q.c.parent_id.between(min(ids), max(ids))))}

@@ -102,7 +102,7 @@ _lock = threading.Lock()
 
 def throughput(conn, now: datetime) -> dict:
     """Execute rows done in the last hour and day, read at most every 30 s per dashboard
-    (a rate over a day need not be live to the second; at a million rows it costs ~100 ms).
+    (a rate over a day need not be live to the second, and at a million rows it is costly).
 
     Returns:
         `{"hour": (n, capped), "day": (n, capped), "at": when it was read}`.
