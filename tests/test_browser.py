@@ -5,7 +5,7 @@ row, watch it complete, open the Results tab; a double click on Run now makes on
 retry a failed row and a whole failed group; cancel a pending row; XSS payloads stay text
 (no dialog ever opens); a raising render_summary shows its error box; switch to Turkish.
 Each page is saved as a screenshot (to $CRONJOBS_SCREENSHOTS/fixtures, else the test's tmp
-dir); the README's screenshots come from a demo without test fixtures
+dir); the screenshots of the README and docs/dashboard.md come from a demo without fixtures
 (tests/test_readme_screenshots.py).
 """
 

@@ -1,11 +1,12 @@
-"""The README's screenshots, taken from a realistic demo: `cronjobs serve` with the built-in
-handlers and the tutorial's handler (docs/examples/GreetExecute.py), no test fixtures, on a
-SQLite database that holds a day of what the built-in tasks write (every minute an uptime
-check and recover-stale, the health check every 5 minutes, a few greetings, an hour when the
-checked site answered 503). On top of it, in Chromium: the uptime task runs on its own, Run now
-greets Ada (with a payload) and fails without one (retried later), the Results tab of an
-uptime check; every page is photographed (to $CRONJOBS_SCREENSHOTS, e.g. docs/img, else
-the test's tmp dir), and every page in the pictures is checked for what it shows."""
+"""The screenshots of the README and docs/dashboard.md, taken from a realistic demo: `cronjobs
+serve` with the built-in handlers and the tutorial's handler
+(docs/examples/GreetExecute.py), no test fixtures, on a SQLite database that holds a day of
+what the built-in tasks write (every minute an uptime check and recover-stale, the health
+check every 5 minutes, a few greetings, an hour when the checked site answered 503). On top
+of it, in Chromium: the uptime task runs on its own, Run now greets Ada (with a payload) and
+fails without one (retried later), the Results tab of an uptime check; every page is
+photographed (to $CRONJOBS_SCREENSHOTS, e.g. docs/img, else the test's tmp dir), and every
+page in the pictures is checked for what it shows."""
 
 from __future__ import annotations
 
