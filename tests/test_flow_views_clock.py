@@ -1,8 +1,9 @@
 """What explains a hold (`cronjobs limits`, `health`'s flow line) judges pauses and
 blocks as the claims do, on the database's clock: a CLI on a host 60 s ahead still lists
-a 40 s pause and a 40 s block made a moment ago, and one 60 s behind no longer lists a
-2 s pause that has ended. Real `cronjobs` processes under Debian's `faketime`; MariaDB
-and PostgreSQL (SQLite's clock is its host's)."""
+a 40 s pause and a 40 s block made a moment ago (they outlast the CLIs' start-up on a
+loaded machine), and one 60 s behind no longer lists a 2 s pause that has ended. Real
+`cronjobs` processes under Debian's `faketime`; MariaDB and PostgreSQL (SQLite's clock
+is its host's)."""
 
 from __future__ import annotations
 
@@ -51,15 +52,17 @@ def test_limits_and_health_judge_pauses_and_blocks_on_the_database_clock(make_ap
         store.flow.pause(conn, "queue", "held", now=now, until=now + timedelta(seconds=40),
                          by="ops")
         store.flow.block(conn, KIND, "k", now=now, until=now + timedelta(seconds=40))
-        store.flow.pause(conn, "queue", "short", now=now, until=now + timedelta(seconds=2),
-                         by="ops")
 
     ahead, health = flow_state(env, +60)
-    assert [p["name"] for p in ahead["pauses"]] == ["held", "short"]
+    assert [p["name"] for p in ahead["pauses"]] == ["held"]
     assert [(b["type"], b["limit_key"]) for b in ahead["blocks"]] == [(KIND, "k")]
     assert ahead["held"]["paused"] == 1 and ahead["held"]["blocked"] == 1
-    assert (health["pauses"], health["blocks"]) == (2, 1)
+    assert (health["pauses"], health["blocks"]) == (1, 1)
 
+    with app.engine.begin() as conn:
+        now = store.flow.flow_now(conn, app.clock)
+        store.flow.pause(conn, "queue", "short", now=now, until=now + timedelta(seconds=2),
+                         by="ops")
     time.sleep(2.5)  # the short pause's own 2 s, by the database's clock
     behind, health = flow_state(env, -60)
     assert [p["name"] for p in behind["pauses"]] == ["held"]
