@@ -92,7 +92,7 @@ def task_rows(app: App) -> list[TaskRow]:
     with app.engine.connect() as conn:
         manual = store.views.job_statuses(
             conn, [i.runtime.get("last_manual_job_id") for i in infos])
-        pauses = store.list_pauses(conn, store.flow.judged_at(conn, app.clock, now))
+        pauses = store.list_pauses(conn, store.flow.flow_now(conn, app.clock))
     flows = task_flows(app, {i.task: tuple(registry.task_types(i.task)) for i in infos}, pauses)
     rows = []
     for info in infos:

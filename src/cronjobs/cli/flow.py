@@ -160,7 +160,7 @@ def limits(as_json: bool) -> None:
     app = _app()
     now = app.clock.now()
     with app.engine.connect() as conn:
-        now = store.flow.judged_at(conn, app.clock, now)  # what the claims judge with
+        now = store.flow.flow_now(conn, app.clock)  # what the claims judge with
         pauses, blocks = store.list_pauses(conn, now), store.list_blocks(conn, now)
         held = held_now(app, conn, now, pauses, blocks)
     configured = configured_limits(app)

@@ -233,7 +233,7 @@ def flow(app: App, check: Check) -> None:
     `limited`, `paused`, `blocked`; counts capped per statement)."""
     now, s = app.clock.now(), app.settings
     with app.engine.connect() as conn:
-        now = store.flow.judged_at(conn, app.clock, now)  # what the claims judge with
+        now = store.flow.flow_now(conn, app.clock)  # what the claims judge with
         pauses = store.flow.list_pauses(conn, now)
         blocks = store.flow.list_blocks(conn, now)
         held = held_now(app, conn, now, pauses, blocks)
@@ -300,7 +300,7 @@ def _held_since(app: App, now) -> dict:
     """`{queue: the oldest due time of its rows held by a pause, block or limit}`: a queue
     whose oldest due row is held is waiting on purpose, not stuck."""
     with app.engine.connect() as conn:
-        now = store.flow.judged_at(conn, app.clock, now)
+        now = store.flow.flow_now(conn, app.clock)
         pauses = store.flow.list_pauses(conn, now)
         held = held_now(app, conn, now, pauses, store.flow.list_blocks(conn, now))
     out: dict = {}

@@ -61,13 +61,7 @@ from ..models import cronjob_queue as q
 from .claim import ClaimPolicy, ClaimRequest
 from .flow import HOLDS_STORED_SQL, claim_hold_sql, hold_params, holds_end_in
 from .rates import NO_KEY, RateState, prune_starts, rate_states, spacing
-from .sql import (
-    db_now,
-    insert_ignore,
-    lock_sql,
-    name,
-    ph,
-)
+from .sql import db_now, insert_ignore, lock_sql, name, ph
 
 ROUNDS = 4
 

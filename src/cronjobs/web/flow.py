@@ -74,7 +74,7 @@ def _page(error: str | None = None, code: int = 200, form=None):
     app = cronjobs_app()
     now = app.clock.now()
     with app.engine.connect() as conn:
-        now = store.flow.judged_at(conn, app.clock, now)  # what the claims judge with
+        now = store.flow.flow_now(conn, app.clock)  # what the claims judge with
         pauses = store.flow.list_pauses(conn, now)
         blocks = store.flow.list_blocks(conn, now)
         held = held_now(app, conn, now, pauses, blocks)

@@ -171,7 +171,7 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
         kid_counts = store.views.children_counts(conn, [job_id]).get(job_id, {})
         cls = app.resolve(row["type"])
         summary = _summary(conn, cls, row) if tab == "results" else None
-        at = store.flow.judged_at(conn, app.clock, now)  # what the claims judge with
+        at = store.flow.flow_now(conn, app.clock)  # what the claims judge with
         holds = _holds(conn, row, at) if row["status"] == Status.PENDING else []
         waits = [] if holds else waits_for(app, conn, row, at)
         if waits and untaken(row["queue"], [w for w in store.list_workers(

@@ -147,7 +147,7 @@ class Metrics:
             statuses = store.views.count_by_status(conn)
             speed = store.views.throughput(conn, now)
             failed = store.views.failed_counts(conn, now - timedelta(hours=1))["since"][0]
-            at = store.flow.judged_at(conn, self.app.clock, now)  # as the claims judge
+            at = store.flow.flow_now(conn, self.app.clock)  # as the claims judge
             held = held_now(self.app, conn, at, store.flow.list_pauses(conn, at),
                             store.flow.list_blocks(conn, at))
             while True:

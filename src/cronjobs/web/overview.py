@@ -164,7 +164,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def _held(app, conn, now) -> list[dict]:
     """The due rows held now (`flowstate.held_now`), pauses and blocks judged as the claims
-    judge them (`store.flow.judged_at`: the database's clock)."""
-    at = store.flow.judged_at(conn, app.clock, now)
+    judge them (`store.flow.flow_now`: the database's clock)."""
+    at = store.flow.flow_now(conn, app.clock)
     return held_now(app, conn, at, store.flow.list_pauses(conn, at),
                     store.flow.list_blocks(conn, at))

@@ -62,8 +62,7 @@ def _gone(rows: list[TaskRow]) -> set[int]:
 def flows_of(app, rows: list[TaskRow]) -> dict[str, TaskFlow]:
     """Flow control of the tasks `rows` (limits, overlap, the pauses holding them) now."""
     with app.engine.connect() as conn:
-        pauses = store.flow.list_pauses(conn, store.flow.judged_at(conn, app.clock,
-                                                                   app.clock.now()))
+        pauses = store.flow.list_pauses(conn, store.flow.flow_now(conn, app.clock))
     return task_flows(app, {r.task: (r.type, *(t for t in r.types if t != r.type))
                             for r in rows}, pauses)
 
