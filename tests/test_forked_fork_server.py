@@ -2,7 +2,7 @@
 processes on MariaDB + Redis): named `cj-forkserver` for `ps`, its job processes run the
 rows, a SIGTERM meant for the worker (`pkill -f 'cronjobs worker'` matches the copied
 command line) leaves it serving, it ends with the worker, and one killed is replaced by
-the stock fork server (a row sent to one of its dead job processes runs again at once);
+one started fresh (a row sent to one of its dead job processes runs again at once);
 `--processes 2` forks one per child. No resource tracker runs for the children, their
 fork servers or job processes; a job process that leaks a shared-memory segment has it
 unlinked by a tracker of its own when it dies. A process that already runs threads never
@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REDIS, SAMPLE_HANDLERS, effect_rows
 from cronjobs import queue
-from cronjobs.forkedserver import fork_fork_server
+from cronjobs.forkserver import ForkServer
 from test_job_processes_on_demand import _fork_servers
 from test_job_slots import CRASH_HANDLERS, MISBEHAVE
 from test_worker_children import alive, children, is_tracker, running
@@ -69,8 +69,8 @@ def test_the_forked_fork_server_runs_the_jobs_ignores_sigterm_and_ends_with_the_
 
 @MARIADB
 @pytest.mark.slow
-def test_a_killed_fork_server_is_replaced_by_the_stock_one(make_app, db_url, namespace,
-                                                            tmp_path):
+def test_a_killed_fork_server_is_replaced_by_a_fresh_one(make_app, db_url, namespace,
+                                                          tmp_path):
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
     with running(db_url, namespace, log, ("--slots", "2")) as proc:
@@ -80,13 +80,13 @@ def test_a_killed_fork_server_is_replaced_by_the_stock_one(make_app, db_url, nam
         wait_for(lambda: not alive(server), 10, "the killed fork server gone")
         # The row first goes to an idle job process that died with the fork server, comes
         # back `pending` at once (attempt not used) and is claimed again right away (not
-        # by the sweep, 30 s later), then runs in a job process of a stock fork server.
+        # by the sweep, 30 s later), then runs in a job process of a fresh fork server.
         used = _run_rows(app, proc, log, 2, 1, seconds=10)
         assert "its job process had died while idle" in log.read_text()
         assert job_rows(app)[-1]["attempts"] == 1, "the attempt given back"
-        [stock] = _fork_servers(proc.pid)
-        assert "multiprocessing.forkserver" in " ".join(stock.cmdline())
-        assert used <= {c.pid for c in stock.children()}
+        [fresh] = _fork_servers(proc.pid)
+        assert "cronjobs.preload" in fresh.cmdline()
+        assert used <= {c.pid for c in fresh.children()}
         assert _stop(proc) == 0, _tail(log)
 
 
@@ -108,11 +108,12 @@ def test_each_child_of_processes_2_forks_its_own(make_app, db_url, namespace, tm
 
 
 def _job_processes(kids: list[psutil.Process], seen: dict[int, str]) -> None:
-    """Add the living job processes of the `kids`' fork servers to `seen` (pid -> its fork
-    server's name)."""
+    """Add the living job processes of the `kids`' fork servers to `seen` (pid -> how its
+    fork server began: "forked" from the worker or started "fresh")."""
     for server in (s for k in kids for s in _fork_servers(k.pid)):
         with contextlib.suppress(psutil.Error):  # ended while we looked
-            seen.update(dict.fromkeys((c.pid for c in server.children()), server.name()))
+            began = "fresh" if "cronjobs.preload" in server.cmdline() else "forked"
+            seen.update(dict.fromkeys((c.pid for c in server.children()), began))
 
 
 def _trackers(pid: int) -> list[psutil.Process]:
@@ -133,9 +134,9 @@ def _trackers(pid: int) -> list[psutil.Process]:
 @pytest.mark.slow
 def test_no_resource_tracker_runs_for_the_children_their_fork_servers_or_job_processes(
         make_app, db_url, namespace, tmp_path):
-    # multiprocessing's tracker is a Python interpreter of its own (~6.8 MB of PSS); the
-    # command makes a stand-in (`runner.skip_resource_tracker`) that its children inherit,
-    # with their forked fork servers, and the stock ones started after those retired.
+    # multiprocessing's tracker is a Python interpreter of its own (~6.8 MB of PSS): none
+    # for the children, their forked fork servers, the fresh ones started after those
+    # retired, or their job processes.
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
     with running(db_url, namespace, log, ("--processes", "2", "--slots", "2"),
@@ -147,14 +148,14 @@ def test_no_resource_tracker_runs_for_the_children_their_fork_servers_or_job_pro
         seen: dict[int, str] = {}
         used = _run_rows(app, proc, log, 0, 8, watch=lambda: _job_processes(kids, seen))
         assert used <= set(seen), (used, seen)
-        assert {seen[pid] for pid in used} == {"cj-forkserver"}
+        assert {seen[pid] for pid in used} == {"forked"}
         assert _trackers(proc.pid) == []
         wait_for(lambda: not any(_fork_servers(k.pid) for k in kids), 30,
                  "the fork servers retired", proc, log)
-        seen.clear()  # stock fork servers now
+        seen.clear()  # fresh fork servers now
         used = _run_rows(app, proc, log, 8, 8, watch=lambda: _job_processes(kids, seen))
         assert used <= set(seen), (used, seen)
-        assert "cj-forkserver" not in {seen[pid] for pid in used}
+        assert {seen[pid] for pid in used} == {"fresh"}
         assert _trackers(proc.pid) == []
         assert _stop(proc) == 0, _tail(log)
 
@@ -182,15 +183,14 @@ def test_a_job_process_that_leaks_a_shared_memory_segment_has_it_unlinked_when_i
 
 
 def test_a_process_running_threads_does_not_fork_it():
-    from multiprocessing import forkserver
-
+    forked: list[int] = []
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        before = forkserver._forkserver._forkserver_pid
-        assert fork_fork_server() is False
-        assert forkserver._forkserver._forkserver_pid == before
+        before = psutil.Process().children()
+        assert ForkServer.fork(lambda sock: forked.append(os.getpid())) is None
+        assert psutil.Process().children() == before and forked == []
     finally:
         stop.set()
         thread.join()

@@ -1,22 +1,17 @@
-"""A job process starts lean (`runner._lean_process`, `jobprocess._serve_one`): the fork
-server's child is sent the worker's settings and runtime, not multiprocessing's
-preparation data and `Process` object, and runs its jobs with the fork server's
-preloaded App when the settings are equal (the forked fork server of `cronjobs worker`
-and the stock one started after it retired), its own App when they differ. A process
-of multiprocessing's own asked of the same fork server (a thread handler of the worker
-that uses the forkserver context) still starts the stock way."""
+"""A job process starts lean (`jobprocess.run_process`): it is sent the worker's settings
+and runtime, and runs its jobs with the fork server's preloaded App when the settings are
+equal (the forked fork server of `cronjobs worker` and the one started fresh after it
+retired), its own App when they differ."""
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 
 import pytest
 
 from conftest import REDIS, SAMPLE_HANDLERS
-from cronjobs import queue, runner
-from cronjobs.context import Runtime
+from cronjobs import queue
 from test_job_processes_on_demand import _fork_servers
 from test_job_slots import CRASH_HANDLERS, MISBEHAVE, Slots, job
 from test_worker_e2e import wait_for, worker
@@ -43,13 +38,13 @@ def test_a_workers_job_processes_run_with_the_fork_servers_app_forked_or_stock(
     with worker(db_url, namespace, log, threads=2, isolation="process", **env) as proc:
         first = _facts(app, queue.dispatch(MISBEHAVE, {"do": "facts"}, app=app), proc, log)
         assert first["preloaded_app"] is True, first  # the forked fork server's
-        assert first["process_name"] == "cronjobs-job"
+        assert first["process_name"] == "cj-job"
         wait_for(lambda: not _fork_servers(proc.pid), 30, "the fork server retired", proc, log)
         again = _facts(app, queue.dispatch(MISBEHAVE, {"do": "facts"}, app=app), proc, log)
         assert again["preloaded_app"] is True, again  # the stock fork server's
         assert again["pid"] != first["pid"]
         [server] = _fork_servers(proc.pid)
-        assert server.name() != "cj-forkserver", "started anew, not forked"
+        assert "cronjobs.preload" in server.cmdline(), "started anew, not forked"
 
 
 @SQLITE
@@ -62,29 +57,6 @@ def test_settings_other_than_the_fork_servers_give_the_job_process_its_own_app(m
         _, result = one.run(job(1, MISBEHAVE, {"do": "facts"}), 30)
         assert result.kind == "completed", result
         assert result.result["preloaded_app"] is False
-        assert result.result["process_name"] == "cronjobs-job"
-    finally:
-        one.slots.close()
-
-
-@SQLITE
-def test_a_process_of_multiprocessings_own_still_starts_from_the_job_processes_fork_server(
-        make_app):
-    app = make_app(handler_paths=(SAMPLE_HANDLERS, CRASH_HANDLERS))
-    one = Slots(app)
-    try:
-        assert one.run(job(1, MISBEHAVE, {}), 30)[1].kind == "completed"  # the fork server runs
-        server_pid = multiprocessing.forkserver._forkserver._forkserver_pid
-        assert server_pid is not None
-        reader, writer = multiprocessing.Pipe(duplex=False)
-        big = os.urandom(200_000)  # several pickle frames, read past the first bytes
-        child = runner._CTX.Process(target=writer.send, args=((big, Runtime("u")),))
-        child.start()
-        writer.close()
-        assert reader.poll(30), "the stock start ran nothing"
-        assert reader.recv() == (big, Runtime("u"))
-        child.join(10)
-        assert child.exitcode == 0
-        assert multiprocessing.forkserver._forkserver._forkserver_pid == server_pid
+        assert result.result["process_name"] == "cj-job"
     finally:
         one.slots.close()

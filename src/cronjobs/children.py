@@ -31,8 +31,8 @@ def run_children(child: Callable[[Signals], int], processes: int,
     by `signals`) and exits with what it returned. A child that exits 0 (recycled) is
     replaced at once; one that fails is started again after a pause growing to 30 s (back
     to 1 s when it had run for `HEALTHY_SECONDS`). SIGTERM/SIGINT are passed on; returns 0
-    once all ended. No child starts multiprocessing's resource tracker: they inherit the
-    stand-in this process made (`runner.skip_resource_tracker`).
+    once all ended. No resource tracker runs for the children (nothing of theirs starts
+    one: their job processes come from their own fork servers, `forkserver`).
 
     Args:
         child: what a child runs, given the child's own `Signals`; returns its exit code.

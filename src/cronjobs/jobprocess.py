@@ -1,7 +1,7 @@
 """The job process: runs one job at a time in its main thread, under a MAX_RUNTIME alarm.
 
-Job processes are forked from a fork server that called `preload()` once (its preload list
-imports `cronjobs.preload`): the engine, the registry and the built-in handlers are
+Job processes are forked from the fork server (`forkserver`), which called `preload()`
+once (`run_server`): the engine, the registry and the built-in handlers are
 imported and the App is built before any job process exists, so their pages are shared:
 eight job processes cost little more memory than one. Importing this module does nothing
 more (the worker imports it too). Each runs a job under `setitimer`: at
@@ -31,15 +31,13 @@ import ctypes
 import functools
 import gc
 import importlib
-import io
 import os
 import pickle
 import pkgutil
 import signal
-import stat
+import socket
 import struct
 import sys
-from multiprocessing import forkserver, process, reduction, resource_tracker, spawn, util
 from multiprocessing.connection import Connection
 
 import handlers as _builtin_handlers
@@ -49,6 +47,7 @@ from .app import App
 from .config import Settings
 from .context import Runtime
 from .executor import call_handler
+from .forkserver import serve as serve_forks
 from .handler import Job
 from .killtimer import KILL_GRACE_SECONDS, KillTimer
 from .killtimer import load as load_kill_timer
@@ -56,11 +55,7 @@ from .outcome import Outcome, timeout, unsendable
 from .status import Reason
 
 READY = "ready"  # what a job process sends once it can take jobs (`runner.READY` too)
-# How a lean start (`runner`'s `_LeanPopen`) begins; multiprocessing's own start is a
-# pickle (b"\x80..."), so the fork server tells them apart by the first bytes.
-LEAN_START = b"cronjobs-job\0"
-LEAN_PYTHON = sys.version_info < (3, 14)  # multiprocessing's fork-server layout it relies on
-LEAN_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
+START_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
 SEND_RUNG_SECONDS = 0.5  # how long an ending job process waits to send its rows' messages
 
 
@@ -91,7 +86,7 @@ def _preload_app() -> App | None:
 
 
 _PRELOADED: App | None = None
-_PRELOADED_KEY = b""  # `settings_key(_PRELOADED.settings)`: what a lean start compares
+_PRELOADED_KEY = b""  # `settings_key(_PRELOADED.settings)`: what `run_process` compares
 _NO_RUNTIME = pickle.dumps(Runtime())  # a worker outside `cronjobs serve`
 
 
@@ -111,19 +106,7 @@ def preload() -> None:
             pass
     _libc()
     load_kill_timer()
-    if LEAN_PYTHON:  # this process is a fork server: its loop calls it
-        forkserver._serve_one = _serve_one
     gc.freeze()
-
-
-def is_stand_in_tracker(fd: int) -> bool:
-    """Whether `fd`, multiprocessing's resource tracker of this process, is the stand-in
-    of `runner.skip_resource_tracker` (`/dev/null`, a character device; a tracker's is a
-    pipe)."""
-    try:
-        return stat.S_ISCHR(os.fstat(fd).st_mode)
-    except OSError:
-        return False
 
 
 def settings_key(settings: Settings) -> bytes:
@@ -133,97 +116,45 @@ def settings_key(settings: Settings) -> bytes:
     return pickle.dumps(settings.__dict__)
 
 
-def _serve_one(child_r: int, fds: list[int], unused_fds: list[int],
-               handlers: dict) -> int:
-    """In a job process just forked by the fork server (multiprocessing's loop calls it
-    in place of its own `_serve_one`): what that one does, then `serve` at once for a
-    lean start. multiprocessing's start unpickles its preparation data and a `Process`
-    object with the worker's settings in every job process, which made a good part of the
-    fork server's pages its own (bench/NOTES.md has the figures); a lean start reads
-    the settings' key (`settings_key`) and unpickles the settings only when it differs
-    from the fork server's, and the runtime only in `cronjobs serve`. Any other
-    process asked of this fork server (a thread handler of the worker that uses
-    multiprocessing's forkserver context) starts the stock way. Either drops the stand-in
-    of a resource tracker (`runner.skip_resource_tracker`): a process that registers a
-    resource starts a tracker of its own. Returns the exit code."""
-    signal.set_wakeup_fd(-1)
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
-    for fd in unused_fds:
-        os.close(fd)
-    server, tracker = forkserver._forkserver, resource_tracker._resource_tracker
-    (server._forkserver_alive_fd, tracker._fd, *server._inherited_fds) = fds
-    if is_stand_in_tracker(tracker._fd):  # the worker runs none: this process, if it must
-        os.close(tracker._fd)
-        tracker._fd = None
-    source = os.fdopen(child_r, "rb", closefd=True)
-    head = source.read(len(LEAN_START))
-    if head != LEAN_START:
-        return _stock_start(head, source)
-    try:
-        sizes = LEAN_HEADER.unpack(source.read(LEAN_HEADER.size))
-        key, settings_bytes, runtime_bytes = (source.read(size) for size in sizes)
-        source.close()
-        settings = None if key == _PRELOADED_KEY and _PRELOADED is not None \
-            else pickle.loads(settings_bytes)
-        runtime = Runtime() if runtime_bytes == _NO_RUNTIME else pickle.loads(runtime_bytes)
-        process.current_process().name = "cronjobs-job"  # as multiprocessing's start names it
-        util._finalizer_registry.clear()  # what multiprocessing's start does, too
-        util._run_after_forkers()
-        try:
-            serve(Connection(server._inherited_fds[0]), settings, runtime)
-        finally:  # what multiprocessing's end of a process does: finalizers, children
-            util._exit_function()
-        return 0
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
+def start_message(settings: Settings, runtime: Runtime) -> bytes:
+    """The first message a job process reads on its pipe (`run_process`): the key of the
+    worker's settings (`settings_key`), their pickle and the runtime's pickle."""
+    parts = (settings_key(settings), pickle.dumps(settings), pickle.dumps(runtime))
+    return b"".join((START_HEADER.pack(*map(len, parts)), *parts))
+
+
+def run_server(sock: socket.socket) -> None:
+    """The fork server's life (`forkserver.serve`), once started: named `cj-forkserver`
+    for `ps` (its command line may be the worker's), the preload, then its loop; returns
+    when the worker's end of `sock` closes."""
+    name_process("cj-forkserver")
+    preload()
+    serve_forks(sock, run_process)
+
+
+def run_process(fd: int, server_pid: int) -> int:
+    """A job process, just forked by the fork server `server_pid` and handed the
+    descriptor `fd` of its end of the pipe: die with the fork server, read the start
+    message (`start_message`), then `serve`. The settings are unpickled only when their
+    key differs from the preloaded App's (unpickling them made a good part of the fork
+    server's pages each job process's own); the runtime only in `cronjobs serve`.
+    Returns the exit code."""
+    if not _die_with_parent(server_pid):
         return 1
-    finally:
-        util._flush_std_streams()
-
-
-def _stock_start(head: bytes, source: io.BufferedReader) -> int:
-    """multiprocessing's own start (`spawn._main`) of a process whose first bytes were
-    read already: its preparation data and `Process` object, then its bootstrap."""
-    parent_sentinel = os.dup(source.fileno())
-    stream = io.BytesIO(head)
-    current = process.current_process()
-    current._inheriting = True
+    conn = Connection(fd)
     try:
-        preparation = reduction.pickle.load(_Chained(stream, source))
-        spawn.prepare(preparation)
-        child = reduction.pickle.load(_Chained(stream, source))
-    finally:
-        del current._inheriting
-        source.close()
-    return child._bootstrap(parent_sentinel)
-
-
-class _Chained(io.RawIOBase):
-    """Reads what is left of `first`, then from `rest` (a pickle that began in bytes
-    read already)."""
-
-    def __init__(self, first: io.BytesIO, rest: io.BufferedReader) -> None:
-        self._first, self._rest = first, rest
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._first.read(size)
-        if size < 0:
-            return data + self._rest.read()
-        return data + (self._rest.read(size - len(data)) if len(data) < size else b"")
-
-    def readline(self, size: int = -1) -> bytes:
-        line = self._first.readline(size)
-        if line.endswith(b"\n") or 0 <= size <= len(line):
-            return line
-        return line + self._rest.readline(-1 if size < 0 else size - len(line))
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
+        data = conn.recv_bytes()
+    except (EOFError, OSError):  # the worker gave up on it before it started
+        return 1
+    sizes = START_HEADER.unpack_from(data)
+    at = START_HEADER.size
+    key, settings_bytes, runtime_bytes = (data[at + sum(sizes[:i]):at + sum(sizes[:i + 1])]
+                                          for i in range(3))
+    settings = None if key == _PRELOADED_KEY and _PRELOADED is not None \
+        else pickle.loads(settings_bytes)
+    runtime = Runtime() if runtime_bytes == _NO_RUNTIME else pickle.loads(runtime_bytes)
+    serve(conn, settings, runtime)
+    return 0
 
 
 def signal_on_parent_death(signum: int) -> None:
@@ -257,18 +188,11 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent_pid: int) -> bool:
+    """Have the kernel kill this process when its parent, the fork server `parent_pid`,
+    dies; False when it has died already (before this was asked)."""
     signal_on_parent_death(signal.SIGKILL)
-    # multiprocessing hands every process the fork server starts a copy of the worker's
-    # end of the pipe the fork server watches; while a job process held it, the fork
-    # server outlived a killed worker, and so did the job (its parent was still alive).
-    fd, forkserver._forkserver._forkserver_alive_fd = \
-        forkserver._forkserver._forkserver_alive_fd, None
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    return os.getppid() == parent_pid
 
 
 def _on_alarm(signum, frame) -> None:
@@ -327,7 +251,6 @@ def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None
         settings: the worker's settings (see `app_for`); None: the preloaded App's.
         runtime: handed to every job's `JobContext`.
     """
-    _die_with_parent()
     name_process("cj-job")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

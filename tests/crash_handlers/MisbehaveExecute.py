@@ -3,7 +3,7 @@ status 3), `sleep` (a blocking `time.sleep(payload["seconds"])`), `deaf` (ignore
 then sleeps: only SIGKILL stops it), `log` (logs `payload["line"]` as a warning of logger
 `test.misbehave`), `leak` (creates the shared-memory segment `payload["name"]`, then
 exits as `exit` does), `facts` (returns whether it runs with the fork server's preloaded App,
-its pid and multiprocessing's name of its process); anything else returns True."""
+its pid and the name of its process as `ps` shows it); anything else returns True."""
 
 import logging
 import os
@@ -21,12 +21,13 @@ class MisbehaveExecute(CronJobHandler):
     def handle(self, payload, job):
         do = payload.get("do")
         if do == "facts":  # how this job process runs jobs (tests/test_lean_start.py)
-            from multiprocessing import current_process
-
             from cronjobs.jobprocess import preloaded
+
+            with open("/proc/self/comm") as comm:
+                name = comm.read().strip()
             return {"success": True, "result": {
                 "preloaded_app": preloaded() is self.context.app, "pid": os.getpid(),
-                "process_name": current_process().name}}
+                "process_name": name}}
         if do == "log":
             logging.getLogger("test.misbehave").warning(payload["line"])
         if do == "leak":  # a shared-memory segment left behind by a process that dies

@@ -54,9 +54,6 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     slots = _slots(slots, threads, 8)
     if burst:
         _burst_usage(processes, max_jobs, memory_limit, time_limit)
-    from ..runner import skip_resource_tracker, start_fork_server
-
-    skip_resource_tracker()  # before `--processes N` forks: the children inherit it
     from .. import logs  # lazy: CLI start-up time
     from ..children import run_children
     from ..tasks import unknown_sections
@@ -68,6 +65,8 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
         raise click.BadParameter(f"no queue names in {queues!r}", param_hint="--queues")
     _import_for_workers(None if burst else app.settings.broker_url)
     if processes == 1:  # a copy of this process, before it connects or starts a thread
+        from ..runner import start_fork_server
+
         start_fork_server(fork=True)
     _check_tables(app)
     logs.add_daily_file(log_dir or app.settings.log_dir)
