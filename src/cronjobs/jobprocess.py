@@ -38,6 +38,7 @@ import signal
 import socket
 import struct
 import sys
+from multiprocessing import active_children
 from multiprocessing.connection import Connection
 
 import handlers as _builtin_handlers
@@ -153,8 +154,24 @@ def run_process(fd: int, server_pid: int) -> int:
     settings = None if key == _PRELOADED_KEY and _PRELOADED is not None \
         else pickle.loads(settings_bytes)
     runtime = Runtime() if runtime_bytes == _NO_RUNTIME else pickle.loads(runtime_bytes)
-    serve(conn, settings, runtime)
+    inherited = active_children()  # the worker's, if any: not this process's to end
+    try:
+        serve(conn, settings, runtime)
+    finally:
+        _end_handler_processes(inherited)
     return 0
+
+
+def _end_handler_processes(inherited: list) -> None:
+    """What multiprocessing does as one of its own processes ends, for the processes a
+    handler started with it (those not `inherited`): the daemonic ones terminated, then all
+    joined (a retired job process that lingers is killed by its worker a second later)."""
+    mine = [child for child in active_children() if child not in inherited]
+    for child in mine:
+        if child.daemon:
+            child.terminate()
+    for child in mine:
+        child.join()
 
 
 def signal_on_parent_death(signum: int) -> None:
