@@ -126,8 +126,9 @@ class ForkServer:
             deadline = time.monotonic() + timeout_seconds
             while not self._forked:
                 if not self._read(deadline - time.monotonic()):
-                    if not self._gone:
-                        self._lost(kill=True)
+                    if self._gone:
+                        raise ServerGone("the fork server has ended")
+                    self._lost(kill=True)
                     raise ServerGone(f"the fork server did not fork within "
                                      f"{timeout_seconds:g} s")
             return self._forked.pop(0)
