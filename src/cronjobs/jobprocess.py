@@ -147,10 +147,11 @@ def run_process(fd: int, server_pid: int) -> int:
         data = conn.recv_bytes()
     except (EOFError, OSError):  # the worker gave up on it before it started
         return 1
-    sizes = START_HEADER.unpack_from(data)
-    at = START_HEADER.size
-    key, settings_bytes, runtime_bytes = (data[at + sum(sizes[:i]):at + sum(sizes[:i + 1])]
-                                          for i in range(3))
+    parts, at = [], START_HEADER.size
+    for size in START_HEADER.unpack_from(data):
+        parts.append(data[at:at + size])
+        at += size
+    key, settings_bytes, runtime_bytes = parts
     settings = None if key == _PRELOADED_KEY and _PRELOADED is not None \
         else pickle.loads(settings_bytes)
     runtime = Runtime() if runtime_bytes == _NO_RUNTIME else pickle.loads(runtime_bytes)
