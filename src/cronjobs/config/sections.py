@@ -8,8 +8,8 @@ name, e.g. `alert_` + `smtp_to`): that key is what the TOML file and the variabl
 their section (`Settings(alert_smtp_to=...)` keeps working).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate each field's type
+# from its text when the classes are made, at every CLI command's start.
 import json
 from typing import Any, ClassVar
 
@@ -28,8 +28,10 @@ def split_commas(value: Any) -> Any:
 
 
 def _config(prefix: str) -> ConfigDict:
+    # defer_build: `Settings` validates a section as a part of its own schema; a section's
+    # own validator is built only if a section is made alone (`AlertSettings(...)`).
     return ConfigDict(extra="forbid", frozen=True, alias_generator=lambda name: prefix + name,
-                      validate_by_name=True, validate_by_alias=True)
+                      validate_by_name=True, validate_by_alias=True, defer_build=True)
 
 
 class Section(BaseModel):

@@ -240,6 +240,7 @@ class Settings(BaseModel):
         data = dict(data)
         for name, section in SECTIONS.items():
             flat = {key: data.pop(key) for key in section.keys() if key in data}
+            data.setdefault(name, {})  # validated within this schema: no section built alone
             if flat:
                 given = data.get(name) or {}
                 if isinstance(given, BaseModel):
