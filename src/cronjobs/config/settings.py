@@ -240,12 +240,10 @@ class Settings(BaseModel):
         data = dict(data)
         for name, section in SECTIONS.items():
             flat = {key: data.pop(key) for key in section.keys() if key in data}
-            data.setdefault(name, {})  # validated within this schema: no section built alone
-            if flat:
-                given = data.get(name) or {}
-                if isinstance(given, BaseModel):
-                    given = given.model_dump(by_alias=True, exclude_unset=True)
-                data[name] = {**given, **flat} if isinstance(given, dict) else given
+            given = data.get(name, {})  # a dict even when empty: validated within this schema
+            if flat and isinstance(given, BaseModel):
+                given = given.model_dump(by_alias=True, exclude_unset=True)
+            data[name] = {**given, **flat} if flat and isinstance(given, dict) else given
         return data
 
     @classmethod
@@ -282,7 +280,8 @@ class Settings(BaseModel):
 
         Raises:
             ConfigError: unknown variable or key (with a "did you mean" hint), unreadable
-                TOML file, or a value that fails validation (naming field and value).
+                TOML file, or a value that fails validation (naming its key, e.g.
+                `alert_smtp_port`, and the value).
         """
         environ = os.environ if environ is None else environ
         values = read_sources(environ, cls.keys(), list(TaskSettings.model_fields))
