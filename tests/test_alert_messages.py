@@ -166,7 +166,8 @@ def test_problems_of_a_check_that_did_not_answer_neither_fail_nor_pass(alerting,
 
 def test_two_alert_loops_at_once_send_one_message(alerting, inbox):
     configured, _, _ = alerting
-    app = App(configured.settings.model_copy(update={"alert_after_runs": 1}),
+    at_once = configured.settings.alerts.model_copy(update={"after_runs": 1})
+    app = App(configured.settings.model_copy(update={"alerts": at_once}),
               clock=configured.clock, engine=configured.engine, handlers=configured.handlers)
     barrier = threading.Barrier(2)
     done = []

@@ -139,8 +139,9 @@ def test_when_every_channel_fails_the_next_run_tries_again(make_app, channels):
     assert first.problems and first.delivered == [] and "webhook" in first.failed
     clock.set(T0 + timedelta(minutes=5))
     # The operator fixes the URL and restarts: the same database, the new settings.
-    app = App(app.settings.model_copy(update={"alert_webhook_url": inbox.url + "/hook"}),
-              clock=clock, engine=app.engine, handlers=app.handlers)
+    fixed = app.settings.alerts.model_copy(update={"webhook_url": inbox.url + "/hook"})
+    app = App(app.settings.model_copy(update={"alerts": fixed}), clock=clock,
+              engine=app.engine, handlers=app.handlers)
     second = alerts.process(app, run_health(app))
     assert second.delivered == ["webhook"]
     assert {p["key"] for p in second.problems} == {p["key"] for p in first.problems}

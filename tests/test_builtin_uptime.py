@@ -153,12 +153,12 @@ def test_checks_from_toml_and_from_the_environment(tmp_path, monkeypatch):
         expect_text = "operational"
     """))
     settings = Settings.load({})
-    assert settings.uptime_expect_status == 200
-    assert settings.uptime_checks == (UptimeCheck(url="https://b.example/", expect_status=301),
+    assert settings.uptime.expect_status == 200
+    assert settings.uptime.checks == (UptimeCheck(url="https://b.example/", expect_status=301),
                                       UptimeCheck(url="https://c.example/status",
                                                   expect_text="operational"))
     env = Settings.load({"CRONJOBS_UPTIME_CHECKS": '[{"url": "https://d.example/"}]'})
-    assert env.uptime_checks == (UptimeCheck(url="https://d.example/"),)
+    assert env.uptime.checks == (UptimeCheck(url="https://d.example/"),)
     with pytest.raises(ConfigError, match="uptime_checks.*not a JSON list"):
         Settings.load({"CRONJOBS_UPTIME_CHECKS": "https://d.example/"})
     with pytest.raises(ConfigError, match="expect_stauts"):

@@ -36,6 +36,44 @@ def test_defaults_are_the_embedded_setup():
     assert settings.task("anything") == TaskSettings()
 
 
+def test_a_section_reads_its_flat_keys_from_file_variables_and_keywords(in_tmp):
+    path = toml(in_tmp / "settings.toml", """
+        tls_hosts = ["a.example", "b.example:465"]
+        backup_keep = 3
+        metrics_public = true
+        [[uptime_checks]]
+        url = "https://c.example/"
+    """)
+    settings = Settings.load(environ={"CRONJOBS_CONFIG": str(path),
+                                      "CRONJOBS_ALERT_SMTP_TO": "ops@example.com, dev@example.com",
+                                      "CRONJOBS_HEALTH_TIMEOUT_SECONDS": "2"},
+                             dashboard_port=9000)
+    assert settings.tls.hosts == ("a.example", "b.example:465")
+    assert settings.backup.keep == 3 and settings.backup.dir == "backups"
+    assert settings.dashboard.metrics_public and settings.dashboard.port == 9000
+    assert [c.url for c in settings.uptime.checks] == ["https://c.example/"]
+    assert settings.alerts.smtp_to == ("ops@example.com", "dev@example.com")
+    assert settings.health.timeout_seconds == 2
+    # the flat key and the section's own name are the same setting
+    assert Settings(alert_smtp_port=26) == Settings(alerts={"smtp_port": 26})
+    assert Settings(alerts={"smtp_port": 26}, alert_smtp_to="a@example.com").alerts.smtp_port == 26
+    keys = Settings.keys()
+    assert len(keys) == len(set(keys)) and {"alert_smtp_to", "metrics_public", "tls_hosts",
+                                            "database_url", "queues"} <= set(keys)
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("CRONJOBS_ALERT_SMTP_PORT", "0", "invalid setting alert_smtp_port='0': "),
+    ("CRONJOBS_TLS_VERIFY", "perhaps", "invalid setting tls_verify='perhaps': "),
+    ("CRONJOBS_METRICS_PUBLIC", "perhaps", "invalid setting metrics_public='perhaps': "),
+    ("CRONJOBS_UPTIME_CHECKS", '[{"url": "ftp://x"}]', "invalid setting uptime_checks.0.url="),
+])
+def test_an_error_in_a_section_names_the_variable_key(variable, value, message):
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={variable: value})
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
 def test_other_variables_are_ignored():
     settings = Settings.load(environ={"PATH": "/bin", "CRONJOB_TYPO": "x", "HOME": "/root"})
     assert settings.database_url == "sqlite:///cronjobs.db"

@@ -174,7 +174,7 @@ def test_listening_beyond_loopback_needs_a_token(tmp_path):
         upgrade(app.engine)
         token, generated = ensure_token(app, "127.0.0.1")
         assert generated and len(token) >= 20
-        assert app.settings.dashboard_token is None  # passed on explicitly, settings untouched
+        assert app.settings.dashboard.token is None  # passed on explicitly, settings untouched
         assert ensure_token(app, "localhost") == (token, True)  # the one kept in the database
         assert ensure_token(configured, "0.0.0.0") == (TOKEN, False)
         short = App(Settings(database_url=url, dashboard_token="short"))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from cronjobs.config import Settings, TaskSettings, UptimeCheck
+from cronjobs.config import SECTIONS, Settings, TaskSettings, UptimeCheck
 
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- runnable(?:: write (?P<path>\S+))? -->\n"
@@ -109,7 +109,7 @@ def test_reference_pages_match_the_code():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("model", [Settings, TaskSettings, UptimeCheck])
+@pytest.mark.parametrize("model", [Settings, TaskSettings, UptimeCheck, *SECTIONS.values()])
 def test_every_setting_has_a_description_with_its_unit(model):
     units = {"_seconds": "(seconds)", "_minutes": "(minutes)", "_days": "(days)"}
     for name, field in model.model_fields.items():
@@ -121,7 +121,7 @@ def test_every_setting_has_a_description_with_its_unit(model):
 
 def test_configuration_reference_lists_every_setting_and_variable():
     page = (DOCS / "reference" / "configuration.md").read_text(encoding="utf-8")
-    for name in Settings.model_fields:
+    for name in Settings.keys():  # the flat keys, the sections' too (`alert_smtp_to`)
         assert f"| `{name}` |" in page
         if name != "tasks":
             assert f"`CRONJOBS_{name.upper()}`" in page

@@ -140,6 +140,6 @@ def test_settings_and_engine_are_fixed_for_the_apps_life(tmp_path):
             app.engine = None
         with pytest.raises(AttributeError):
             app.handlers = registry.default
-        assert app.settings.uptime_urls == ()
+        assert app.settings.uptime.urls == ()
     finally:
         app.close()

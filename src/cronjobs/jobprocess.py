@@ -112,9 +112,9 @@ def preload() -> None:
 
 def settings_key(settings: Settings) -> bytes:
     """Bytes that are equal for settings of equal values, in any process: the pickle of
-    their values in field order (the pickle of the model itself holds the set of fields
-    given, whose order differs between interpreters)."""
-    return pickle.dumps(settings.__dict__)
+    their values in field order, the sections' as dicts too (the pickle of a model holds
+    the set of fields given, whose order differs between interpreters)."""
+    return pickle.dumps(settings.model_dump())
 
 
 def start_message(settings: Settings, runtime: Runtime) -> bytes:

@@ -40,7 +40,8 @@ def make_test_app(folder: str | Path, *, handler_paths: Iterable[str | Path] = (
         now: the frozen clock's start, naive UTC (default 2026-01-01 00:00); move it with
             `app.clock.advance(seconds)` or `app.clock.set(datetime)`.
         database_url: use this database instead of SQLite (it is migrated too).
-        **settings: other `Settings` fields (`tls_hosts=("example.com",)`, ...).
+        **settings: other settings by their keys (`tls_hosts=("example.com",)`, ...) or
+            sections (`alerts={"smtp_to": ...}`), as `Settings` takes them.
 
     Returns:
         The App (`app.clock` is the `FrozenClock`).

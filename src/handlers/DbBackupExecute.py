@@ -43,8 +43,8 @@ class DbBackupExecute(CronJobHandler):
         """Make one backup and prune the old ones."""
         from cronjobs.backup import BackupError, backup_database  # lazy: as in available()
 
-        folder = Path(payload.get("folder") or self.settings.backup_dir)
-        keep = int(payload.get("keep") or self.settings.backup_keep)
+        folder = Path(payload.get("folder") or self.settings.backup.dir)
+        keep = int(payload.get("keep") or self.settings.backup.keep)
         try:
             made = backup_database(self.settings.database_url, folder, keep, self.context.now())
         except (BackupError, OSError) as exc:

@@ -30,16 +30,16 @@ class HttpUptimeDiscover(CronJobHandler):
     def targets(self) -> list[dict]:
         """The execute payloads: `{"url", "expect", "expect_status", "timeout"}` each."""
         settings = self.settings
-        timeout = settings.uptime_timeout_seconds
-        urls = settings.uptime_urls
-        if not urls and not settings.uptime_checks and self.context.serve_url:
+        timeout = settings.uptime.timeout_seconds
+        urls = settings.uptime.urls
+        if not urls and not settings.uptime.checks and self.context.serve_url:
             urls = (self.context.serve_url + "/health",)
-        targets = [{"url": url, "expect": settings.uptime_expect,
-                    "expect_status": settings.uptime_expect_status, "timeout": timeout}
+        targets = [{"url": url, "expect": settings.uptime.expect,
+                    "expect_status": settings.uptime.expect_status, "timeout": timeout}
                    for url in urls]
         targets += [{"url": check.url, "expect": check.expect_text,
                      "expect_status": check.expect_status, "timeout": timeout}
-                    for check in settings.uptime_checks]
+                    for check in settings.uptime.checks]
         return targets
 
     def handle(self, payload: dict, job: Job) -> dict:

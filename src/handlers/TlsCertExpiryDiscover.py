@@ -26,7 +26,7 @@ class TlsCertExpiryDiscover(CronJobHandler):
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Dispatch the execute jobs for this day (or for this manual run)."""
-        hosts = list(self.settings.tls_hosts)
+        hosts = list(self.settings.tls.hosts)
         if not hosts:
             return {"success": True, "status": "cancelled", "result": {"reason": "no-targets"}}
         day = (payload.get("slot") or "")[:8] or self.context.now().strftime("%Y%m%d")
@@ -36,8 +36,8 @@ class TlsCertExpiryDiscover(CronJobHandler):
             host, port = parse_target(target)
             ids.append(self.dispatch(
                 "tls.certexpiry.execute",
-                {"host": host, "port": port, "threshold_days": self.settings.tls_threshold_days,
-                 "timeout": self.settings.tls_timeout_seconds},
+                {"host": host, "port": port, "threshold_days": self.settings.tls.threshold_days,
+                 "timeout": self.settings.tls.timeout_seconds},
                 idempotency_key=f"tls.certexpiry:{host}:{port}:{day}{run}"[:191],
                 title=f"certificate {host}:{port}"[:255]))
         return {"success": True, "result": {"dispatched": len(ids), "hosts": hosts, "jobs": ids}}

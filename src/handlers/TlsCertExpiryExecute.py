@@ -33,14 +33,14 @@ class TlsCertExpiryExecute(CronJobHandler):
         """Fetch the certificate and judge it against the threshold."""
         settings = self.settings
         host, port = payload["host"], int(payload.get("port", 443))
-        threshold = float(payload.get("threshold_days", settings.tls_threshold_days))
+        threshold = float(payload.get("threshold_days", settings.tls.threshold_days))
         result = {"host": host, "port": port, "threshold_days": threshold, "subject": None,
                   "issuer": None, "not_before": None, "not_after": None, "days_left": None,
                   "verified": None, "verify_error": None, "error": None}
         try:
-            cert = fetch_certificate(host, port, ca_file=settings.tls_ca_file,
+            cert = fetch_certificate(host, port, ca_file=settings.tls.ca_file,
                                      timeout_seconds=float(payload.get(
-                                         "timeout", settings.tls_timeout_seconds)))
+                                         "timeout", settings.tls.timeout_seconds)))
         except (OSError, ValueError) as exc:
             result["error"] = f"cannot read the certificate of {host}:{port}: " \
                               f"{type(exc).__name__}: {exc}"
@@ -54,7 +54,7 @@ class TlsCertExpiryExecute(CronJobHandler):
             result["error"] = (f"certificate of {host}:{port} expires in {left} days "
                                f"({result['not_after']}), below the threshold of "
                                f"{threshold:g} days")
-        elif settings.tls_verify and not cert.verified:
+        elif settings.tls.verify and not cert.verified:
             result["error"] = f"certificate of {host}:{port} does not verify: {cert.verify_error}"
         if result["error"]:
             return {"success": False, "result": result, "error": result["error"]}

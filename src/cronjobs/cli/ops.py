@@ -106,5 +106,5 @@ def dashboard(host: str | None, port: int | None) -> None:
     from ..web.server import run_dashboard  # lazy: CLI start-up time
 
     app = _app()
-    sys.exit(run_dashboard(app, host or app.settings.dashboard_host,
-                           app.settings.dashboard_port if port is None else port))
+    sys.exit(run_dashboard(app, host or app.settings.dashboard.host,
+                           app.settings.dashboard.port if port is None else port))

@@ -222,6 +222,6 @@ def serve(host: str | None, port: int | None, slots: int | None, threads: int | 
     slots = _slots(slots, threads, 4)
     app = _app(create=True, pool_size=connections_needed(slots))
     upgrade(app.engine)
-    sys.exit(run(app, host or app.settings.dashboard_host,
-                 app.settings.dashboard_port if port is None else port, slots,
+    sys.exit(run(app, host or app.settings.dashboard.host,
+                 app.settings.dashboard.port if port is None else port, slots,
                  shutdown_timeout=shutdown_timeout))

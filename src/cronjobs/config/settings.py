@@ -2,7 +2,7 @@
 validators, and `Settings.load()` (the TOML file, the variables and the CLI's overrides).
 
 The configuration reference (docs/reference/configuration.md) is generated from the fields
-here, in their order (`scripts/gen_reference.py`).
+here and from the sections' (`sections.py`), in their order (`scripts/gen_reference.py`).
 """
 
 from __future__ import annotations
@@ -14,19 +14,31 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..errors import ConfigError, InvalidJob
 from ..limits import check_queue
+from .sections import (
+    SECTIONS,
+    AlertSettings,
+    BackupSettings,
+    DashboardSettings,
+    HealthSettings,
+    TlsSettings,
+    UptimeSettings,
+    split_commas,
+)
 from .sources import read_sources, unknown_key
 from .tables import QueueSettings, TaskSettings, UptimeCheck
-from .urls import (
-    MEMORY_BROKER,
-    check_broker_url,
-    check_database_url,
-    check_http_url,
-    hide_password,
-)
+from .urls import MEMORY_BROKER, check_broker_url, check_database_url, hide_password
 
 # The settings that are tables of a model: an unknown key in one gets a "did you mean".
 _TABLES = {"queues": QueueSettings, "tasks": TaskSettings, "uptime_checks": UptimeCheck}
@@ -35,7 +47,14 @@ _TABLES = {"queues": QueueSettings, "tasks": TaskSettings, "uptime_checks": Upti
 class Settings(BaseModel):
     """All cronjobs settings. Build with `Settings.load()`; construct directly in tests.
 
-    Durations carry their unit in the field name (`_seconds`, `_minutes`, `_days`).
+    The engine's settings are fields of their own (`settings.database_url`); the
+    dashboard's, the built-in handlers', the health report's and the alerts' are sections
+    (`settings.alerts.smtp_to`, `sections.py`). Every setting has one flat key, the name the
+    TOML file and the variables use (`alert_smtp_to`, `CRONJOBS_ALERT_SMTP_TO`), and the
+    constructor takes it too: `Settings(alert_smtp_to=("ops@example.com",))` and
+    `Settings(alerts={"smtp_to": ...})` are the same settings.
+
+    Durations carry their unit in the name (`_seconds`, `_minutes`, `_days`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -70,17 +89,6 @@ class Settings(BaseModel):
                     "them without a handler of its own: fnmatch patterns such as `billing.*`, "
                     "comma-separated in the variable, a list in TOML. Any other type without "
                     "a registered handler is refused at dispatch (`InvalidJob`).")
-    # -- web front ------------------------------------------------------------------
-    dashboard_token: str | None = Field(
-        None,
-        description="Token required as `Authorization: Bearer` (or to log in) on every page "
-                    "but `/health`. Unset: on loopback the dashboard prints a token generated "
-                    "once and kept in the database; on any other address it refuses to start.")
-    dashboard_host: str = Field(
-        "127.0.0.1", description="Address `cronjobs serve` listens on.")
-    dashboard_port: int = Field(
-        default=8080, ge=0, le=65535,
-        description="Port `cronjobs serve` listens on (0 picks a free one).")
     # -- queue and worker -------------------------------------------------------------
     retry_backoff_cap_minutes: float = Field(
         default=60, gt=0,
@@ -139,54 +147,6 @@ class Settings(BaseModel):
     log_dir: str | None = Field(
         None,
         description="When set, workers also log to `DIR/workers-YYYY-MM-DD.log` (UTC date).")
-    # -- built-in handlers: http-uptime, tls-certexpiry, db-backup ----------------------
-    uptime_urls: tuple[str, ...] = Field(
-        (),
-        description="URLs the `http-uptime` task checks every minute (http:// or https://, "
-                    "with a host); comma-separated in the variable, a list in TOML. "
-                    "`cronjobs serve` checks its own `/health` when "
-                    "neither this nor `uptime_checks` is set.")
-    uptime_expect: str | None = Field(
-        None, description="Text every page of `uptime_urls` must contain.")
-    uptime_expect_status: int | None = Field(
-        None, ge=100, le=599,
-        description="HTTP status every URL of `uptime_urls` must answer with; unset means any "
-                    "2xx. A 3xx is checked without following the redirect.")
-    uptime_checks: tuple[UptimeCheck, ...] = Field(
-        (),
-        description="Checks with their own expectations, checked besides `uptime_urls`: "
-                    "`[[uptime_checks]]` tables with `url`, `expect_status`, `expect_text` in "
-                    "TOML; a JSON list of such objects in the variable.")
-    uptime_timeout_seconds: float = Field(
-        default=10, gt=0, description="Time limit of one uptime request (seconds).")
-    tls_hosts: tuple[str, ...] = Field(
-        (),
-        description="Hosts whose TLS certificate the `tls-certexpiry` task checks daily, as "
-                    "`host` or `host:port` (port 443 by default); comma-separated in the "
-                    "variable, a list in TOML.")
-    tls_threshold_days: float = Field(
-        default=14, ge=0,
-        description="A certificate that expires in fewer days than this fails its check "
-                    "(days).")
-    tls_timeout_seconds: float = Field(
-        default=10, gt=0,
-        description="Time limit to connect and finish the TLS handshake (seconds).")
-    tls_ca_file: str | None = Field(
-        None,
-        description="PEM file of extra certificate authorities to trust (an internal CA), "
-                    "besides the system's.")
-    tls_verify: bool = Field(
-        True,
-        description="When true, a certificate that does not verify (unknown issuer, wrong "
-                    "name, expired) fails its check; when false only the expiry counts.")
-    backup_dir: str = Field(
-        "backups",
-        description="Folder the `db-backup` task writes backups to (created when missing; "
-                    "relative to the worker's working folder).")
-    backup_keep: int = Field(
-        default=7, ge=1,
-        description="`db-backup` keeps this many newest backups of the database and deletes "
-                    "older ones (files).")
     # -- operator settings per task -----------------------------------------------------
     tasks: dict[str, TaskSettings] = Field(
         default_factory=dict,
@@ -199,93 +159,25 @@ class Settings(BaseModel):
                     "`rate_limit` (`30/s`, `100/m`, `5/h`); in the environment a JSON object: "
                     "`{\"broadcast\": {\"concurrency\": 1}}`.")
 
-    # -- dashboard ------------------------------------------------------------------------
-    dashboard_session_hours: float = Field(
-        default=12, gt=0, description="How long a dashboard login lasts (hours).")
-    dashboard_secure_cookie: bool = Field(
-        default=False, description="Always mark the session cookie Secure (it is Secure "
-                                   "anyway on a request that came over HTTPS).")
-    dashboard_proxy: int = Field(
-        default=0, ge=0, le=10,
-        description="Reverse proxies in front of the dashboard whose X-Forwarded-For, "
-                    "-Proto, -Host and -Prefix headers are trusted (Werkzeug's ProxyFix): 1 "
-                    "behind one nginx serving it under a prefix such as `/cronjobs/`; 0 "
-                    "ignores those headers.")
-    metrics_public: bool = Field(
-        default=False, description="Serve /metrics without the dashboard token.")
-    dashboard_db_timeout_seconds: float = Field(
-        default=5, gt=0, le=60,
-        description="The dashboard's database budget: waiting for one of its connections, "
-                    "connecting, one statement and one lock wait each end after this long, "
-                    "and the page answers 503 (seconds).")
-
-    # -- health ---------------------------------------------------------------------------
-    health_timeout_seconds: float = Field(
-        default=3, gt=0, le=60,
-        description="A health report answers within this many seconds; a check still "
-                    "running then (hung database or broker) is reported as fail; the "
-                    "checks' statements, lock waits and connects end a second later (seconds).")
-    health_cache_seconds: float = Field(
-        default=2, ge=0, le=60,
-        description="`/health` and `/health/ready` serve one report to every caller for "
-                    "this long after it is made; one run at a time regardless (seconds).")
-    health_stuck_seconds: float = Field(
-        default=300, gt=0,
-        description="Due rows older than this in a queue that has live workers: the "
-                    "workers have stopped taking rows (seconds).")
-    health_pause_warn_seconds: float = Field(
-        default=3600, gt=0,
-        description="Warn about a pause (of a queue, type or task) older than this; one "
-                    "left on by mistake stops work silently (seconds).")
-    health_held_warn_seconds: float = Field(
-        default=900, gt=0,
-        description="Warn when a due row has waited longer than this behind a block or a "
-                    "full concurrency limit (seconds).")
-    health_failed_warn_per_hour: int = Field(
-        default=10, ge=1, description="Warn when this many rows failed in the last hour (rows).")
-    health_disk_warn_percent: float = Field(default=90, gt=0, le=100,
-                                            description="Disk use that warns (percent).")
-    health_disk_fail_percent: float = Field(default=97, gt=0, le=100,
-                                            description="Disk use that fails (percent).")
-    health_memory_warn_percent: float = Field(default=90, gt=0, le=100,
-                                              description="Memory use that warns (percent).")
-    health_memory_fail_percent: float = Field(default=97, gt=0, le=100,
-                                              description="Memory use that fails (percent).")
-
-    # -- alerts: the built-in health task sends to every channel configured here --
-    alert_repeat_minutes: float = Field(
-        default=60, gt=0, description="Alert again about a problem still open (or flapping) "
-                                      "after this long (minutes).")
-    alert_after_runs: int = Field(
-        default=2, ge=1, description="Alert about a problem seen failing in this many health "
-                                     "runs in a row (runs; 1 alerts at the first).")
-    alert_recover_after_runs: int = Field(
-        default=2, ge=1, description="Send the recovery of an alerted problem after this many "
-                                     "passing health runs in a row (runs).")
-    alert_flap_changes: int = Field(
-        default=3, ge=2, description="A problem whose state (failing/passing) changed this many "
-                                     "times within alert_flap_window_minutes is flapping "
-                                     "(changes).")
-    alert_flap_window_minutes: float = Field(
-        default=60, gt=0, description="The window in which state changes are counted for "
-                                      "flapping (minutes).")
-    alert_timeout_seconds: float = Field(
-        default=10, gt=0, description="Timeout of one notification (seconds).")
-    alert_webhook_url: str | None = Field(
-        default=None, description="POST a JSON alert to this URL (http:// or https://).")
-    alert_telegram_bot_token: str | None = Field(
-        default=None, description="Telegram bot token (with alert_telegram_chat_id).")
-    alert_telegram_chat_id: str | None = Field(default=None, description="Telegram chat id.")
-    alert_telegram_api_url: str = Field(
-        default="https://api.telegram.org", description="Telegram Bot API base URL.")
-    alert_smtp_host: str | None = Field(default=None, description="SMTP server host.")
-    alert_smtp_port: int = Field(default=25, ge=1, le=65535, description="SMTP server port.")
-    alert_smtp_starttls: bool = Field(default=False, description="Use STARTTLS.")
-    alert_smtp_username: str | None = Field(default=None, description="SMTP login.")
-    alert_smtp_password: str | None = Field(default=None, description="SMTP password.")
-    alert_smtp_from: str = Field(default="cronjobs@localhost", description="From address.")
-    alert_smtp_to: tuple[str, ...] = Field(
-        default=(), description="Recipients, comma-separated in the environment.")
+    # -- the sections: settings.<section>.<name>, flat keys <prefix>_<name> ----------------
+    dashboard: DashboardSettings = Field(
+        default_factory=DashboardSettings,
+        description="The dashboard: address, token, login session, proxies, database budget.")
+    uptime: UptimeSettings = Field(
+        default_factory=UptimeSettings,
+        description="The `http-uptime` task: its URLs and what they must answer.")
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings,
+        description="The `tls-certexpiry` task: its hosts and when a certificate fails.")
+    backup: BackupSettings = Field(
+        default_factory=BackupSettings,
+        description="The `db-backup` task: its folder and how many backups it keeps.")
+    health: HealthSettings = Field(
+        default_factory=HealthSettings,
+        description="The health report: its time budget and the thresholds of its checks.")
+    alerts: AlertSettings = Field(
+        default_factory=AlertSettings,
+        description="The health task's alerts: when they are sent, and their channels.")
 
     @field_validator("handler_paths", mode="before")
     @classmethod
@@ -294,17 +186,10 @@ class Settings(BaseModel):
             return tuple(p for p in value.split(os.pathsep) if p)
         return value
 
-    @field_validator("uptime_urls", "tls_hosts", "alert_smtp_to", "remote_types", mode="before")
+    @field_validator("remote_types", mode="before")
     @classmethod
-    def _split_commas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(u.strip() for u in value.split(",") if u.strip())
-        return value
-
-    @field_validator("uptime_urls")
-    @classmethod
-    def _check_uptime_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(check_http_url(u) for u in value)
+    def _split_types(cls, value: Any) -> Any:
+        return split_commas(value)
 
     @field_validator("queues", mode="before")
     @classmethod
@@ -320,17 +205,6 @@ class Settings(BaseModel):
                     check_queue(queue)
                 except InvalidJob as exc:
                     raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("uptime_checks", mode="before")
-    @classmethod
-    def _parse_checks(cls, value: Any) -> Any:
-        if isinstance(value, str):  # from the environment: a JSON list of tables
-            try:
-                return json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON list of {{\"url\": ...}} objects "
-                                 f"({exc.msg})") from None
         return value
 
     @field_validator("broker_url", "database_url")
@@ -355,6 +229,30 @@ class Settings(BaseModel):
         except (ZoneInfoNotFoundError, ValueError) as exc:
             raise ValueError(f"unknown time zone {value!r}") from exc
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_flat_keys(cls, data: Any) -> Any:
+        # A section's flat keys (`alert_smtp_to`, as the file and the variables say them)
+        # into its table (`alerts`), merged over a section given whole.
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name, section in SECTIONS.items():
+            flat = {key: data.pop(key) for key in section.keys() if key in data}
+            given = data.get(name, {})  # a dict even when empty: validated within this schema
+            if flat and isinstance(given, BaseModel):
+                given = given.model_dump(by_alias=True, exclude_unset=True)
+            data[name] = {**given, **flat} if flat and isinstance(given, dict) else given
+        return data
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """Return every flat key, as the TOML file says it (a variable is `CRONJOBS_` + the
+        key in capitals): the top-level fields', then each section's (`alert_smtp_to`), in
+        the configuration reference's order."""
+        top = [name for name in cls.model_fields if name not in SECTIONS]
+        return top + [key for section in SECTIONS.values() for key in section.keys()]
 
     @property
     def embedded_broker(self) -> bool:
@@ -382,18 +280,31 @@ class Settings(BaseModel):
 
         Raises:
             ConfigError: unknown variable or key (with a "did you mean" hint), unreadable
-                TOML file, or a value that fails validation (naming field and value).
+                TOML file, or a value that fails validation (naming its key, e.g.
+                `alert_smtp_port`, and the value).
         """
         environ = os.environ if environ is None else environ
-        values = read_sources(environ, list(cls.model_fields), list(TaskSettings.model_fields))
+        values = read_sources(environ, cls.keys(), list(TaskSettings.model_fields))
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**values)
         except ValidationError as exc:
             err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo first
+            err = {**err, "loc": flat_loc(err["loc"])}
             field = ".".join(str(p) for p in err["loc"])
             message = unknown_key(err, _TABLES) or err["msg"].removeprefix("Value error, ")
             shown = err.get("input")
             if field in ("database_url", "broker_url") and isinstance(shown, str):
                 shown = hide_password(shown)  # the message must not print a password
             raise ConfigError(f"invalid setting {field}={shown!r}: {message}") from None
+
+
+def flat_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """The place of a validation error as the file and the variables name it: a section's
+    field by its flat key (`("alerts", "smtp_port")` -> `("alert_smtp_port",)`; a place
+    inside it follows: `("uptime_checks", 0, "url")`); any other place unchanged."""
+    section = SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
+    if section is None:
+        return loc
+    field = section.model_fields.get(str(loc[1]))
+    return ((field.alias if field is not None and field.alias else loc[1]), *loc[2:])

@@ -72,7 +72,8 @@ def process(app: App, report: HealthReport) -> AlertRun:
         errors are raised (`cronjobs.errors.StoreError` and subclasses).
     """
     now, policy, channels = report.at, Policy.from_settings(app.settings), notifiers(app.settings)
-    claim = now + timedelta(seconds=app.settings.alert_timeout_seconds * max(1, len(channels)) + 60)
+    claim = now + timedelta(seconds=app.settings.alerts.timeout_seconds * max(1, len(channels))
+                            + 60)
     failing, answered = observations(report)
     entries = run_in_transaction(
         app.engine, lambda conn: _decide(conn, failing, answered, now, policy, claim))

@@ -58,9 +58,9 @@ class Policy:
     @classmethod
     def from_settings(cls, s: Settings) -> Policy:
         """The policy of `CRONJOBS_ALERT_*` settings."""
-        return cls(s.alert_after_runs, s.alert_recover_after_runs, s.alert_flap_changes,
-                   timedelta(minutes=s.alert_flap_window_minutes),
-                   timedelta(minutes=s.alert_repeat_minutes))
+        return cls(s.alerts.after_runs, s.alerts.recover_after_runs, s.alerts.flap_changes,
+                   timedelta(minutes=s.alerts.flap_window_minutes),
+                   timedelta(minutes=s.alerts.repeat_minutes))
 
 
 def new_row(problem: Problem, check_name: str | None, now: datetime) -> dict:

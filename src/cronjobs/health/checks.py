@@ -32,7 +32,7 @@ def broker(app: App, check: Check) -> None:
     url = app.settings.broker_url
     # A broker answers PING in milliseconds; 1 s (below the report's deadline) tells a hung
     # one apart while leaving `cronjobs health` room to start and finish within 5 s.
-    timeout = max(0.2, min(1.0, app.settings.health_timeout_seconds - 0.5))
+    timeout = max(0.2, min(1.0, app.settings.health.timeout_seconds - 0.5))
     if app.settings.embedded_broker:
         check.message = "in-process broker (memory://)"
         check.data = {"kind": "memory"}
@@ -104,7 +104,7 @@ def queues(app: App, check: Check) -> None:
     total = sum(d["due"] for d in due.values())
     check.message = (f"{total} due row(s) in {len(due)} queue(s); {failed}"
                      f"{'+' if failed_capped else ''} failed, {recent} in the last hour")
-    if recent >= app.settings.health_failed_warn_per_hour:
+    if recent >= app.settings.health.failed_warn_per_hour:
         check.problem("failed", "warn", f"{recent} rows failed in the last hour")
 
 
@@ -124,7 +124,7 @@ def workers(app: App, check: Check) -> None:
     check.data = {"live": len(live), "dead": len(seen.dead),
                   "per_queue": {n: len(per_queue.get(n, [])) for n in names}}
     check.message = f"{len(live)} live worker(s)"
-    stuck_after = app.settings.health_stuck_seconds
+    stuck_after = app.settings.health.stuck_seconds
     held = _held_since(app, now) if any(
         d["oldest_due_at"] and _age(now, d["oldest_due_at"]) > stuck_after
         for d in due.values()) else {}
@@ -242,20 +242,20 @@ def flow(app: App, check: Check) -> None:
                      + held_text(held))
     for p in pauses:
         age = _age(now, p["created_at"])
-        if age > s.health_pause_warn_seconds:
+        if age > s.health.pause_warn_seconds:
             why = f" ({p['reason'][:100]})" if p["reason"] else ""
             check.problem(f"pause:{p['scope']}:{p['name']}", "warn",
                           f"{p['scope']} {p['name']!r} has been paused for {age:.0f} s by "
-                          f"{p['created_by']}{why} (warn after {s.health_pause_warn_seconds:g} s)")
+                          f"{p['created_by']}{why} (warn after {s.health.pause_warn_seconds:g} s)")
     for h in held:
         age = _age(now, h["oldest_due_at"])
-        if h["reason"] != "paused" and age is not None and age > s.health_held_warn_seconds:
+        if h["reason"] != "paused" and age is not None and age > s.health.held_warn_seconds:
             limits = ", ".join(limit_text(lm, h["reason"]) for lm in h.get("limits", ()))
             check.problem(f"held:{h['queue']}:{h['type']}:{h['reason']}", "warn",
                           f"{h['rows']}{'+' if h['capped'] else ''} due row(s) of {h['type']} "
                           f"in queue {h['queue']!r} are {h['reason'].replace('_', '-')}"
                           f"{f' ({limits})' if limits else ''}; the oldest has waited "
-                          f"{age:.0f} s (warn after {s.health_held_warn_seconds:g} s)")
+                          f"{age:.0f} s (warn after {s.health.held_warn_seconds:g} s)")
 
 
 def resources(app: App, check: Check) -> None:
@@ -271,10 +271,10 @@ def resources(app: App, check: Check) -> None:
     memory = psutil.virtual_memory().percent
     check.data = {"disk_percent": disk, "disk_path": str(path), "memory_percent": memory}
     check.message = f"disk {disk:.0f} % used, memory {memory:.0f} % used"
-    for key, value, warn, fail in (("disk", disk, s.health_disk_warn_percent,
-                                    s.health_disk_fail_percent),
-                                   ("memory", memory, s.health_memory_warn_percent,
-                                    s.health_memory_fail_percent)):
+    for key, value, warn, fail in (("disk", disk, s.health.disk_warn_percent,
+                                    s.health.disk_fail_percent),
+                                   ("memory", memory, s.health.memory_warn_percent,
+                                    s.health.memory_fail_percent)):
         if value >= fail:
             check.problem(key, "fail", f"{key} {value:.0f} % used (fail at {fail:g} %)")
         elif value >= warn:

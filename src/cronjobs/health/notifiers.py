@@ -55,27 +55,27 @@ class SmtpNotifier:
         s = self.s
         msg = EmailMessage()
         msg["Subject"] = alert["subject"]
-        msg["From"] = s.alert_smtp_from
-        msg["To"] = ", ".join(s.alert_smtp_to)
+        msg["From"] = s.alerts.smtp_from
+        msg["To"] = ", ".join(s.alerts.smtp_to)
         msg.set_content(alert["text"])
-        with smtplib.SMTP(s.alert_smtp_host, s.alert_smtp_port,
-                          timeout=s.alert_timeout_seconds) as smtp:
-            if s.alert_smtp_starttls:
+        with smtplib.SMTP(s.alerts.smtp_host, s.alerts.smtp_port,
+                          timeout=s.alerts.timeout_seconds) as smtp:
+            if s.alerts.smtp_starttls:
                 smtp.starttls()
-            if s.alert_smtp_username:
-                smtp.login(s.alert_smtp_username, s.alert_smtp_password or "")
+            if s.alerts.smtp_username:
+                smtp.login(s.alerts.smtp_username, s.alerts.smtp_password or "")
             smtp.send_message(msg)
 
 
 def notifiers(s: Settings) -> list:
     """The notifiers configured in `s` (possibly none)."""
     found: list = []
-    if s.alert_webhook_url:
-        found.append(WebhookNotifier(s.alert_webhook_url, s.alert_timeout_seconds))
-    if s.alert_telegram_bot_token and s.alert_telegram_chat_id:
-        found.append(TelegramNotifier(s.alert_telegram_api_url, s.alert_telegram_bot_token,
-                                      s.alert_telegram_chat_id, s.alert_timeout_seconds))
-    if s.alert_smtp_host and s.alert_smtp_to:
+    if s.alerts.webhook_url:
+        found.append(WebhookNotifier(s.alerts.webhook_url, s.alerts.timeout_seconds))
+    if s.alerts.telegram_bot_token and s.alerts.telegram_chat_id:
+        found.append(TelegramNotifier(s.alerts.telegram_api_url, s.alerts.telegram_bot_token,
+                                      s.alerts.telegram_chat_id, s.alerts.timeout_seconds))
+    if s.alerts.smtp_host and s.alerts.smtp_to:
         found.append(SmtpNotifier(s))
     return found
 

@@ -32,7 +32,7 @@ def health_engine(app: App) -> Engine:
     at most 3 + 3 connections; the wait for a free one ends after `health_timeout_seconds`,
     connecting, a statement and a lock wait one second later (so a hung server is reported
     as "no answer within N s" by the deadline, and its thread ends soon after)."""
-    timeout = app.settings.health_timeout_seconds
+    timeout = app.settings.health.timeout_seconds
     return app.side_engine("health", pool_size=3, pool_timeout_seconds=timeout,
                            statement_timeout_seconds=timeout + 1)
 
@@ -45,7 +45,7 @@ def run_health(app: App, timeout_seconds: float | None = None,
     Args:
         app: the system to check (its database is read through `health_engine(app)`).
         timeout_seconds: the deadline for the whole run (default
-            `settings.health_timeout_seconds`).
+            `settings.health.timeout_seconds`).
         checks: `(name, fn(app, check))` pairs (default: `checks.ALL`).
         running: the check threads of earlier runs by check name (`SharedHealth` keeps
             them): a check whose earlier thread is still running is not started again
@@ -56,7 +56,7 @@ def run_health(app: App, timeout_seconds: float | None = None,
         error is `fail`, one that raises anything else is `check_error`.
     """
 
-    timeout = app.settings.health_timeout_seconds if timeout_seconds is None else timeout_seconds
+    timeout = app.settings.health.timeout_seconds if timeout_seconds is None else timeout_seconds
     checks = checks or ALL
     running = {} if running is None else running
     view = app.using(health_engine(app))

@@ -53,7 +53,7 @@ def create_app(app: App, token: str | None = None) -> Flask:
 
     Args:
         app: the system to show.
-        token: the dashboard token; default `app.settings.dashboard_token` (the commands
+        token: the dashboard token; default `app.settings.dashboard.token` (the commands
             pass the database's generated token on loopback when none is configured).
 
     Returns:
@@ -62,7 +62,7 @@ def create_app(app: App, token: str | None = None) -> Flask:
     Raises:
         ConfigError: no dashboard token.
     """
-    token = token or app.settings.dashboard_token
+    token = token or app.settings.dashboard.token
     if not token:
         raise ConfigError("the dashboard needs a token: set CRONJOBS_DASHBOARD_TOKEN")
     web = Flask("cronjobs.web", template_folder=str(HERE / "templates"),
@@ -74,8 +74,8 @@ def create_app(app: App, token: str | None = None) -> Flask:
         SESSION_COOKIE_NAME="cronjobs_session",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=app.settings.dashboard_secure_cookie,
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=app.settings.dashboard_session_hours),
+        SESSION_COOKIE_SECURE=app.settings.dashboard.secure_cookie,
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=app.settings.dashboard.session_hours),
         WTF_CSRF_CHECK_DEFAULT=False,  # checked in auth.require_login for cookie sessions
         WTF_CSRF_TIME_LIMIT=None,      # valid as long as the session
         BABEL_TRANSLATION_DIRECTORIES=str(HERE / "translations"),
@@ -117,7 +117,7 @@ def _install(web: Flask, app: App) -> None:
     view.install(web)
     times.install(web)
     tasks.install(web)
-    proxy.install(web, app.settings.dashboard_proxy)
+    proxy.install(web, app.settings.dashboard.proxy)
     for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
                       operations.bp, api.bp, live.bp, flow.bp):
         web.register_blueprint(blueprint)

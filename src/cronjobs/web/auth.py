@@ -77,7 +77,8 @@ def require_login():
     g.authenticated = authenticated()  # the pages show their nav and Log out only then
     endpoint = request.endpoint or ""
     app = cronjobs_app()
-    public = endpoint in PUBLIC or (endpoint == "api.metrics" and app.settings.metrics_public)
+    public = endpoint in PUBLIC or (endpoint == "api.metrics"
+                                    and app.settings.dashboard.metrics_public)
     if not g.authenticated and not public:
         if _wants_json():
             return jsonify(error="unauthorized: send Authorization: Bearer <token>"), 401, {

@@ -55,7 +55,7 @@ def report():
 def install(web: Flask) -> None:
     """Register the probes on `web` with their shared reports."""
     app = web.extensions["cronjobs_app"]
-    ttl = app.settings.health_cache_seconds
+    ttl = app.settings.health.cache_seconds
     web.extensions["cronjobs_health"] = SharedHealth(app, ttl_seconds=ttl)
     web.extensions["cronjobs_ready"] = SharedHealth(app, [("database", database)], ttl_seconds=ttl)
     web.register_blueprint(bp)

@@ -50,7 +50,7 @@ def ensure_token(app: App, host: str) -> tuple[str, bool]:
             fewer than `PUBLIC_TOKEN_MIN_CHARS` characters; or the database cannot keep
             the token (not migrated, unreachable).
     """
-    token = app.settings.dashboard_token
+    token = app.settings.dashboard.token
     if token and not is_loopback(host) and len(token) < PUBLIC_TOKEN_MIN_CHARS:
         raise ConfigError(f"refusing to serve the dashboard on {host} with a token of "
                           f"{len(token)} characters: use at least {PUBLIC_TOKEN_MIN_CHARS} "

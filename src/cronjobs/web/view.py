@@ -30,7 +30,7 @@ def web_engine(app: App) -> Engine:
     """The dashboard's engine, apart from the worker's and the health checks': 5 + 5
     connections; waiting for a free one, connecting, a statement and a lock wait each end
     after `dashboard_db_timeout_seconds` (then the page answers 503)."""
-    timeout = app.settings.dashboard_db_timeout_seconds
+    timeout = app.settings.dashboard.db_timeout_seconds
     return app.side_engine("web", pool_size=5, pool_timeout_seconds=timeout,
                            statement_timeout_seconds=timeout)
 
