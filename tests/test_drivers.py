@@ -1,7 +1,9 @@
-"""PyMySQL is loaded without `cryptography` (MariaDB never needs it), and its RSA password
-exchange still works: the first call imports `cryptography` then. A process imports the
-SQLAlchemy dialect of its own database only. Each check runs in a new interpreter, where
-nothing has imported either yet."""
+"""PyMySQL through its public options: a connection to this machine without TLS options
+opens without TLS (no context built); a URL's TLS options make one context per process,
+shared by its connections; a remote server named without them gets PyMySQL's PREFERRED
+mode; in autocommit mode no COMMIT/ROLLBACK is sent outside a transaction. A process
+imports the SQLAlchemy dialect of its own database only (each such check runs in a new
+interpreter, where nothing has imported it yet)."""
 
 from __future__ import annotations
 
@@ -12,52 +14,12 @@ import pytest
 
 from conftest import MARIADB, POSTGRES
 
-PROBE = f"""
-import sys
-import redis  # imports the cryptography package (cheap) to see whether it is installed
-from cronjobs.engines import make_engine
-engine = make_engine({MARIADB + "/test"!r})
-with engine.connect() as conn:
-    assert conn.exec_driver_sql("SELECT 1").scalar() == 1
-print("cryptography loaded:", "cryptography.hazmat" in sys.modules)
-"""
-
-RSA = f"""
-import os, sys
-from cronjobs.engines import make_engine
-make_engine({MARIADB + "/test"!r})
-assert "cryptography.hazmat" not in sys.modules
-from pymysql import _auth
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
-key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-pem = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                    serialization.PublicFormat.SubjectPublicKeyInfo)
-salt = os.urandom(20)
-sealed = _auth.sha2_rsa_encrypt(b"s3cret", salt, pem)
-oaep = padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA1()), algorithm=hashes.SHA1(),
-                    label=None)
-opened = key.decrypt(sealed, oaep)
-expected = bytes(b ^ salt[i % len(salt)] for i, b in enumerate(b"s3cret\\0"))
-assert opened == expected, (opened, expected)
-assert _auth._have_cryptography is True
-print("rsa ok")
-"""
-
 
 def _run(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
-
-
-def test_a_mariadb_engine_connects_without_importing_cryptography():
-    assert "cryptography loaded: False" in _run(PROBE)
-
-
-def test_the_rsa_password_exchange_imports_cryptography_on_its_first_call():
-    assert "rsa ok" in _run(RSA)
 
 
 # The tables, an engine, a query compiled for it and one run: the dialects imported.
@@ -83,27 +45,40 @@ def test_a_process_imports_its_own_database_dialect_only(url, dialect):
     assert _run(DIALECTS.format(url=url)).split("\n")[0] == str([dialect])
 
 
-# PyMySQL 1.2's PREFERRED mode (no `ssl_*` option): TLS when the server offers it. Its
-# context (the CA bundle loaded, ~18 ms of CPU) is built when a server offers TLS, once.
+# PyMySQL 1.2's PREFERRED mode (no TLS option) builds a TLS context, the CA bundle loaded,
+# for every connection, also to a server offering no TLS.
 
-def test_a_connection_to_a_server_without_tls_builds_no_tls_context(monkeypatch):
+def test_a_local_connection_without_tls_options_builds_no_tls_context(monkeypatch):
     import ssl
 
-    from cronjobs import drivers
     from cronjobs.engines import make_engine
 
     built = []
-    monkeypatch.setattr(drivers, "_PREFERRED_TLS", [])
     real = ssl.create_default_context
     monkeypatch.setattr(ssl, "create_default_context",
                         lambda *a, **k: built.append(1) or real(*a, **k))
-    engine = make_engine(MARIADB + "/test", pool_size=0)  # the test server offers no TLS
+    engine = make_engine(MARIADB + "/test", pool_size=0)  # 127.0.0.1
     for _ in range(3):
         with engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT 1").scalar() == 1
-            assert isinstance(conn.connection.dbapi_connection.ctx, drivers._PreferredTls)
+            assert conn.connection.dbapi_connection.ssl is False  # ssl_disabled
     engine.dispose()
-    assert built == [] and drivers._PREFERRED_TLS == []
+    assert built == []
+
+
+def test_a_remote_server_without_tls_options_gets_pymysqls_preferred_mode():
+    import ssl
+
+    from cronjobs import drivers
+
+    assert drivers.tls_arguments({"host": "db.example.com"}) == {"host": "db.example.com"}
+    conn = drivers.connect_pymysql(None, None, [], {"host": "192.0.2.1", "defer_connect": True})
+    assert conn.ssl and isinstance(conn.ctx, ssl.SSLContext)  # PyMySQL's own context
+    for local in ({"host": "127.0.0.1"}, {"host": "::1"}, {"host": "localhost"}, {},
+                  {"host": "db", "unix_socket": "/run/mysqld/mysqld.sock"}):
+        assert drivers.tls_arguments(local)["ssl_disabled"] is True, local
+    assert "ssl_disabled" not in drivers.tls_arguments({"host": "127.0.0.1",
+                                                        "ssl_verify_cert": True})
 
 
 def _tls_server(tmp_path, connections: int):
@@ -133,39 +108,51 @@ def _tls_server(tmp_path, connections: int):
     return listener.getsockname()[1], thread
 
 
-def test_a_server_offering_tls_gets_it_with_one_context_shared_by_the_connections(
-        tmp_path, monkeypatch):
+def test_the_urls_tls_options_make_one_context_shared_by_the_connections(tmp_path):
     import socket
     import ssl
 
     from cronjobs import drivers
 
-    monkeypatch.setattr(drivers, "_PREFERRED_TLS", [])
     port, server = _tls_server(tmp_path, connections=2)
     contexts = set()
-    for _ in range(2):
-        conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "port": port,
-                                                          "defer_connect": True})
-        assert conn.ssl and not conn._ssl_required  # PREFERRED, as PyMySQL's own
+    for _ in range(2):  # ?ssl_check_hostname=false: SQLAlchemy's `ssl` dict, a local server
+        conn = drivers.connect_pymysql(None, None, [], {
+            "host": "127.0.0.1", "port": port, "defer_connect": True,
+            "ssl": {"check_hostname": False}})
+        assert conn.ssl and isinstance(conn.ctx, ssl.SSLContext)
         with conn.ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
                                   server_hostname="127.0.0.1") as tls:
             assert tls.recv(5) == b"hello" and tls.version().startswith("TLS")
             contexts.add(id(tls.context))
     server.join(10)
-    assert len(contexts) == 1 and len(drivers._PREFERRED_TLS) == 1
-    context = drivers._PREFERRED_TLS[0]  # PyMySQL's PREFERRED settings: no verification
+    assert len(contexts) == 1  # one context: built once, shared
+    context = drivers.shared_context({"check_hostname": False})
+    assert id(context) in contexts  # PyMySQL's meaning: no CA given, no verification
     assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
 
 
-def test_a_connection_given_tls_options_builds_its_own_context_as_pymysql_does():
+def test_unreadable_tls_files_are_a_config_error(tmp_path):
+    from cronjobs import drivers
+    from cronjobs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="TLS settings cannot be used"):
+        drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "defer_connect": True,
+                                                   "ssl": {"ca": str(tmp_path / "none.pem")}})
+
+
+def test_tls_arguments_keep_pymysqls_meaning_in_a_shared_context():
     import ssl
 
     from cronjobs import drivers
 
     conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "defer_connect": True,
                                                       "ssl_verify_cert": True})
-    assert isinstance(conn.ctx, ssl.SSLContext) and conn._ssl_required
-    assert conn.ctx.verify_mode == ssl.CERT_REQUIRED
+    assert isinstance(conn.ctx, ssl.SSLContext) and conn.ssl
+    assert conn.ctx.verify_mode == ssl.CERT_REQUIRED and not conn.ctx.check_hostname
+    again = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "defer_connect": True,
+                                                       "ssl_verify_cert": True})
+    assert again.ctx is conn.ctx
 
 
 def test_in_autocommit_mode_commit_and_rollback_are_sent_only_inside_a_transaction():
