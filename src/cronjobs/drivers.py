@@ -14,21 +14,23 @@ set, with PyMySQL's meaning, shared by the process's connections (PyMySQL's `ssl
 argument); a remote server named without TLS options gets PyMySQL's own PREFERRED mode.
 
 Greeting. PyMySQL reads the server's greeting with its `read_timeout`, None unless given:
-a server that accepts and never answers held a command forever. The socket is opened here,
-as PyMySQL opens it, the greeting awaited for at most `connect_timeout` (PyMySQL's default
-10 s, or the URL's) and the socket handed to `Connection.connect(sock)`; later reads keep
-the `read_timeout` (none by default).
+a server that accepts and never answers held a command forever. A TCP socket is opened
+here, as PyMySQL opens it, the greeting awaited for at most `connect_timeout` (PyMySQL's
+default 10 s, or the URL's) and the socket handed to `Connection.connect(sock)`; the rest
+of the handshake and later reads have the `read_timeout` (none by default). A unix socket
+is PyMySQL's own.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+import ssl
 import threading
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # `ssl` loads OpenSSL: imported when a MySQL/MariaDB connection opens
-    import ssl
+from .errors import ConfigError
 
 # The TLS options PyMySQL takes as arguments (SQLAlchemy gathers ssl_ca, ssl_cert, ssl_key,
 # ssl_capath, ssl_cipher and ssl_check_hostname of a URL into the `ssl` dict instead).
@@ -42,7 +44,7 @@ _contexts_lock = threading.Lock()
 def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> Any:
     """SQLAlchemy `do_connect` listener: a PyMySQL connection opened with `cargs` and
     `cparams` (what the URL and `connect_args` give), with the TLS of `tls_arguments`,
-    the server's greeting awaited for at most `connect_timeout` seconds, and the
+    over TCP the server's greeting awaited for at most `connect_timeout` seconds, and the
     `commit()`/`rollback()` of `_connection_class`.
 
     Raises:
@@ -54,8 +56,6 @@ def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> 
             within `connect_timeout` (2003, "Can't connect to MySQL server").
         What `pymysql.connect` raises otherwise (its errors are the DBAPI's).
     """
-    from .errors import ConfigError
-
     try:
         params = tls_arguments(cparams)
     except OSError as exc:  # an ssl_* file that cannot be read
@@ -65,7 +65,8 @@ def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> 
     if deferred:
         return conn
     try:
-        conn.connect(_greeted_socket(conn))
+        # a unix socket: PyMySQL's own (which it then counts as secure, as TLS)
+        conn.connect(None if conn.unix_socket else _greeted_socket(conn))
     except RuntimeError as exc:  # PyMySQL's: RSA exchange without `cryptography`
         if "cryptography" not in str(exc):
             raise
@@ -91,8 +92,6 @@ def tls_arguments(cparams: dict) -> dict:
     Raises:
         OSError: a file the options name cannot be read (`ssl.SSLError` is one).
     """
-    import ssl
-
     params = dict(cparams)
     sslp = params.get("ssl")
     if params.get("ssl_disabled") or params.get("read_default_file") \
@@ -144,8 +143,6 @@ def _context(options: dict) -> ssl.SSLContext:
     """PyMySQL's meaning of its `ssl` dict: without a CA, no verification (unless
     `verify_mode` asks for it, against the system's CAs); with one, the certificate and,
     unless `check_hostname` is false, the host name are verified."""
-    import ssl
-
     ca, capath = options.get("ca"), options.get("capath")
     no_ca = ca is None and capath is None
     context = ssl.create_default_context(cafile=ca, capath=capath)
@@ -173,8 +170,6 @@ def _context(options: dict) -> ssl.SSLContext:
 
 def _local(params: dict) -> bool:
     """A unix socket, `localhost` (PyMySQL's default host) or a loopback address."""
-    import ipaddress
-
     host = params.get("host") or "localhost"
     if params.get("unix_socket") or host == "localhost":
         return True
@@ -185,7 +180,7 @@ def _local(params: dict) -> bool:
 
 
 def _greeted_socket(conn: Any) -> socket.socket:
-    """A socket to `conn`'s server, opened as PyMySQL opens it, on which the server's
+    """A TCP socket to `conn`'s server, opened as PyMySQL opens it, on which the server's
     greeting has arrived (not read) within `conn.connect_timeout` seconds.
 
     Raises:
@@ -195,26 +190,19 @@ def _greeted_socket(conn: Any) -> socket.socket:
     from pymysql.constants import CR
     from pymysql.err import OperationalError
 
-    timeout = conn.connect_timeout
+    source = {"source_address": (conn.bind_address, 0)} if conn.bind_address else {}
     sock = None
     try:
-        if conn.unix_socket:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(timeout)
-            sock.connect(conn.unix_socket)
-            conn.host_info = "Localhost via UNIX socket"  # as PyMySQL's get_host_info()
-        else:
-            source = {"source_address": (conn.bind_address, 0)} if conn.bind_address else {}
-            sock = socket.create_connection((conn.host, conn.port), timeout, **source)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            conn.host_info = f"socket {conn.host}:{conn.port}"
+        sock = socket.create_connection((conn.host, conn.port), conn.connect_timeout, **source)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.recv(1, socket.MSG_PEEK)  # b"" (closed): PyMySQL's first read says so
     except OSError as exc:
         if sock is not None:
             sock.close()
         raise OperationalError(CR.CR_CONN_HOST_ERROR,
                                f"Can't connect to MySQL server on {conn.host!r} ({exc})") from exc
+    conn.host_info = f"socket {conn.host}:{conn.port}"  # as PyMySQL's get_host_info() says
     return sock
 
 
