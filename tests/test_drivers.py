@@ -1,7 +1,7 @@
-"""PyMySQL through its public options: a connection to this machine without TLS options
-opens without TLS (no context built); a URL's TLS options make one context per process,
-shared by its connections; a remote server named without them gets PyMySQL's PREFERRED
-mode; in autocommit mode no COMMIT/ROLLBACK is sent outside a transaction. A process
+"""PyMySQL through its public options: without TLS options, a connection gets TLS when the
+server's greeting offers it, with one context per process (none built for a server that
+offers none); a URL's TLS options make one context per process too; a unix socket opens
+without TLS; in autocommit mode no COMMIT/ROLLBACK is sent outside a transaction. A process
 imports the SQLAlchemy dialect of its own database only (each such check runs in a new
 interpreter, where nothing has imported it yet)."""
 
@@ -46,9 +46,10 @@ def test_a_process_imports_its_own_database_dialect_only(url, dialect):
 
 
 # PyMySQL 1.2's PREFERRED mode (no TLS option) builds a TLS context, the CA bundle loaded,
-# for every connection, also to a server offering no TLS.
+# for every connection, also to a server offering no TLS: here the server's greeting says
+# whether it offers TLS, and one context serves the process's connections.
 
-def test_a_local_connection_without_tls_options_builds_no_tls_context(monkeypatch):
+def test_a_connection_to_a_server_without_tls_builds_no_tls_context(monkeypatch):
     import ssl
 
     from cronjobs.engines import make_engine
@@ -57,28 +58,37 @@ def test_a_local_connection_without_tls_options_builds_no_tls_context(monkeypatc
     real = ssl.create_default_context
     monkeypatch.setattr(ssl, "create_default_context",
                         lambda *a, **k: built.append(1) or real(*a, **k))
-    engine = make_engine(MARIADB + "/test", pool_size=0)  # 127.0.0.1
+    engine = make_engine(MARIADB + "/test", pool_size=0)  # the test server offers no TLS
     for _ in range(3):
         with engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT 1").scalar() == 1
-            assert conn.connection.dbapi_connection.ssl is False  # ssl_disabled
+            raw = conn.connection.dbapi_connection
+            assert raw.ssl is False and raw.get_host_info().startswith("socket 127.0.0.1:")
     engine.dispose()
     assert built == []
 
 
-def test_a_remote_server_without_tls_options_gets_pymysqls_preferred_mode():
-    import ssl
+def _greeting(ssl_offered: bool) -> bytes:
+    """A MariaDB-like greeting packet (Protocol::HandshakeV10), with or without CLIENT_SSL."""
+    from pymysql.constants import CLIENT
 
-    from cronjobs import drivers
+    flags = CLIENT.PROTOCOL_41 | CLIENT.SECURE_CONNECTION | CLIENT.PLUGIN_AUTH \
+        | CLIENT.LONG_PASSWORD | (CLIENT.SSL if ssl_offered else 0)
+    payload = (b"\x0a" + b"5.5.5-10.11.0-fake\0" + (7).to_bytes(4, "little") + b"s" * 8
+               + b"\0" + (flags & 0xFFFF).to_bytes(2, "little") + b"\x2d" + b"\x00\x00"
+               + (flags >> 16).to_bytes(2, "little") + b"\x15" + b"\0" * 10 + b"t" * 12
+               + b"\0" + b"mysql_native_password\0")
+    return len(payload).to_bytes(3, "little") + b"\0" + payload
 
-    assert drivers.tls_arguments({"host": "db.example.com"}) == {"host": "db.example.com"}
-    conn = drivers.connect_pymysql(None, None, [], {"host": "192.0.2.1", "defer_connect": True})
-    assert conn.ssl and isinstance(conn.ctx, ssl.SSLContext)  # PyMySQL's own context
-    for local in ({"host": "127.0.0.1"}, {"host": "::1"}, {"host": "localhost"}, {},
-                  {"host": "db", "unix_socket": "/run/mysqld/mysqld.sock"}):
-        assert drivers.tls_arguments(local)["ssl_disabled"] is True, local
-    assert "ssl_disabled" not in drivers.tls_arguments({"host": "127.0.0.1",
-                                                        "ssl_verify_cert": True})
+
+def test_the_greeting_says_whether_the_server_offers_tls():
+    from cronjobs.drivers import offers_tls
+
+    assert offers_tls(_greeting(True)) is True and offers_tls(_greeting(False)) is False
+    error = b"\xff\x69\x04Host is blocked"  # an error packet instead of a greeting
+    for unreadable in (b"", _greeting(True)[:20],
+                       len(error).to_bytes(3, "little") + b"\0" + error):
+        assert offers_tls(unreadable) is None
 
 
 def _tls_server(tmp_path, connections: int):
@@ -106,6 +116,85 @@ def _tls_server(tmp_path, connections: int):
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     return listener.getsockname()[1], thread
+
+
+def _mysql_server(tmp_path, connections: int):
+    """A fake MySQL server on a free local port that offers TLS, upgrades to it (a
+    self-signed certificate), accepts any login and answers OK to every command;
+    (port, thread, the TLS versions of the connections it served)."""
+    import socket
+    import ssl
+    import threading
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    versions: list[str] = []
+
+    def packet(sock) -> tuple[int, bytes]:
+        head = b""
+        while len(head) < 4:
+            more = sock.recv(4 - len(head))
+            if not more:
+                return 0, b""
+            head += more
+        size, body = int.from_bytes(head[:3], "little"), b""
+        while len(body) < size:
+            body += sock.recv(size - len(body))
+        return head[3], body
+
+    def ok(sock, seq: int) -> None:
+        sock.sendall(b"\x07\x00\x00" + bytes([seq]) + b"\x00\x00\x00\x02\x00\x00\x00")
+
+    def serve():
+        with listener:
+            for _ in range(connections):
+                raw, _ = listener.accept()
+                raw.sendall(_greeting(True))
+                packet(raw)  # the client's SSL request
+                with context.wrap_socket(raw, server_side=True) as tls:
+                    versions.append(tls.version())
+                    seq, _login = packet(tls)
+                    ok(tls, seq + 1)
+                    while True:
+                        seq, command = packet(tls)
+                        if not command or command[:1] == b"\x01":  # closed, COM_QUIT
+                            break
+                        ok(tls, seq + 1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread, versions
+
+
+def test_a_server_offering_tls_gets_it_with_one_context_shared_by_the_connections(
+        tmp_path, monkeypatch):
+    import ssl
+
+    from cronjobs import drivers
+
+    built = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context",
+                        lambda *a, **k: built.append(1) or real(*a, **k))
+    monkeypatch.setattr(drivers, "_contexts", {})
+    port, server, versions = _mysql_server(tmp_path, connections=2)
+    contexts = set()
+    for _ in range(2):
+        conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "port": port,
+                                                          "user": "root"})
+        contexts.add(id(conn.ctx))
+        conn.close()
+    server.join(10)
+    assert [v.startswith("TLS") for v in versions] == [True, True]
+    assert len(contexts) == 1 and len(built) == 1  # one context, built once
+    context = drivers.shared_context({})  # PyMySQL's PREFERRED settings: no verification
+    assert id(context) in contexts
+    assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
 
 
 def test_the_urls_tls_options_make_one_context_shared_by_the_connections(tmp_path):
@@ -150,6 +239,9 @@ def test_tls_arguments_keep_pymysqls_meaning_in_a_shared_context():
                                                       "ssl_verify_cert": True})
     assert isinstance(conn.ctx, ssl.SSLContext) and conn.ssl
     assert conn.ctx.verify_mode == ssl.CERT_REQUIRED and not conn.ctx.check_hostname
+    assert drivers.tls_arguments({"host": "h", "unix_socket": "/run/mysqld/mysqld.sock"}) \
+        == {"host": "h", "unix_socket": "/run/mysqld/mysqld.sock", "ssl_disabled": True}
+    assert drivers.tls_arguments({"host": "db.example.com"}) == {"host": "db.example.com"}
     again = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "defer_connect": True,
                                                        "ssl_verify_cert": True})
     assert again.ctx is conn.ctx

@@ -1,29 +1,31 @@
-"""PyMySQL's connections, opened through its public options: TLS decided once per set of
-options, the server's greeting awaited for at most `connect_timeout`, and no COMMIT or
-ROLLBACK sent in autocommit mode when no transaction is open.
+"""PyMySQL's connections, opened through its public options: one TLS context per process
+(per set of the URL's TLS options), the server's greeting awaited for at most
+`connect_timeout`, and no COMMIT or ROLLBACK sent in autocommit mode when no transaction
+is open.
 
 TLS. With no TLS option, PyMySQL 1.2 tries TLS whenever the server offers it
 ("PREFERRED") and builds a TLS context, loading the system's CA bundle, for every
 connection it opens, also when the server offers none: many times the CPU of the rest of a
-local connection. Here a connection to this machine (a loopback address, `localhost`, a
-unix socket) whose URL names no TLS option is opened with `ssl_disabled` (TLS between two
-processes of one machine protects nothing); a URL's TLS options (`ssl_ca`, `ssl_cert`,
-`ssl_key`, `ssl_capath`, `ssl_cipher`, `ssl_check_hostname`, `ssl_verify_cert`,
+local connection. Here, over TCP, the socket is opened first and the server's greeting
+read (not consumed) to see whether it offers TLS: if it does, the connection gets the
+process's one PREFERRED context (PyMySQL's settings: no verification) as PyMySQL's public
+`ssl` argument, else `ssl_disabled`; the same as PREFERRED, with one context per process
+instead of one per connection. A URL's TLS options (`ssl_ca`, `ssl_cert`, `ssl_key`,
+`ssl_capath`, `ssl_cipher`, `ssl_check_hostname`, `ssl_verify_cert`,
 `ssl_verify_identity`, `ssl_key_password`) are made into one `ssl.SSLContext` per distinct
-set, with PyMySQL's meaning, shared by the process's connections (PyMySQL's `ssl`
-argument); a remote server named without TLS options gets PyMySQL's own PREFERRED mode.
+set, with PyMySQL's meaning, shared likewise. A unix socket without TLS options is opened
+without TLS (`ssl_disabled`: it protects nothing there, and PyMySQL counts the socket as
+secure already).
 
 Greeting. PyMySQL reads the server's greeting with its `read_timeout`, None unless given:
-a server that accepts and never answers held a command forever. A TCP socket is opened
-here, as PyMySQL opens it, the greeting awaited for at most `connect_timeout` (PyMySQL's
-default 10 s, or the URL's) and the socket handed to `Connection.connect(sock)`; the rest
-of the handshake and later reads have the `read_timeout` (none by default). A unix socket
-is PyMySQL's own.
+a server that accepts and never answers held a command forever. The TCP socket opened here
+waits for the greeting at most `connect_timeout` (PyMySQL's default 10 s, or the URL's),
+then is handed to `Connection.connect(sock)`; the rest of the handshake and later reads
+have the `read_timeout` (none by default). A unix socket is PyMySQL's own.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import ssl
 import threading
@@ -43,9 +45,9 @@ _contexts_lock = threading.Lock()
 
 def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> Any:
     """SQLAlchemy `do_connect` listener: a PyMySQL connection opened with `cargs` and
-    `cparams` (what the URL and `connect_args` give), with the TLS of `tls_arguments`,
-    over TCP the server's greeting awaited for at most `connect_timeout` seconds, and the
-    `commit()`/`rollback()` of `_connection_class`.
+    `cparams` (what the URL and `connect_args` give), with the TLS of `tls_arguments`
+    or, over TCP without TLS options, of the server's greeting (awaited for at most
+    `connect_timeout` seconds), and the `commit()`/`rollback()` of `_connection_class`.
 
     Raises:
         ConfigError: the TLS files the URL names cannot be read (`ssl_ca=...`,
@@ -60,25 +62,41 @@ def connect_pymysql(_dialect: Any, _record: Any, cargs: list, cparams: dict) -> 
         params = tls_arguments(cparams)
     except OSError as exc:  # an ssl_* file that cannot be read
         raise ConfigError(f"the database URL's TLS settings cannot be used: {exc}") from None
-    deferred = params.pop("defer_connect", False)
-    conn = _connection_class()(*cargs, defer_connect=True, **params)
-    if deferred:
-        return conn
+    if params.get("defer_connect") or params.get("unix_socket") \
+            or params.get("read_default_file"):
+        return _connected(lambda: _connection_class()(*cargs, **params))
+    sock, tls = _greeted_socket(params)
+    if not params.get("ssl") and not params.get("ssl_disabled"):  # PREFERRED
+        if tls:
+            params["ssl"] = shared_context({})  # PyMySQL's PREFERRED settings
+        elif tls is False:
+            params["ssl_disabled"] = True
     try:
-        # a unix socket: PyMySQL's own (which it then counts as secure, as TLS)
-        conn.connect(None if conn.unix_socket else _greeted_socket(conn))
-    except RuntimeError as exc:  # PyMySQL's: RSA exchange without `cryptography`
+        conn = _connection_class()(*cargs, **params, defer_connect=True)
+    except BaseException:
+        sock.close()
+        raise
+    conn.host_info = f"socket {conn.host}:{conn.port}"  # what PyMySQL's get_host_info() says
+    return _connected(lambda: conn.connect(sock) or conn)
+
+
+def _connected(connect: Any) -> Any:
+    """`connect()`, PyMySQL's error for an RSA password exchange without `cryptography`
+    made a ConfigError that says what to do."""
+    try:
+        return connect()
+    except RuntimeError as exc:
         if "cryptography" not in str(exc):
             raise
         raise ConfigError(
             f"{exc}: install it (pip install 'cronjobs[rsa]'), or connect over TLS "
             "(ssl_ca=...) or a unix socket (unix_socket=...), where no RSA is needed"
         ) from None
-    return conn
 
 
 def tls_arguments(cparams: dict) -> dict:
-    """`cparams` (PyMySQL's arguments) with the TLS cronjobs uses (see the module's text).
+    """`cparams` (PyMySQL's arguments) with the TLS decided where it can be before
+    connecting (see the module's text).
 
     Args:
         cparams: keyword arguments of `pymysql.connect`; not changed.
@@ -86,8 +104,9 @@ def tls_arguments(cparams: dict) -> dict:
     Returns:
         A new dict: unchanged when TLS is disabled, given as an `SSLContext`, or read
         from a `read_default_file`; else with the TLS options replaced by `ssl`, a context
-        shared by every connection given the same options; else, for a connection to
-        this machine, with `ssl_disabled=True`.
+        shared by every connection given the same options; else, for a unix socket, with
+        `ssl_disabled=True`; else (TCP, no TLS option) unchanged: the server's greeting
+        decides.
 
     Raises:
         OSError: a file the options name cannot be read (`ssl.SSLError` is one).
@@ -101,7 +120,7 @@ def tls_arguments(cparams: dict) -> dict:
     options = _pymysql_ssl_dict(given) or dict(sslp or {})
     if options:
         params["ssl"] = shared_context(options)
-    elif _local(params):
+    elif params.get("unix_socket"):
         params.pop("ssl", None)
         params["ssl_disabled"] = True
     return params
@@ -168,20 +187,11 @@ def _context(options: dict) -> ssl.SSLContext:
     return context
 
 
-def _local(params: dict) -> bool:
-    """A unix socket, `localhost` (PyMySQL's default host) or a loopback address."""
-    host = params.get("host") or "localhost"
-    if params.get("unix_socket") or host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name
-        return False
-
-
-def _greeted_socket(conn: Any) -> socket.socket:
-    """A TCP socket to `conn`'s server, opened as PyMySQL opens it, on which the server's
-    greeting has arrived (not read) within `conn.connect_timeout` seconds.
+def _greeted_socket(params: dict) -> tuple[socket.socket, bool | None]:
+    """A TCP socket to the server of PyMySQL's arguments `params`, opened as PyMySQL opens
+    it, on which the server's greeting has arrived (not consumed) within
+    `connect_timeout` seconds, and whether the greeting offers TLS (None: it could not
+    be read whole, or is an error packet, which PyMySQL then reads and raises).
 
     Raises:
         pymysql.err.OperationalError: 2003, the server cannot be reached or sent nothing
@@ -190,20 +200,39 @@ def _greeted_socket(conn: Any) -> socket.socket:
     from pymysql.constants import CR
     from pymysql.err import OperationalError
 
-    source = {"source_address": (conn.bind_address, 0)} if conn.bind_address else {}
+    # PyMySQL's defaults (its documented host, port and connect_timeout)
+    host, port = params.get("host") or "localhost", params.get("port") or 3306
+    bind = params.get("bind_address")
     sock = None
     try:
-        sock = socket.create_connection((conn.host, conn.port), conn.connect_timeout, **source)
+        sock = socket.create_connection((host, port), params.get("connect_timeout", 10),
+                                        **({"source_address": (bind, 0)} if bind else {}))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.recv(1, socket.MSG_PEEK)  # b"" (closed): PyMySQL's first read says so
+        greeting = sock.recv(1024, socket.MSG_PEEK)  # b"" (closed): PyMySQL's read says so
     except OSError as exc:
         if sock is not None:
             sock.close()
         raise OperationalError(CR.CR_CONN_HOST_ERROR,
-                               f"Can't connect to MySQL server on {conn.host!r} ({exc})") from exc
-    conn.host_info = f"socket {conn.host}:{conn.port}"  # as PyMySQL's get_host_info() says
-    return sock
+                               f"Can't connect to MySQL server on {host!r} ({exc})") from exc
+    return sock, offers_tls(greeting)
+
+
+def offers_tls(greeting: bytes) -> bool | None:
+    """Whether a MySQL/MariaDB server's greeting (its first packet, Protocol::HandshakeV10:
+    a 4-byte header, protocol version 10, the server's version ending in NUL, a 4-byte
+    connection id, 8 bytes of salt, a filler byte, the capability flags' low 2 bytes)
+    sets CLIENT_SSL; None when `greeting` is not such a packet read whole."""
+    from pymysql.constants import CLIENT
+
+    size = int.from_bytes(greeting[:3], "little")
+    payload = greeting[4:4 + size]
+    if len(greeting) < 4 or len(payload) < size or not payload or payload[0] != 10:
+        return None
+    flags_at = payload.find(b"\0", 1) + 1 + 4 + 8 + 1
+    if flags_at <= 14 or flags_at + 2 > size:
+        return None
+    return bool(int.from_bytes(payload[flags_at:flags_at + 2], "little") & CLIENT.SSL)
 
 
 def _in_transaction(conn: Any) -> bool:
