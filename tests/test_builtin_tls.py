@@ -1,5 +1,7 @@
 """The `tls-certexpiry` task against real local TLS servers whose certificates
-(made here with `cryptography`, signed by a test CA) expire at known times.
+(made here with `cryptography`, signed by a test CA) expire at known times; the task
+reads them with the standard library (`tlscert.describe_certificate`), as `cryptography`
+reads them.
 
 The discover stage fans out one execute row per configured host (key: host, port, day);
 the execute stage connects with SNI and a timeout and stores issuer, subject, expiry and
@@ -7,9 +9,12 @@ days left; below the threshold, unreachable, or not verifying, the row ends fail
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,13 +23,14 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtensionOID, NameOID, ObjectIdentifier
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.i18n import use_locale
 from cronjobs.scheduler import tick
 from cronjobs.testing import drain
+from cronjobs.tlscert import describe_certificate
 from handlers.TlsCertExpiryDiscover import TlsCertExpiryDiscover
 from handlers.TlsCertExpiryExecute import TlsCertExpiryExecute
 
@@ -257,3 +263,86 @@ def test_results_tab_is_an_escaped_table_in_english_and_turkish():
     assert "<th>Kalan gün</th><td>5</td>" in turkish and "<th>Veren</th>" in turkish
     assert "Hayır: self signed" in turkish
     assert "<th>Sunucular</th><td>a, b</td>" in summary
+
+
+def _as_cryptography_reads(der: bytes) -> tuple:
+    cert = x509.load_der_x509_certificate(der)
+    try:
+        alt = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        names = tuple(alt.get_values_for_type(x509.DNSName)
+                      + [str(ip) for ip in alt.get_values_for_type(x509.IPAddress)])
+    except x509.ExtensionNotFound:
+        names = ()
+    utc = [t.astimezone(UTC).replace(tzinfo=None)
+           for t in (cert.not_valid_before_utc, cert.not_valid_after_utc)]
+    return (cert.subject.rfc4514_string(), cert.issuer.rfc4514_string(), *utc,
+            format(cert.serial_number, "x"), names)
+
+
+def _odd_certificate(ca: CA, index: int) -> bytes:
+    """A certificate with RFC 4514's escapes, a multi-valued RDN, UTF-8 and printable
+    strings, attributes known by OID only, DNS and IP subject names, and validity dates
+    on both sides of UTCTime's 2050 limit."""
+    attr, rdn = x509.NameAttribute, x509.RelativeDistinguishedName
+    names = [
+        x509.Name([attr(NameOID.COUNTRY_NAME, "TR"),
+                   attr(NameOID.COMMON_NAME, ' #a,b+c"d\\e;<f>g\0 ')]),
+        x509.Name([rdn([attr(NameOID.COMMON_NAME, "x"), attr(NameOID.ORGANIZATION_NAME, "Şirket")]),
+                   rdn([attr(NameOID.EMAIL_ADDRESS, "a@b.c")]),
+                   rdn([attr(ObjectIdentifier("1.2.3.4.5"), "odd")]),
+                   rdn([attr(NameOID.DOMAIN_COMPONENT, "com")]),
+                   rdn([attr(NameOID.USER_ID, "uid")]),
+                   rdn([attr(NameOID.LOCALITY_NAME, "Köln")])]),
+    ]
+    dates = [(datetime(1999, 1, 2, 3, 4, 5), datetime(2051, 1, 1, 0, 0, 1)),
+             (datetime(1950, 1, 1), datetime(2049, 12, 31, 23, 59, 59))]
+    alt = x509.SubjectAlternativeName([
+        x509.DNSName("a.example"), x509.IPAddress(ipaddress.ip_address("10.1.2.3")),
+        x509.DNSName("*.b.example"), x509.IPAddress(ipaddress.ip_address("2001:db8::1")),
+        x509.RFC822Name("x@y.z")])
+    builder = (x509.CertificateBuilder().subject_name(names[index]).issuer_name(ca.cert.subject)
+               .public_key(ca.key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(dates[index][0]).not_valid_after(dates[index][1]))
+    if index == 0:
+        builder = builder.add_extension(alt, critical=False)
+    return builder.sign(ca.key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+
+
+# a CA of the system's bundle has serial number 0 (RFC 5280 wants it positive)
+@pytest.mark.filterwarnings("ignore:Parsed a serial number which wasn't positive")
+def test_the_certificate_reader_reads_what_cryptography_reads(ca):
+    bundle = ssl.get_default_verify_paths().openssl_cafile
+    pems = Path(bundle).read_text().split("-----END CERTIFICATE-----") \
+        if Path(bundle).is_file() else []
+    ders = [ssl.PEM_cert_to_DER_cert(pem.strip() + "\n-----END CERTIFICATE-----\n")
+            for pem in pems if "BEGIN CERTIFICATE" in pem]
+    ders += [_odd_certificate(ca, 0), _odd_certificate(ca, 1), ca.cert.public_bytes(
+        serialization.Encoding.DER)]
+    ders += [x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(
+        serialization.Encoding.DER) for path in ca.leaf("leaf", NOW + timedelta(days=1))[:1]]
+    for der in ders:
+        info = describe_certificate(der, verified=True)
+        assert (info.subject, info.issuer, info.not_before, info.not_after, info.serial,
+                info.names) == _as_cryptography_reads(der)
+    for junk in (b"", b"junk", b"\x30\x05abc", b"\x30\x03\x30\x01\x00", ders[-1][:-40]):
+        with pytest.raises(ValueError):
+            describe_certificate(junk)
+
+
+# The task reads a certificate that does not verify in a process that never imports
+# `cryptography` (not a dependency of cronjobs: PyMySQL imports it whenever it is installed).
+STDLIB_ONLY = """
+import sys
+from cronjobs.tlscert import fetch_certificate
+cert = fetch_certificate("localhost", {port}, timeout_seconds=10)
+assert not cert.verified and cert.subject == "O=cronjobs tests,CN=localhost", cert
+print(cert.not_after.isoformat(), sorted(m for m in sys.modules if m.startswith("cryptography")))
+"""
+
+
+def test_a_certificate_that_does_not_verify_is_read_without_cryptography(ca, servers):
+    server = servers(*ca.leaf("untrusted", NOW + timedelta(days=9, hours=1)))
+    done = subprocess.run([sys.executable, "-c", STDLIB_ONLY.format(port=server.port)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [(NOW + timedelta(days=9, hours=1)).isoformat(), "[]"]

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool, QueuePool
 
 from . import limits
-from .drivers import connect_pymysql, import_pymysql
+from .drivers import connect_pymysql
 from .errors import ConfigError
 
 # Connection info set by `db.run_in_transaction`: its transaction has just committed (the
@@ -30,7 +30,8 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
     CASCADE), a 30 s busy timeout and `BEGIN IMMEDIATE` so writers queue instead of
     failing. MySQL/MariaDB: READ COMMITTED, so a waiting inserter sees the row another
     transaction committed, a server whose `max_allowed_packet` is below 4 MiB is refused
-    at the first connection (`ConfigError`), PyMySQL without `cryptography` (`drivers`).
+    at the first connection (`ConfigError`), PyMySQL's connections opened by
+    `drivers.connect_pymysql` (TLS, the greeting's timeout).
     Pooled connections are not pinged before use: a connection the server dropped fails
     its transaction, which `run_in_transaction` runs again on a fresh one.
 
@@ -56,7 +57,6 @@ def make_engine(url: str, pool_size: int = 5, *, pool_timeout_seconds: float = 3
     kwargs: dict = {"pool_recycle": 3600, **pool,
                     "connect_args": _connect_args(url, statement_timeout_seconds)}
     if url.startswith(("mysql", "mariadb")):  # the pool's reset: `_reset_unless_committed`
-        import_pymysql()
         engine = create_engine(url, pool_reset_on_return=None, **kwargs,
                                isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED")
         _setup_mysql(engine)
