@@ -60,7 +60,7 @@ def test_a_renewed_lease_is_never_taken(make_app):
     job_id = queue.dispatch("test.shape.execute", {})
     executor = Executor(app, "w:1")
     with app.engine.begin() as conn:
-        [row] = executor.claim_rows(conn, T0, job_id=job_id)
+        [row] = executor.claim_rows(conn, T0, job_id=job_id).rows
     executor._running[job_id] = (row["attempts"], executor.lease_seconds(row["type"]))
     for _ in range(20):  # an hour and forty minutes of renewals every 5 minutes
         clock.advance(300)

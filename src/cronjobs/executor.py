@@ -87,17 +87,17 @@ def job_of(row: dict) -> tuple[Job, Outcome | None]:
         return Job.from_row(row, decode=False), unreadable(exc)
 
 
-def flow_policy(app: App, *, wait_for_holds: bool = True) -> store.FlowPolicy:
-    """The claim policy of `app`'s handlers and settings: pauses and blocks always; the
-    CONCURRENCY / RATE_LIMIT (per LIMIT_KEY) of every registered handler and the
-    `[queues.<queue>]` limits of the settings (`wait_for_holds`: see `store.FlowPolicy`).
-    Time is judged with the database's clock when `app.clock` is the system clock."""
+def flow_control(app: App, *, wait_for_holds: bool = True) -> store.FlowControl:
+    """The flow control of `app`'s handlers and settings (`flowrules`): pauses and blocks
+    always; the CONCURRENCY / RATE_LIMIT (per LIMIT_KEY) of every registered handler and
+    the `[queues.<queue>]` limits of the settings (`wait_for_holds`: see
+    `store.FlowControl`). Time is judged with the database's clock when `app.clock` is the
+    system clock."""
     types = {t: flowrules.handler_limits(cls)
              for t, cls in app.handlers.registered_handlers().items()}
-    queues = {name: flowrules.Limits(qs.concurrency, flowrules.parse_rate(qs.rate_limit))
-              for name, qs in app.settings.queues.items()}
-    return store.FlowPolicy(types, queues, wait_for_holds=wait_for_holds,
-                            db_clock=store.flow.uses_db_clock(app.clock))
+    return store.FlowControl(types, flowrules.queue_limits(app.settings.queues),
+                             wait_for_holds=wait_for_holds,
+                             db_clock=store.flow.uses_db_clock(app.clock))
 
 
 class Executor:
@@ -115,14 +115,15 @@ class Executor:
         runtime: handed to every handler's `JobContext` (default: no serve URL).
         on_job_done: called with no arguments after each finished job (the worker's
             recycling limits).
-        claim_policy: what this executor's claims may take (`store.ClaimPolicy`); None:
-            `flow_policy(app)`: pauses, blocks, the handlers' and the queues' limits.
+        flow: the flow control of this executor's claims (`store.FlowControl`); True:
+            `flow_control(app)` (pauses, blocks, the handlers' and the queues' limits);
+            None: none (every due row may be claimed: for measurements).
     """
 
     def __init__(self, app: App, worker_id: str | None = None, *, isolation: str = "handler",
                  runtime: Runtime | None = None,
                  on_job_done: Callable[[], None] | None = None,
-                 claim_policy: store.ClaimPolicy | None = None) -> None:
+                 flow: store.FlowControl | bool | None = True) -> None:
         if isolation not in ("handler", "process"):
             raise ValueError(f"isolation must be 'handler' or 'process', got {isolation!r}")
         self.app = app
@@ -130,7 +131,10 @@ class Executor:
         self.isolation = isolation
         self.runtime = runtime or Runtime()
         self._on_job_done = on_job_done
-        self.claim_policy = claim_policy if claim_policy is not None else flow_policy(app)
+        if flow is True:
+            flow = flow_control(app)
+        self.claim_policy = store.ClaimPolicy(self, flow or None)
+        self.holds_stored = False  # the last claim's probe found a pause or block stored
         self.writer = OutcomeWriter(app, self.worker_id)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
@@ -151,16 +155,21 @@ class Executor:
         return int(cls.MAX_ATTEMPTS) if cls is not None else None
 
     def claim_rows(self, conn, now: datetime, *, queue: str | None = None,
-                   job_id: int | None = None, limit: int = 1) -> list[dict]:
+                   job_id: int | None = None, limit: int = 1) -> store.Claim:
         """Claim in the caller's transaction (`store.claim_jobs` with this executor's
-        handlers and claim policy): the best due rows of `queue`, at most `limit`, or row
-        `job_id` if it is pending. `now` is the claiming instant (naive UTC).
+        handlers and flow control): the best due rows of `queue`, at most `limit`, or row
+        `job_id` if it is pending. `now` is the claiming instant (naive UTC). What the
+        claim learned of the flow tables goes into this executor's next claim.
 
         Returns:
-            The claimed rows (status `running`, lease set), best first.
+            The `store.Claim`: its rows (status `running`, lease set, best first), and
+            whether rows wait behind flow control.
         """
-        request = store.ClaimRequest(now, self.worker_id, queue, job_id, limit)
-        return store.claim_jobs(conn, request, self, self.claim_policy)
+        request = store.ClaimRequest(now, self.worker_id, queue, job_id, limit,
+                                     self.holds_stored)
+        claim = store.claim_jobs(conn, request, self.claim_policy)
+        self.holds_stored = claim.holds_stored
+        return claim
 
     def claim(self, queue: str) -> dict | None:
         """Claim the best due row of `queue` (status `running`, lease set); None when
@@ -171,7 +180,7 @@ class Executor:
         """
         # `now` is read inside the transaction, after any wait for a lock (SQLite).
         rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
-            c, self.app.clock.now(), queue=queue))
+            c, self.app.clock.now(), queue=queue).rows)
         return rows[0] if rows else None
 
     def run_next(self, queue: str) -> JobReport | None:
@@ -187,7 +196,7 @@ class Executor:
             JobStateError: the row is not `pending`, or a pause, a block or a limit holds it.
         """
         rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
-            c, self.app.clock.now(), job_id=job_id))
+            c, self.app.clock.now(), job_id=job_id).rows)
         if not rows:
             with self.app.engine.connect() as conn:
                 current = store.get_job(conn, job_id, ["status"])

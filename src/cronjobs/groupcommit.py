@@ -169,17 +169,17 @@ class GroupCommit:
             wanted = free - len(rows)
             if wanted <= 0:
                 break
-            got = self._executor.claim_rows(conn, now, queue=queue, limit=wanted)
+            claim = self._executor.claim_rows(conn, now, queue=queue, limit=wanted)
             self.claims += 1
-            rows += got
+            rows += claim.rows
             # A short claim drains the queue, unless rows wait behind a limit, a block or
-            # a pause that ends without a doorbell: then it stays rung (claimed again on
-            # the next turn of the loop, within a second).
-            policy = self._executor.claim_policy
-            if len(got) < wanted and not policy.holding(conn, queue, now):
+            # a pause that ends without a doorbell (`claim.held`): then it stays rung
+            # (claimed again on the next turn of the loop, within a second, or when the
+            # claim says they come free).
+            if len(claim.rows) < wanted and not claim.held:
                 drained.add(queue)
-            elif len(got) < wanted and (wait := policy.retry_seconds()) is not None:
-                at = self._timer() + wait
+            elif len(claim.rows) < wanted and claim.retry_seconds is not None:
+                at = self._timer() + claim.retry_seconds
                 self._retry_at = at if self._retry_at is None else min(self._retry_at, at)
         return rows, drained
 
