@@ -118,21 +118,27 @@ class Room:
         rate: more starts the rate admits now (None: no rate limit).
         wait: seconds until the rate admits its next start, when it admits none.
         spacing: seconds between two starts under the rate (None: no rate).
+        busy: its concurrency was full before any row was taken (N rows running).
     """
 
     concurrency: int | None
     rate: int | None
     wait: float | None = None
     spacing: float | None = None
+    busy: bool = False
 
     def full(self) -> bool:
         """True when it admits no row now."""
         return any(x is not None and x <= 0 for x in (self.concurrency, self.rate))
 
     def reason(self) -> str:
-        """Why a full room refuses: `limited` (its concurrency) before `rate_limited`."""
-        return "limited" if self.concurrency is not None and self.concurrency <= 0 \
-            else "rate_limited"
+        """Why a full room refuses: `limited` when its concurrency is taken by rows that
+        were running before (`busy`), or when its rate would still admit one; else
+        `rate_limited` (a rate that admits none now: its rows come free by the clock)."""
+        if self.concurrency is not None and self.concurrency <= 0 and (
+                self.busy or self.rate is None or self.rate > 0):
+            return "limited"
+        return "rate_limited"
 
     def take(self) -> None:
         """One row starts: one less of each; its rate's next start is a spacing on."""
@@ -265,6 +271,7 @@ def _room(limits: Limits, running: int, rate: RateState | None) -> Room:
     room = fresh_room(limits)
     if limits.concurrency:
         room.concurrency = limits.concurrency - running
+        room.busy = room.concurrency <= 0
     if rate is not None:
         room.rate = rate.admits
         room.wait = None if rate.admits else rate.next_in_seconds
@@ -307,11 +314,13 @@ def exclude_sql(dialect: str, full: set[Bucket], type_limits: Mapping[str, Limit
         if named:
             for i, key in enumerate(named):
                 params[f"p_k{n}_{i}"] = key
-            conds.append("limit_key IN (" + ", ".join(
+            # `IS NOT NULL` first: a row without a key must not make the condition NULL
+            # (NOT (... IN ...) is NULL for it, and the SELECT would skip it).
+            conds.append("limit_key IS NOT NULL AND limit_key IN (" + ", ".join(
                 ph(dialect, f"p_k{n}_{i}") for i in range(len(named))) + ")")
         if None in keys:
             conds.append("limit_key IS NULL")
-        parts.append(f"NOT (type = {t} AND ({' OR '.join(conds)}))")
+        parts.append(f"NOT (type = {t} AND ({' OR '.join(f'({c})' for c in conds)}))")
     return " AND ".join(parts), params
 
 
