@@ -95,7 +95,7 @@ def test_the_lease_is_the_claiming_workers(make_app):
     web, worker = web_and_worker(make_app)
     job_id = queue.dispatch(ONCE, {}, known_type=False, app=web)
     grace = worker.settings.lease_grace_seconds
-    assert Executor(web).lease_seconds(ONCE) == 120 + grace
+    assert Executor(web).terms(ONCE).lease_seconds == 120 + grace
     with worker.engine.begin() as conn:
         [row] = Executor(worker).claim_rows(conn, T0, queue="default").rows
     with worker.engine.connect() as conn:

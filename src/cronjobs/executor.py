@@ -35,8 +35,8 @@ from .status import Ended, Status
 
 log = logging.getLogger("cronjobs.worker")
 
-__all__ = ["Executor", "JobContext", "JobReport", "Runtime", "call_handler",
-           "default_worker_id", "job_of"]
+__all__ = ["Executor", "JobContext", "JobReport", "Prepared", "Runtime", "Terms",
+           "call_handler", "default_worker_id", "job_of"]
 
 
 def default_worker_id() -> str:
@@ -57,11 +57,53 @@ class JobReport:
     duration_ms: float
 
 
+@dataclass(frozen=True)
+class Terms:
+    """A job type's handler in this worker, resolved once per claim (`Executor.terms`):
+    what the claim writes (`lease_seconds`, `max_attempts`) and what running a row needs.
+
+    Attributes:
+        cls: the handler class, or None when this process has none for the type.
+        lease_seconds: MAX_RUNTIME plus the lease grace, seconds (120 s plus grace
+            without a handler).
+        max_attempts: MAX_ATTEMPTS for a row dispatched without; None without a handler.
+        max_runtime_seconds: MAX_RUNTIME, seconds (120 without a handler).
+        in_thread: its rows run in a worker thread (ISOLATION "thread", honoured by this
+            executor), else in a job process.
+    """
+
+    cls: type | None
+    lease_seconds: float
+    max_attempts: int | None
+    max_runtime_seconds: float
+    in_thread: bool
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A claimed row made ready to run (`Executor.prepare`): the worker's pool hands it to
+    a slot without asking the executor again.
+
+    Attributes:
+        job: the row as a `Job`.
+        terms: its type's `Terms`.
+        instant: the outcome of a run that needs no handler call (no handler, a
+            destructive task switched off, an unreadable payload, the switch's read
+            unanswered); None: run the handler (its lease is renewed from now on).
+    """
+
+    job: Job
+    terms: Terms
+    instant: Outcome | None
+
+
 def call_handler(app: App, job: Job, runtime: Runtime | None = None,
-                 reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+                 reraise: tuple[type[BaseException], ...] = (), *,
+                 cls: type | None = None) -> Outcome:
     """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
-    except those of the types in `reraise` (the job process's MAX_RUNTIME alarm)."""
-    cls = app.resolve(job.type)
+    except those of the types in `reraise` (the job process's MAX_RUNTIME alarm). `cls`:
+    the handler class when the caller resolved it already (else `app.resolve`)."""
+    cls = cls if cls is not None else app.resolve(job.type)
     if cls is None:
         return no_handler(job.type)
     try:
@@ -140,19 +182,14 @@ class Executor:
         self._lock = threading.Lock()
         self.jobs_done = 0
 
-    def lease_seconds(self, job_type: str) -> float:
-        """Lease length for a type: its MAX_RUNTIME plus the configured grace, seconds
-        (120 s plus grace for a type this process has no handler for)."""
+    def terms(self, job_type: str) -> Terms:
+        """The `Terms` of `job_type` in this executor: its handler resolved once."""
         cls = self.app.resolve(job_type)
         runtime = float(cls.MAX_RUNTIME) if cls is not None else 120.0
-        return runtime + self.app.settings.lease_grace_seconds
-
-    def max_attempts(self, job_type: str) -> int | None:
-        """Attempts of a row of `job_type` dispatched without `max_attempts`: its
-        handler's MAX_ATTEMPTS, set by the claim; None when this process has no handler
-        for the type (the row stays unset for a worker that has)."""
-        cls = self.app.resolve(job_type)
-        return int(cls.MAX_ATTEMPTS) if cls is not None else None
+        return Terms(cls, runtime + self.app.settings.lease_grace_seconds,
+                     int(cls.MAX_ATTEMPTS) if cls is not None else None, runtime,
+                     cls is not None and cls.ISOLATION == "thread"
+                     and self.isolation == "handler")
 
     def claim_rows(self, conn, now: datetime, *, queue: str | None = None,
                    job_id: int | None = None, limit: int = 1) -> store.Claim:
@@ -195,9 +232,9 @@ class Executor:
             JobNotFound: no such row.
             JobStateError: the row is not `pending`, or a pause, a block or a limit holds it.
         """
-        rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
-            c, self.app.clock.now(), job_id=job_id).rows)
-        if not rows:
+        claim = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
+            c, self.app.clock.now(), job_id=job_id))
+        if not claim.rows:
             with self.app.engine.connect() as conn:
                 current = store.get_job(conn, job_id, ["status"])
             if current is None:
@@ -206,31 +243,40 @@ class Executor:
                 raise JobStateError(f"job {job_id} is held by a pause, a block or a limit "
                                     f"(see `cronjobs limits`); it stays pending")
             raise JobStateError(f"job {job_id} is {current['status']}, not pending")
-        return self.run_claimed(rows[0])
+        return self.run_claimed(claim.rows[0], claim.terms[claim.rows[0]["type"]])
 
-    def run_claimed(self, row: dict) -> JobReport:
-        """Run a row this process has claimed (status `running`) here, and finish it."""
-        job, outcome = job_of(row)
+    def run_claimed(self, row: dict, terms: Terms | None = None) -> JobReport:
+        """Run a row this process has claimed (status `running`) here, and finish it.
+        `terms`: its type's, when the claim gave them (`Claim.terms`)."""
+        ready = self.prepare(row, terms or self.terms(row["type"]))
+        job, outcome = ready.job, ready.instant
         log.debug("job %s start type=%s attempt=%s/%s", job.id, job.type, job.attempts,
                   job.max_attempts or "—", extra={"trace_id": job.id})
         started = time.monotonic()
         if outcome is None:
-            outcome = self.prepare(job)
-        if outcome is None:
-            self.track(job)
             try:
-                outcome = call_handler(self.app, job, self.runtime)
+                outcome = call_handler(self.app, job, self.runtime, cls=ready.terms.cls)
             finally:
                 self.untrack(job.id)
         return self.finish(job, outcome, (time.monotonic() - started) * 1000)
 
-    def prepare(self, job: Job) -> Outcome | None:
-        """The outcome of a run that needs no handler call (no handler registered, or a
-        destructive task switched off), else None. Never raises: a database that does not
-        answer the switch's read puts the row back (`not_started`, no attempt used); any
-        other error fails the row (`unreadable`)."""
+    def prepare(self, row: dict, terms: Terms) -> Prepared:
+        """Make claimed `row` (of a type whose `terms` the claim gave) ready to run: its
+        `Job`, and the outcome of a run that needs no handler call (no handler, a
+        destructive task switched off, an unreadable payload), else None — and then its
+        lease is renewed until `done` (or `untrack`). Never raises: a database that does
+        not answer the switch's read puts the row back (`not_started`, no attempt used);
+        any other error fails the row (`unreadable`)."""
+        job, instant = job_of(row)
+        if instant is None:
+            instant = self._instant(job, terms.cls)
+        if instant is None:
+            with self._lock:
+                self._running[job.id] = (job.attempts, terms.lease_seconds)
+        return Prepared(job, terms, instant)
+
+    def _instant(self, job: Job, cls: type | None) -> Outcome | None:
         try:
-            cls = self.app.resolve(job.type)
             if cls is None:
                 return no_handler(job.type)
             if cls.DESTRUCTIVE and not self._task_enabled(job.type):
@@ -241,17 +287,6 @@ class Executor:
                 return not_started(f"not started: the database did not answer "
                                    f"({type(exc).__name__})")
             return unreadable(exc)
-
-    def in_thread(self, job: Job) -> bool:
-        """True when `job` runs in a worker thread (its handler says ISOLATION "thread"
-        and the worker honours it), False for a job process."""
-        cls = self.app.resolve(job.type)
-        return cls is not None and cls.ISOLATION == "thread" and self.isolation == "handler"
-
-    def track(self, job: Job) -> None:
-        """Note that `job` runs now: its lease is renewed until `untrack`."""
-        with self._lock:
-            self._running[job.id] = (job.attempts, self.lease_seconds(job.type))
 
     def untrack(self, job_id: int) -> None:
         """Stop renewing the lease of `job_id`."""
@@ -276,8 +311,10 @@ class Executor:
         """After the commit: count the job, log its line, send a retry's (delayed)
         message, run the recycling check. Returns the report. A row put back because its
         job never started (`not_started`: claimed ahead and given back, its job process
-        gone) is logged and its message sent, but not counted as a job done."""
+        gone) is logged and its message sent, but not counted as a job done. Its lease
+        is no longer renewed."""
         job = finish.job
+        self.untrack(job.id)
         if final == Ended.LOST:
             log.warning("job %s: lease was lost before finishing; outcome %s dropped",
                         job.id, finish.status, extra={"trace_id": job.id})

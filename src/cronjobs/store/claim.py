@@ -27,8 +27,8 @@ running)` does; nothing is kept between claims, nothing is asked after one.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -96,15 +96,18 @@ class ClaimRequest:
             raise ValueError(f"limit must be >= 1 (1 for a job id), got {self.limit!r}")
 
 
+class TypeTerms(Protocol):
+    """A job type's terms in the claiming worker."""
+
+    lease_seconds: float  # the lease of a claimed row: its MAX_RUNTIME plus grace, seconds
+    max_attempts: int | None  # MAX_ATTEMPTS for a row dispatched without; None: no handler
+
+
 class HandlerTerms(Protocol):
     """The claiming worker's view of the handlers (its `Executor`)."""
 
-    def lease_seconds(self, job_type: str) -> float:
-        """The lease of a row of `job_type`: its MAX_RUNTIME plus grace, seconds."""
-
-    def max_attempts(self, job_type: str) -> int | None:
-        """The attempts of a row of `job_type` dispatched without `max_attempts`: its
-        handler's MAX_ATTEMPTS; None when this worker has no handler for the type."""
+    def terms(self, job_type: str) -> TypeTerms:
+        """The terms of a row of `job_type` (asked once per type per claim)."""
 
 
 @dataclass(frozen=True)
@@ -141,12 +144,15 @@ class Claim:
         holds_stored: the claim's last probe found a pause or block stored: pass it in
             the claimer's next `ClaimRequest`, whose SELECT then carries the hold
             condition from the start.
+        terms: `{job type: its TypeTerms}` of the claimed rows, as `policy.terms` gave
+            them (asked once per type): the worker prepares its rows with them.
     """
 
     rows: list[dict]
     held: bool = False
     retry_seconds: float | None = None
     holds_stored: bool = False
+    terms: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,8 +174,8 @@ class _Claiming:
 
 def claim_jobs(conn: Connection, request: ClaimRequest, policy: ClaimPolicy) -> Claim:
     """Claim rows for `request.worker_id`: status `running`, attempts + 1, a lease of
-    `policy.terms.lease_seconds(type)` on the database's clock, an unset `max_attempts`
-    resolved to `policy.terms.max_attempts(type)`. Best first: lowest priority, then
+    `policy.terms.terms(type).lease_seconds` on the database's clock, an unset
+    `max_attempts` resolved to its `max_attempts`. Best first: lowest priority, then
     oldest id; rows held by `policy.flow` (a pause, a block, a full limit) are skipped,
     so the rows behind them are reached (module docstring of `limiter`).
 
@@ -187,9 +193,10 @@ def claim_jobs(conn: Connection, request: ClaimRequest, policy: ClaimPolicy) -> 
     """
     dialect = name(conn)
     flow = policy.flow
+    terms: dict[str, Any] = {}
     if flow is None:
         rows, _ = _candidates(conn, dialect, request, request.limit, "", {})
-        return Claim(_take(conn, dialect, request, policy.terms, rows))
+        return Claim(_take(conn, dialect, request, policy.terms, terms, rows), terms=terms)
     state = _Claiming(stored=request.holds_stored)
     taken: list[dict] = []
     for round_ in range(flow.rounds):
@@ -201,12 +208,12 @@ def claim_jobs(conn: Connection, request: ClaimRequest, policy: ClaimPolicy) -> 
         if state.probe is not None:
             state.stored = bool(state.probe)
         chosen = _accept(conn, dialect, request, flow, state, rows) if rows else rows
-        taken += _take(conn, dialect, request, policy.terms, chosen)
+        taken += _take(conn, dialect, request, policy.terms, terms, chosen)
         if len(chosen) == len(rows) or len(taken) >= request.limit:
             break
     if request.job_id is not None or len(taken) >= request.limit:
-        return Claim(taken, holds_stored=state.stored)
-    return Claim(taken, _held(conn, request, flow, state), state.wait, state.stored)
+        return Claim(taken, holds_stored=state.stored, terms=terms)
+    return Claim(taken, _held(conn, request, flow, state), state.wait, state.stored, terms)
 
 
 def _where(conn: Connection, dialect: str, request: ClaimRequest, flow: FlowControl,
@@ -367,14 +374,16 @@ def _candidates(conn: Connection, dialect: str, request: ClaimRequest, limit: in
     return decode_times(dialect, found, TIME_COLUMNS), value
 
 
-def _take(conn: Connection, dialect: str, request: ClaimRequest, terms: HandlerTerms,
-          rows: list[dict]) -> list[dict]:
-    """Mark the locked `rows` running with one UPDATE per (lease, max attempts) group."""
+def _take(conn: Connection, dialect: str, request: ClaimRequest, handlers: HandlerTerms,
+          terms: dict[str, Any], rows: list[dict]) -> list[dict]:
+    """Mark the locked `rows` running with one UPDATE per (lease, max attempts) group;
+    the terms of their types are asked of `handlers` once and kept in `terms`."""
     if not rows:
         return rows
-    types = {row["type"] for row in rows}
-    by_type = {t: (terms.lease_seconds(t), terms.max_attempts(t)) for t in types}
-    plan = [(row, *by_type[row["type"]]) for row in rows]
+    for job_type in {row["type"] for row in rows} - terms.keys():
+        terms[job_type] = handlers.terms(job_type)
+    plan = [(row, terms[row["type"]].lease_seconds, terms[row["type"]].max_attempts)
+            for row in rows]
     groups: dict[tuple[float, int | None], list[int]] = {}
     for row, lease, attempts in plan:
         groups.setdefault((lease, attempts), []).append(row["id"])
