@@ -5,7 +5,7 @@ Every claim's candidate SELECT reads whether a pause or block is stored
 (`HOLDS_STORED_SQL`, the probe: two uncorrelated reads, once per statement) and, when
 one is, carries the hold condition (`claim_hold_sql`: one NOT EXISTS on each table per
 candidate, behind the same guard); a SELECT that left the condition out and finds a row
-stored is taken again with it (`limiter.FlowPolicy`). It runs in the claim's statement,
+stored is taken again with it (`claim.claim_jobs`). It runs in the claim's statement,
 so a pause or a block made by any process holds for every worker from its next claim,
 with nothing cached. The pause and block conditions are written once (`_PAUSED`,
 `_BLOCKED`): the claim's text and the views' Core clauses (`paused`, `blocked`, read by
@@ -55,7 +55,7 @@ SCOPES = ("queue", "type", "task")
 NO_HOLDS_STORED_SQL = (f"(NOT EXISTS (SELECT 1 FROM {p.name}) AND NOT EXISTS (SELECT 1 FROM "
                        f"{b.name}))")
 # 1 while a pause or a block row is stored (live or ended, not yet pruned), else 0: the
-# claim's probe, a column of its candidate SELECT (`limiter.FlowPolicy.probe`).
+# claim's probe, a column of its candidate SELECT (`claim.claim_jobs`).
 HOLDS_STORED_SQL = f"CASE WHEN {NO_HOLDS_STORED_SQL} THEN 0 ELSE 1 END"
 WHOLE_TYPE = ""  # `cronjob_block.limit_key` of a block of the whole type
 # The hold conditions on `cronjob_queue` (`{now}`: the SQL of the judging instant), each

@@ -100,7 +100,7 @@ class FlowControl:
     @property
     def rounds(self) -> int:
         """SELECTs one claim may run: a second selects with the hold condition when a probe
-        found it needed; more refill slots a limit's accept left empty."""
+        found it needed; more refill slots a limit left empty."""
         return ROUNDS if self.type_limits or self.queue_limits else 2
 
     def key(self, row: Mapping) -> str | None:
