@@ -129,7 +129,8 @@ class Room:
 
     def full(self) -> bool:
         """True when it admits no row now."""
-        return any(x is not None and x <= 0 for x in (self.concurrency, self.rate))
+        return ((self.concurrency is not None and self.concurrency <= 0)
+                or (self.rate is not None and self.rate <= 0))
 
     def reason(self) -> str:
         """Why a full room refuses: `limited` when its concurrency is taken by rows that
