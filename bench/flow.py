@@ -129,7 +129,7 @@ def claim_rates(n: int, seconds: float) -> tuple[float, float]:
     """Claims of 8 rows per second on MariaDB without a policy and with the flow policy
     (no limits), taken in turns from two queues of `n` rows each in one database, so both
     see the same load; seconds of claiming in all."""
-    from cronjobs import queue, store
+    from cronjobs import queue
     from cronjobs.app import use
     from cronjobs.db import run_in_transaction
     from cronjobs.executor import Executor
@@ -140,7 +140,7 @@ def claim_rates(n: int, seconds: float) -> tuple[float, float]:
             for start in range(0, n, 1000):
                 queue.dispatch_many([{"type": NOOP, "queue": name}] * min(1000, n - start),
                                     app=app)
-        executors = {"base": Executor(app, "bench:1", claim_policy=store.ClaimPolicy()),
+        executors = {"base": Executor(app, "bench:1", flow=None),
                      "flow": Executor(app, "bench:1")}
         spent = {"base": 0.0, "flow": 0.0}
         claims = 0

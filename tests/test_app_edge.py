@@ -48,9 +48,9 @@ def test_an_executor_gets_everything_through_its_constructor(make_app):
     assert report.status == "completed" and done == [1] and executor.jobs_done == 1
     assert json.loads(row["result_payload"]) == {"serve_url": "http://127.0.0.1:8099"}
     assert row["worker_id"] == "host:7"
-    job = type("J", (), {"type": ContextExecute.TYPE})()
-    assert not executor.in_thread(job), "isolation 'process' runs even thread handlers apart"
-    assert Executor(app).in_thread(job)
+    assert not executor.terms(ContextExecute.TYPE).in_thread, \
+        "isolation 'process' runs even thread handlers apart"
+    assert Executor(app).terms(ContextExecute.TYPE).in_thread
     plain = queue.dispatch(ContextExecute.TYPE, {})
     Executor(app).run_id(plain)
     assert json.loads(queue.get(plain)["result_payload"]) == {"serve_url": None}

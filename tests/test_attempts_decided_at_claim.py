@@ -95,9 +95,9 @@ def test_the_lease_is_the_claiming_workers(make_app):
     web, worker = web_and_worker(make_app)
     job_id = queue.dispatch(ONCE, {}, known_type=False, app=web)
     grace = worker.settings.lease_grace_seconds
-    assert Executor(web).lease_seconds(ONCE) == 120 + grace
+    assert Executor(web).terms(ONCE).lease_seconds == 120 + grace
     with worker.engine.begin() as conn:
-        [row] = Executor(worker).claim_rows(conn, T0, queue="default")
+        [row] = Executor(worker).claim_rows(conn, T0, queue="default").rows
     with worker.engine.connect() as conn:
         lease = (store.get_job(conn, job_id, ["locked_until"])["locked_until"]
                  - store.database_now(conn)).total_seconds()
@@ -111,7 +111,7 @@ def test_recover_stale_puts_an_unset_row_back(make_app):
     web, worker = web_and_worker(make_app)
     job_id = queue.dispatch(ONCE, {}, known_type=False, app=web)
     with web.engine.begin() as conn:
-        [claimed] = Executor(web).claim_rows(conn, T0, queue="default")
+        [claimed] = Executor(web).claim_rows(conn, T0, queue="default").rows
         assert claimed["max_attempts"] is None
         past = store.database_now(conn) - timedelta(hours=1)
         conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == job_id)

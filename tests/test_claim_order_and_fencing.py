@@ -45,10 +45,10 @@ def test_a_row_is_claimed_once(make_app):
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"})
     one, two = Executor(app, "w:1"), Executor(app, "w:2")
     with app.engine.begin() as conn:
-        [first] = one.claim_rows(conn, T0, job_id=job_id)
+        [first] = one.claim_rows(conn, T0, job_id=job_id).rows
     with app.engine.begin() as conn:
-        assert two.claim_rows(conn, T0, job_id=job_id) == []
-        assert two.claim_rows(conn, T0, queue="default", limit=5) == []
+        assert two.claim_rows(conn, T0, job_id=job_id).rows == []
+        assert two.claim_rows(conn, T0, queue="default", limit=5).rows == []
     assert first["status"] == "running" and first["attempts"] == 1
     row = queue.get(job_id)
     assert row["worker_id"] == "w:1" and row["attempts"] == 1
@@ -80,7 +80,7 @@ def test_finish_many_writes_each_row_its_own_values_and_fences_lost_runs(make_ap
     app = make_app(clock=FrozenClock(T0))
     ids = [queue.dispatch("test.shape.execute", {"n": n}) for n in range(4)]
     with app.engine.begin() as conn:
-        rows = Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10)
+        rows = Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10).rows
     assert [r["id"] for r in rows] == ids and all(r["attempts"] == 1 for r in rows)
     with app.engine.begin() as conn:  # as recover_stale and a new claim would: attempt 2
         conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == ids[3])
@@ -198,7 +198,7 @@ def test_postgresql_finds_the_claimed_and_finished_rows_by_id_on_statistics_olde
         return "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql, params))
 
     with app.engine.begin() as conn:
-        claimed = Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10)
+        claimed = Executor(app, "w:1").claim_rows(conn, T0, queue="default", limit=10).rows
         update, params = next((s, p) for s, p in sent if s.startswith("UPDATE"))
         assert len(claimed) == 10 and "= ANY(" in update
         chosen = plan(conn, update, params)

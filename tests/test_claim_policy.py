@@ -17,10 +17,11 @@ import sqlalchemy as sa
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
-from cronjobs.store import ClaimPolicy
+from cronjobs.flowrules import Limits
+from cronjobs.store import FlowControl
 from cronjobs.store.claim import select_sql, update_sql
 from cronjobs.store.flow import HOLDS_STORED_SQL, claim_hold_sql, pause, resume
-from cronjobs.store.sql import name, ph
+from cronjobs.store.sql import name
 from cronjobs.testing import drain
 from cronjobs.worker import WorkerProcess
 from test_worker_e2e import REDIS, wait_for
@@ -56,94 +57,53 @@ def rows_of(app, ids) -> dict[int, tuple]:
     return {i: tuple(queue.get(i, ["status", "attempts"], app=app).values()) for i in ids}
 
 
-class ExcludeType(ClaimPolicy):
-    """Never claims rows of one type (as a paused type would be)."""
-
-    def __init__(self, job_type: str) -> None:
-        self.job_type = job_type
-
-    def where(self, conn, request):
-        return f"type <> {ph(name(conn), 'p_type')}", {"p_type": self.job_type}
+def candidate_selects(seen: list[str]) -> list[str]:
+    return [s for s in seen if " ORDER BY priority, id LIMIT " in s]
 
 
-class OnePerType(ClaimPolicy):
-    """At most one row of each type per claim; asks again without the types it took."""
-
-    rounds = 3
-
-    def __init__(self) -> None:
-        self.taken: list[str] = []
-        self.calls: list[str] = []
-
-    def where(self, conn, request):
-        self.calls.append("where")
-        if not self.taken:
-            return "", {}
-        keys = [f"p_t{n}" for n in range(len(self.taken))]
-        held = ", ".join(ph(name(conn), k) for k in keys)
-        return f"type NOT IN ({held})", dict(zip(keys, self.taken, strict=True))
-
-    def accept(self, conn, request, rows):
-        self.calls.append(f"accept {len(rows)}")
-        chosen = []
-        for row in rows:
-            if row["type"] not in self.taken:
-                self.taken.append(row["type"])
-                chosen.append(row)
-        return chosen
-
-
-def test_a_policy_condition_excludes_rows_without_blocking_the_rows_behind(make_app):
+def test_a_held_type_is_excluded_without_blocking_the_rows_behind(make_app):
     app = make_app(clock=FrozenClock(T0))
     held = [queue.dispatch(SLOW, {}, priority=1) for _ in range(5)]
     others = [queue.dispatch(SHAPE, {"shape": "true"}, priority=5) for _ in range(3)]
-    executor = Executor(app, "w:1", claim_policy=ExcludeType(SLOW))
     with app.engine.begin() as conn:
-        rows = executor.claim_rows(conn, T0, queue="default", limit=2)
+        pause(conn, "type", SLOW, now=T0, by="test")
+    executor = Executor(app, "w:1")
+    with app.engine.begin() as conn:
+        rows = executor.claim_rows(conn, T0, queue="default", limit=2).rows
     assert [r["id"] for r in rows] == others[:2]
     assert rows_of(app, held) == {i: ("pending", 0) for i in held}
-    with app.engine.begin() as conn:  # by id too: the policy decides
-        assert executor.claim_rows(conn, T0, job_id=held[0]) == []
+    with app.engine.begin() as conn:  # by id too: flow control decides
+        assert executor.claim_rows(conn, T0, job_id=held[0]).rows == []
 
 
-def test_a_policy_filter_leaves_dropped_rows_pending_and_selects_again(make_app):
+def test_rows_a_limit_refuses_stay_pending_and_the_claim_selects_again(make_app):
     app = make_app(clock=FrozenClock(T0))
     a = [queue.dispatch(SLOW, {}, priority=1) for _ in range(3)]
     b = [queue.dispatch(SHAPE, {"shape": "true"}, priority=2) for _ in range(2)]
     c = queue.dispatch("test.record.execute", {}, priority=3)
-    policy = OnePerType()
-    with app.engine.begin() as conn:
-        rows = Executor(app, "w:1", claim_policy=policy).claim_rows(conn, T0, queue="default",
-                                                                     limit=5)
+    one_each = FlowControl({t: Limits(concurrency=1)
+                            for t in (SLOW, SHAPE, "test.record.execute")})
+    with statements(app) as seen, app.engine.begin() as conn:
+        rows = Executor(app, "w:1", flow=one_each).claim_rows(conn, T0, queue="default",
+                                                              limit=5).rows
     assert [r["id"] for r in rows] == [a[0], b[0], c]
     assert all(r["status"] == "running" and r["attempts"] == 1 for r in rows)
-    assert policy.calls == ["where", "accept 5", "where", "accept 1"]
+    # The first SELECT's candidates: one of each type taken; the second excludes the
+    # full types and finds nothing more.
+    assert len(candidate_selects(seen)) == 2
     dropped = [*a[1:], b[1]]
     assert rows_of(app, dropped) == {i: ("pending", 0) for i in dropped}
 
 
-def test_a_policy_cannot_take_a_row_that_was_not_a_candidate(make_app):
-    app = make_app(clock=FrozenClock(T0))
-    job_id = queue.dispatch(SHAPE, {"shape": "true"})
-
-    class Foreign(ClaimPolicy):
-        def accept(self, conn, request, rows):
-            return [dict(rows[0])]
-
-    with pytest.raises(ValueError, match="not a candidate"), app.engine.begin() as conn:
-        Executor(app, claim_policy=Foreign()).claim_rows(conn, T0, queue="default")
-    assert rows_of(app, [job_id]) == {job_id: ("pending", 0)}
-
-
-@pytest.mark.parametrize("policy", [None, ClaimPolicy()], ids=["flow-policy", "base-policy"])
-def test_a_claim_is_one_select_and_one_update_per_terms_group(make_app, policy):
+@pytest.mark.parametrize("flow", [True, None], ids=["flow-policy", "base-policy"])
+def test_a_claim_is_one_select_and_one_update_per_terms_group(make_app, flow):
     app = make_app(clock=FrozenClock(T0))
     same = [queue.dispatch(SHAPE, {"shape": "true"}) for _ in range(4)]
-    executor = Executor(app, "w:1", claim_policy=policy)
+    executor = Executor(app, "w:1", flow=flow)
     d = dialect(app)
     # The flow policy, nothing paused or blocked: no statement of its own; its SELECT
     # returns the probe (whether a pause or block is stored) and no hold condition.
-    select = select_sql(d, by_id=False, probe=HOLDS_STORED_SQL if policy is None else "")
+    select = select_sql(d, by_id=False, probe=HOLDS_STORED_SQL if flow else "")
     with statements(app) as seen, app.engine.begin() as conn:
         executor.claim_rows(conn, T0, queue="default", limit=8)
     assert seen == [select, update_sql(d, same)]
@@ -187,7 +147,7 @@ def test_drain_run_next_and_process_run_the_same_claim(make_app):
 
 def claimed(executor, app, limit):
     with app.engine.begin() as conn:
-        return [r["id"] for r in executor.claim_rows(conn, T0, queue="default", limit=limit)]
+        return [r["id"] for r in executor.claim_rows(conn, T0, queue="default", limit=limit).rows]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb", "postgresql"], indirect=True)
@@ -213,9 +173,9 @@ def test_a_pause_made_between_two_claims_holds_from_the_next_one(make_app):
     with app.engine.begin() as conn:
         pause(conn, "type", SLOW, now=T0, by="another process")
     with statements(app) as seen, app.engine.begin() as conn:
-        rows = executor.claim_rows(conn, T0, queue="default", limit=8)
-        assert executor.claim_policy.holding(conn, "default", T0)  # the pause is live
-    assert [r["id"] for r in rows] == shape
+        claim = executor.claim_rows(conn, T0, queue="default", limit=8)
+    assert claim.held  # the pause is live
+    assert [r["id"] for r in claim.rows] == shape
     assert seen == [lean, held, update_sql(d, shape)]
     assert rows_of(app, slow) == {i: ("pending", 0) for i in slow}
     with statements(app) as seen:
@@ -229,11 +189,11 @@ def test_a_pause_made_between_two_claims_holds_from_the_next_one(make_app):
     assert seen == [held, update_sql(d, slow[:2])]  # its probe finds the tables empty
     with statements(app) as seen, statements(app, "cronjob_pause") as flow_reads, \
             app.engine.begin() as conn:
-        rows = executor.claim_rows(conn, T0, queue="default", limit=8)
-        # A short claim whose probe found nothing stored reads no flow table to know
-        # that no row waits behind a pause or block.
-        assert not executor.claim_policy.holding(conn, "default", T0)
-    assert [r["id"] for r in rows] == slow[2:]
+        claim = executor.claim_rows(conn, T0, queue="default", limit=8)
+    # A short claim whose probe found nothing stored reads no flow table to know that no
+    # row waits behind a pause or block.
+    assert not claim.held
+    assert [r["id"] for r in claim.rows] == slow[2:]
     assert seen == [lean, update_sql(d, slow[2:])]
     assert [s for s in flow_reads if s != lean] == []
 

@@ -64,7 +64,7 @@ def claim(app, clock, limit=16, job_id=None):
     executor = Executor(app, "test:1")
     with app.engine.begin() as conn:
         kwargs = {"job_id": job_id} if job_id else {"queue": "flow", "limit": limit}
-        return [r["id"] for r in executor.claim_rows(conn, clock.now(), **kwargs)]
+        return [r["id"] for r in executor.claim_rows(conn, clock.now(), **kwargs).rows]
 
 
 def finish(app, ids):
@@ -148,16 +148,15 @@ def test_rate_limit_spaces_starts_within_an_exact_rolling_window(make_app):
     executor = Executor(app, "test:1")
     with app.engine.begin() as conn:
         taken = executor.claim_rows(conn, clock.now(), queue="flow", limit=4)
-        assert [row["id"] for row in taken] == ids[:1]
-        assert executor.claim_policy.holding(conn, "flow", clock.now())
-    assert executor.claim_policy.retry_seconds() == pytest.approx(0.333333)  # one spacing
+    assert [row["id"] for row in taken.rows] == ids[:1]
+    assert taken.held
+    assert taken.retry_seconds == pytest.approx(0.333333)  # one spacing
     assert claim(app, clock) == []  # at the same instant: not two together
     clock.advance(0.333)
     with app.engine.begin() as conn:
-        assert executor.claim_rows(conn, clock.now(), queue="flow", limit=4) == []
-        assert executor.claim_policy.holding(conn, "flow", clock.now())
-    assert executor.claim_policy.retry_seconds() == pytest.approx(0.000333)
-    assert executor.claim_policy.retry_seconds() is None  # told once
+        refused = executor.claim_rows(conn, clock.now(), queue="flow", limit=4)
+    assert refused.rows == [] and refused.held
+    assert refused.retry_seconds == pytest.approx(0.000333)
     clock.advance(0.000333)
     assert claim(app, clock) == ids[1:2]
     clock.advance(0.333333)
@@ -199,14 +198,15 @@ def test_pauses_and_blocks_hold_a_claim_by_id(make_app):
     with app.engine.begin() as conn:
         store.block(conn, FreeExecute.TYPE, "acc-1", now=clock.now(),
                     until=clock.now() + timedelta(seconds=5), reason="FloodWait")
-        policy = Executor(app).claim_policy
-        assert policy.holding(conn, "flow", clock.now())
-    assert policy.retry_seconds() == 5.0  # the worker claims again when the block ends
+    with app.engine.begin() as conn:  # a claim of the queue: its rows wait for the block
+        short = Executor(app).claim_rows(conn, clock.now(), queue="flow", limit=4)
+    assert short.rows == [] and short.held
+    assert short.retry_seconds == 5.0  # the worker claims again when the block ends
     assert claim(app, clock, job_id=job) == []
     clock.advance(5)
     assert claim(app, clock, job_id=job) == [job]
     with app.engine.begin() as conn:
-        assert not policy.holding(conn, "flow", clock.now())
+        assert not Executor(app).claim_rows(conn, clock.now(), queue="flow", limit=4).held
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

@@ -81,7 +81,8 @@ def claim(app, clock, name: str, limit: int = 100, *, finish: bool = True) -> li
     """Claim what the claim takes now; `finish`: the rows complete at once (their
     starts stay in the rate's window, their slots are free)."""
     with app.engine.begin() as conn:
-        rows = Executor(app, "test:1").claim_rows(conn, clock.now(), queue=name, limit=limit)
+        rows = Executor(app, "test:1").claim_rows(conn, clock.now(), queue=name,
+                                                  limit=limit).rows
         if finish and rows:
             conn.execute(cronjob_queue.update().where(cronjob_queue.c.id.in_(
                 [r["id"] for r in rows])).values(status="completed"))

@@ -11,6 +11,7 @@ import pytest
 
 from cronjobs import queue, store
 from cronjobs.errors import InvalidJob
+from cronjobs.flowrules import Limits
 from cronjobs.models import cronjob_queue as q
 
 T0 = datetime(2026, 5, 5, 5, 5, 5)
@@ -64,7 +65,7 @@ def test_block_extends_never_shortens_and_unblocks(make_app):
         assert store.list_blocks(conn, T0) == []
 
 
-def test_held_counts_per_queue_and_type(make_app):
+def test_held_rows_per_queue_and_type(make_app):
     app = make_app()
     rows = [("mail", "a.execute", "k1"), ("mail", "a.execute", "k1"), ("mail", "b.execute", None),
             ("other", "a.execute", "k2"), ("other", "a.execute", "k3"), ("other", "c.execute", "x")]
@@ -76,8 +77,10 @@ def test_held_counts_per_queue_and_type(make_app):
                                        status="running", created_at=T0, updated_at=T0))
         store.pause(conn, "queue", "mail", now=T0, by="ops")
         store.block(conn, "a.execute", "k2", now=T0, until=T0 + timedelta(seconds=60))
-        held = store.held_counts(conn, T0, concurrency={"c.execute": 1})
-    assert held == [
+        held = store.held.held_rows(
+            conn, T0, pauses=store.list_pauses(conn, T0), blocks=store.list_blocks(conn, T0),
+            flow=store.FlowControl({"c.execute": Limits(concurrency=1)}))
+    assert [{k: h[k] for k in ("queue", "type", "reason", "rows")} for h in held] == [
         {"queue": "mail", "type": "a.execute", "reason": "paused", "rows": 2},
         {"queue": "mail", "type": "b.execute", "reason": "paused", "rows": 1},
         {"queue": "other", "type": "a.execute", "reason": "blocked", "rows": 1},

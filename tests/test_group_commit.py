@@ -12,10 +12,9 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
+from cronjobs.executor import Executor, Prepared
 from cronjobs.finishing import OutcomeWriter
 from cronjobs.groupcommit import BATCH_WINDOW_SECONDS, GroupCommit
-from cronjobs.handler import Job
 from cronjobs.outcome import Outcome
 from cronjobs.status import Ended, Status
 from dashboard_helpers import row
@@ -41,15 +40,15 @@ def setup(make_app, rows: int, timer: Timer | None = None):
     return app, ids, executor, commit
 
 
-def completed(executor: Executor, claimed: dict):
-    return executor.plan(Job.from_row(claimed), Outcome("completed", log="returned True"), 3.0)
+def completed(executor: Executor, claimed: Prepared):
+    return executor.plan(claimed.job, Outcome("completed", log="returned True"), 3.0)
 
 
 def test_outcomes_and_the_next_claim_share_one_transaction(make_app):
     app, ids, executor, commit = setup(make_app, 5)
     assert commit.cycle([]) == ([], set()) and commit.commits == 0  # nothing to do: no SQL
     rows, drained = commit.cycle([("default", 3)])
-    assert [r["id"] for r in rows] == ids[:3] and drained == set()
+    assert [r.job.id for r in rows] == ids[:3] and drained == set()
     for claimed in rows:
         commit.add(completed(executor, claimed))
     assert commit.waiting() == 3
@@ -57,7 +56,7 @@ def test_outcomes_and_the_next_claim_share_one_transaction(make_app):
     sa.event.listen(app.engine, "commit", lambda conn: commits.append(1))
     rows, drained = commit.cycle([("default", 3)])
     assert len(commits) == 1, "three outcomes and a claim in one transaction"
-    assert [r["id"] for r in rows] == ids[3:] and drained == {"default"}
+    assert [r.job.id for r in rows] == ids[3:] and drained == {"default"}
     assert (commit.commits, commit.claims, commit.waiting()) == (2, 2, 0)
     assert [row(app, i)["status"] for i in ids] == ["completed"] * 3 + ["running"] * 2
     assert executor.jobs_done == 3
@@ -71,7 +70,7 @@ def test_a_refused_batch_is_written_one_by_one_and_the_claim_still_runs(make_app
     for plan in plans:
         commit.add(plan)
     rows, drained = commit.cycle([("default", 2)])
-    assert [r["id"] for r in rows] == [ids[3]] and drained == {"default"}
+    assert [r.job.id for r in rows] == [ids[3]] and drained == {"default"}
     good, bad = (row(app, ids[0]), row(app, ids[2])), row(app, ids[1])
     assert all(r["status"] == "completed" and r["outcome_reason"] is None for r in good)
     assert (bad["status"], bad["outcome_reason"]) == ("failed", "unrecordable.refused")
@@ -107,7 +106,7 @@ def test_a_batch_with_a_run_that_lost_its_row_writes_the_others_and_fences_that_
     done = []
     executor.done = lambda plan, final: done.append((plan.job.id, final))
     rows, drained = commit.cycle([("default", 3)])
-    assert [r["id"] for r in rows] == [ids[3]] and drained == {"default"}
+    assert [r.job.id for r in rows] == [ids[3]] and drained == {"default"}
     assert done == [(ids[0], Status.COMPLETED), (ids[1], Ended.LOST), (ids[2], Status.COMPLETED)]
     assert [row(app, i)["status"] for i in ids] == ["completed", "running", "completed",
                                                      "running"]
@@ -204,7 +203,7 @@ def test_from_the_stop_a_worker_tries_its_last_outcomes_every_second(make_app, m
     write.join(2 * groupcommit.STOPPING_RETRY_SECONDS)
     assert not write.is_alive(), tries
     assert commit.waiting() == 0 and not stopped.is_set()
-    assert queue.get(claimed["id"], ["status"])["status"] == "completed"
+    assert queue.get(claimed.job.id, ["status"])["status"] == "completed"
     assert len(tries) >= 4  # the one at the stop, and one a second later
 
 

@@ -217,7 +217,7 @@ def test_process_runs_a_row_here_and_now(make_app):
     assert queue.process({"id": bad, "status": "pending"}) is False
     claimed_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
     with app.engine.begin() as conn:
-        [claimed] = Executor(app, "me:1").claim_rows(conn, T0, job_id=claimed_id)
+        [claimed] = Executor(app, "me:1").claim_rows(conn, T0, job_id=claimed_id).rows
     assert queue.process(claimed) is True
     assert queue.get(claimed_id)["result_payload"] == '{"answer": 42}'
 

@@ -95,7 +95,7 @@ def test_timeouts_name_how_they_were_stopped_and_share_a_family():
 
 def _claimed(app, job_id: int) -> Job:
     with app.engine.begin() as conn:
-        claimed = Executor(app, "w:1").claim_rows(conn, app.clock.now(), job_id=job_id)
+        claimed = Executor(app, "w:1").claim_rows(conn, app.clock.now(), job_id=job_id).rows
     return Job.from_row(claimed[0])
 
 

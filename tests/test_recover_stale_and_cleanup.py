@@ -60,8 +60,9 @@ def test_a_renewed_lease_is_never_taken(make_app):
     job_id = queue.dispatch("test.shape.execute", {})
     executor = Executor(app, "w:1")
     with app.engine.begin() as conn:
-        [row] = executor.claim_rows(conn, T0, job_id=job_id)
-    executor._running[job_id] = (row["attempts"], executor.lease_seconds(row["type"]))
+        claim = executor.claim_rows(conn, T0, job_id=job_id)
+    [row] = claim.rows
+    executor.prepare(row, claim.terms[row["type"]])  # its lease is renewed from now on
     for _ in range(20):  # an hour and forty minutes of renewals every 5 minutes
         clock.advance(300)
         assert executor.renew_leases() == 1

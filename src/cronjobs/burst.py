@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from . import heartbeat, store
 from .app import App
 from .db import run_in_transaction
-from .executor import Executor, JobReport, flow_policy
+from .executor import Executor, JobReport, flow_control
 from .finishing import Finish
 from .housekeeping import Housekeeper
 from .pool import SlotPool
@@ -130,7 +130,7 @@ class _BurstExecutor(Executor):
         # it does wait for rows a limit of its queues holds back (they come free by
         # themselves: a running row ends, the rate window moves on).
         super().__init__(app, isolation=isolation,
-                         claim_policy=flow_policy(app, wait_for_holds=False))
+                         flow=flow_control(app, wait_for_holds=False))
         self.reports: list[JobReport] = []
         self.ring = lambda: None
 

@@ -35,8 +35,8 @@ from .status import Ended, Status
 
 log = logging.getLogger("cronjobs.worker")
 
-__all__ = ["Executor", "JobContext", "JobReport", "Runtime", "call_handler",
-           "default_worker_id", "job_of"]
+__all__ = ["Executor", "JobContext", "JobReport", "Prepared", "Runtime", "Terms",
+           "call_handler", "default_worker_id", "job_of"]
 
 
 def default_worker_id() -> str:
@@ -57,11 +57,53 @@ class JobReport:
     duration_ms: float
 
 
+@dataclass(frozen=True)
+class Terms:
+    """A job type's handler in this worker, resolved once per claim (`Executor.terms`):
+    what the claim writes (`lease_seconds`, `max_attempts`) and what running a row needs.
+
+    Attributes:
+        cls: the handler class, or None when this process has none for the type.
+        lease_seconds: MAX_RUNTIME plus the lease grace, seconds (120 s plus grace
+            without a handler).
+        max_attempts: MAX_ATTEMPTS for a row dispatched without; None without a handler.
+        max_runtime_seconds: MAX_RUNTIME, seconds (120 without a handler).
+        in_thread: its rows run in a worker thread (ISOLATION "thread", honoured by this
+            executor), else in a job process.
+    """
+
+    cls: type | None
+    lease_seconds: float
+    max_attempts: int | None
+    max_runtime_seconds: float
+    in_thread: bool
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A claimed row made ready to run (`Executor.prepare`): the worker's pool hands it to
+    a slot without asking the executor again.
+
+    Attributes:
+        job: the row as a `Job`.
+        terms: its type's `Terms`.
+        instant: the outcome of a run that needs no handler call (no handler, a
+            destructive task switched off, an unreadable payload, the switch's read
+            unanswered); None: run the handler (its lease is renewed from now on).
+    """
+
+    job: Job
+    terms: Terms
+    instant: Outcome | None
+
+
 def call_handler(app: App, job: Job, runtime: Runtime | None = None,
-                 reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+                 reraise: tuple[type[BaseException], ...] = (), *,
+                 cls: type | None = None) -> Outcome:
     """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
-    except those of the types in `reraise` (the job process's MAX_RUNTIME alarm)."""
-    cls = app.resolve(job.type)
+    except those of the types in `reraise` (the job process's MAX_RUNTIME alarm). `cls`:
+    the handler class when the caller resolved it already (else `app.resolve`)."""
+    cls = cls if cls is not None else app.resolve(job.type)
     if cls is None:
         return no_handler(job.type)
     try:
@@ -87,17 +129,17 @@ def job_of(row: dict) -> tuple[Job, Outcome | None]:
         return Job.from_row(row, decode=False), unreadable(exc)
 
 
-def flow_policy(app: App, *, wait_for_holds: bool = True) -> store.FlowPolicy:
-    """The claim policy of `app`'s handlers and settings: pauses and blocks always; the
-    CONCURRENCY / RATE_LIMIT (per LIMIT_KEY) of every registered handler and the
-    `[queues.<queue>]` limits of the settings (`wait_for_holds`: see `store.FlowPolicy`).
-    Time is judged with the database's clock when `app.clock` is the system clock."""
+def flow_control(app: App, *, wait_for_holds: bool = True) -> store.FlowControl:
+    """The flow control of `app`'s handlers and settings (`flowrules`): pauses and blocks
+    always; the CONCURRENCY / RATE_LIMIT (per LIMIT_KEY) of every registered handler and
+    the `[queues.<queue>]` limits of the settings (`wait_for_holds`: see
+    `store.FlowControl`). Time is judged with the database's clock when `app.clock` is the
+    system clock."""
     types = {t: flowrules.handler_limits(cls)
              for t, cls in app.handlers.registered_handlers().items()}
-    queues = {name: flowrules.Limits(qs.concurrency, flowrules.parse_rate(qs.rate_limit))
-              for name, qs in app.settings.queues.items()}
-    return store.FlowPolicy(types, queues, wait_for_holds=wait_for_holds,
-                            db_clock=store.flow.uses_db_clock(app.clock))
+    return store.FlowControl(types, flowrules.queue_limits(app.settings.queues),
+                             wait_for_holds=wait_for_holds,
+                             db_clock=store.flow.uses_db_clock(app.clock))
 
 
 class Executor:
@@ -115,14 +157,15 @@ class Executor:
         runtime: handed to every handler's `JobContext` (default: no serve URL).
         on_job_done: called with no arguments after each finished job (the worker's
             recycling limits).
-        claim_policy: what this executor's claims may take (`store.ClaimPolicy`); None:
-            `flow_policy(app)`: pauses, blocks, the handlers' and the queues' limits.
+        flow: the flow control of this executor's claims (`store.FlowControl`); True:
+            `flow_control(app)` (pauses, blocks, the handlers' and the queues' limits);
+            None: none (every due row may be claimed: for measurements).
     """
 
     def __init__(self, app: App, worker_id: str | None = None, *, isolation: str = "handler",
                  runtime: Runtime | None = None,
                  on_job_done: Callable[[], None] | None = None,
-                 claim_policy: store.ClaimPolicy | None = None) -> None:
+                 flow: store.FlowControl | bool | None = True) -> None:
         if isolation not in ("handler", "process"):
             raise ValueError(f"isolation must be 'handler' or 'process', got {isolation!r}")
         self.app = app
@@ -130,37 +173,40 @@ class Executor:
         self.isolation = isolation
         self.runtime = runtime or Runtime()
         self._on_job_done = on_job_done
-        self.claim_policy = claim_policy if claim_policy is not None else flow_policy(app)
+        if flow is True:
+            flow = flow_control(app)
+        self.claim_policy = store.ClaimPolicy(self, flow or None)
+        self.holds_stored = False  # the last claim's probe found a pause or block stored
         self.writer = OutcomeWriter(app, self.worker_id)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
 
-    def lease_seconds(self, job_type: str) -> float:
-        """Lease length for a type: its MAX_RUNTIME plus the configured grace, seconds
-        (120 s plus grace for a type this process has no handler for)."""
+    def terms(self, job_type: str) -> Terms:
+        """The `Terms` of `job_type` in this executor: its handler resolved once."""
         cls = self.app.resolve(job_type)
         runtime = float(cls.MAX_RUNTIME) if cls is not None else 120.0
-        return runtime + self.app.settings.lease_grace_seconds
-
-    def max_attempts(self, job_type: str) -> int | None:
-        """Attempts of a row of `job_type` dispatched without `max_attempts`: its
-        handler's MAX_ATTEMPTS, set by the claim; None when this process has no handler
-        for the type (the row stays unset for a worker that has)."""
-        cls = self.app.resolve(job_type)
-        return int(cls.MAX_ATTEMPTS) if cls is not None else None
+        return Terms(cls, runtime + self.app.settings.lease_grace_seconds,
+                     int(cls.MAX_ATTEMPTS) if cls is not None else None, runtime,
+                     cls is not None and cls.ISOLATION == "thread"
+                     and self.isolation == "handler")
 
     def claim_rows(self, conn, now: datetime, *, queue: str | None = None,
-                   job_id: int | None = None, limit: int = 1) -> list[dict]:
+                   job_id: int | None = None, limit: int = 1) -> store.Claim:
         """Claim in the caller's transaction (`store.claim_jobs` with this executor's
-        handlers and claim policy): the best due rows of `queue`, at most `limit`, or row
-        `job_id` if it is pending. `now` is the claiming instant (naive UTC).
+        handlers and flow control): the best due rows of `queue`, at most `limit`, or row
+        `job_id` if it is pending. `now` is the claiming instant (naive UTC). What the
+        claim learned of the flow tables goes into this executor's next claim.
 
         Returns:
-            The claimed rows (status `running`, lease set), best first.
+            The `store.Claim`: its rows (status `running`, lease set, best first), and
+            whether rows wait behind flow control.
         """
-        request = store.ClaimRequest(now, self.worker_id, queue, job_id, limit)
-        return store.claim_jobs(conn, request, self, self.claim_policy)
+        request = store.ClaimRequest(now, self.worker_id, queue, job_id, limit,
+                                     self.holds_stored)
+        claim = store.claim_jobs(conn, request, self.claim_policy)
+        self.holds_stored = claim.holds_stored
+        return claim
 
     def claim(self, queue: str) -> dict | None:
         """Claim the best due row of `queue` (status `running`, lease set); None when
@@ -171,7 +217,7 @@ class Executor:
         """
         # `now` is read inside the transaction, after any wait for a lock (SQLite).
         rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
-            c, self.app.clock.now(), queue=queue))
+            c, self.app.clock.now(), queue=queue).rows)
         return rows[0] if rows else None
 
     def run_next(self, queue: str) -> JobReport | None:
@@ -186,9 +232,9 @@ class Executor:
             JobNotFound: no such row.
             JobStateError: the row is not `pending`, or a pause, a block or a limit holds it.
         """
-        rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
+        claim = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
             c, self.app.clock.now(), job_id=job_id))
-        if not rows:
+        if not claim.rows:
             with self.app.engine.connect() as conn:
                 current = store.get_job(conn, job_id, ["status"])
             if current is None:
@@ -197,31 +243,40 @@ class Executor:
                 raise JobStateError(f"job {job_id} is held by a pause, a block or a limit "
                                     f"(see `cronjobs limits`); it stays pending")
             raise JobStateError(f"job {job_id} is {current['status']}, not pending")
-        return self.run_claimed(rows[0])
+        return self.run_claimed(claim.rows[0], claim.terms[claim.rows[0]["type"]])
 
-    def run_claimed(self, row: dict) -> JobReport:
-        """Run a row this process has claimed (status `running`) here, and finish it."""
-        job, outcome = job_of(row)
+    def run_claimed(self, row: dict, terms: Terms | None = None) -> JobReport:
+        """Run a row this process has claimed (status `running`) here, and finish it.
+        `terms`: its type's, when the claim gave them (`Claim.terms`)."""
+        ready = self.prepare(row, terms or self.terms(row["type"]))
+        job, outcome = ready.job, ready.instant
         log.debug("job %s start type=%s attempt=%s/%s", job.id, job.type, job.attempts,
                   job.max_attempts or "—", extra={"trace_id": job.id})
         started = time.monotonic()
         if outcome is None:
-            outcome = self.prepare(job)
-        if outcome is None:
-            self.track(job)
             try:
-                outcome = call_handler(self.app, job, self.runtime)
+                outcome = call_handler(self.app, job, self.runtime, cls=ready.terms.cls)
             finally:
                 self.untrack(job.id)
         return self.finish(job, outcome, (time.monotonic() - started) * 1000)
 
-    def prepare(self, job: Job) -> Outcome | None:
-        """The outcome of a run that needs no handler call (no handler registered, or a
-        destructive task switched off), else None. Never raises: a database that does not
-        answer the switch's read puts the row back (`not_started`, no attempt used); any
-        other error fails the row (`unreadable`)."""
+    def prepare(self, row: dict, terms: Terms) -> Prepared:
+        """Make claimed `row` (of a type whose `terms` the claim gave) ready to run: its
+        `Job`, and the outcome of a run that needs no handler call (no handler, a
+        destructive task switched off, an unreadable payload), else None — and then its
+        lease is renewed until `done` (or `untrack`). Never raises: a database that does
+        not answer the switch's read puts the row back (`not_started`, no attempt used);
+        any other error fails the row (`unreadable`)."""
+        job, instant = job_of(row)
+        if instant is None:
+            instant = self._instant(job, terms.cls)
+        if instant is None:
+            with self._lock:
+                self._running[job.id] = (job.attempts, terms.lease_seconds)
+        return Prepared(job, terms, instant)
+
+    def _instant(self, job: Job, cls: type | None) -> Outcome | None:
         try:
-            cls = self.app.resolve(job.type)
             if cls is None:
                 return no_handler(job.type)
             if cls.DESTRUCTIVE and not self._task_enabled(job.type):
@@ -232,17 +287,6 @@ class Executor:
                 return not_started(f"not started: the database did not answer "
                                    f"({type(exc).__name__})")
             return unreadable(exc)
-
-    def in_thread(self, job: Job) -> bool:
-        """True when `job` runs in a worker thread (its handler says ISOLATION "thread"
-        and the worker honours it), False for a job process."""
-        cls = self.app.resolve(job.type)
-        return cls is not None and cls.ISOLATION == "thread" and self.isolation == "handler"
-
-    def track(self, job: Job) -> None:
-        """Note that `job` runs now: its lease is renewed until `untrack`."""
-        with self._lock:
-            self._running[job.id] = (job.attempts, self.lease_seconds(job.type))
 
     def untrack(self, job_id: int) -> None:
         """Stop renewing the lease of `job_id`."""
@@ -267,8 +311,10 @@ class Executor:
         """After the commit: count the job, log its line, send a retry's (delayed)
         message, run the recycling check. Returns the report. A row put back because its
         job never started (`not_started`: claimed ahead and given back, its job process
-        gone) is logged and its message sent, but not counted as a job done."""
+        gone) is logged and its message sent, but not counted as a job done. Its lease
+        is no longer renewed."""
         job = finish.job
+        self.untrack(job.id)
         if final == Ended.LOST:
             log.warning("job %s: lease was lost before finishing; outcome %s dropped",
                         job.id, finish.status, extra={"trace_id": job.id})

@@ -9,12 +9,15 @@ A handler may say (docs/handlers.md, "Limits"):
   bucket of keyless rows.
 
 A queue's settings (`[queues.NAME] concurrency`, `rate_limit`) limit the queue as a whole.
-Both levels apply together. The claim enforces them (`store.limiter.LimitPolicy`).
+Both levels apply together. The claim enforces them (`store.limiter.FlowControl`, built
+by `executor.flow_control` from `handler_limits` and `queue_limits`); the views that
+explain a hold read them from here too (`flowstate`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +110,31 @@ def handler_limits(cls: type) -> Limits:
         raise ValueError(f"limit_key must be a method limit_key(payload) -> str | None, "
                          f"got {method!r:.60}")
     return Limits(concurrency, rate, keyed=field is not None or method is not None)
+
+
+def key_field(cls: type) -> str | None:
+    """How a handler class keys its limits, as the pages show it: its LIMIT_KEY (a
+    payload field), `"limit_key()"` when it computes the key, else None."""
+    field = getattr(cls, "LIMIT_KEY", None)
+    if field is None and callable(getattr(cls, "limit_key", None)):
+        return "limit_key()"
+    return field
+
+
+def queue_limits(queues: Mapping[str, Any]) -> dict[str, Limits]:
+    """`{queue: Limits}` of the settings' `[queues.<queue>]` tables (objects with
+    `concurrency` and `rate_limit`, as `config.QueueSettings`), the limited ones only.
+
+    Raises:
+        ValueError: a rate that does not parse (the settings checked it already).
+    """
+    out = {}
+    for name, table in sorted(queues.items()):
+        limits = Limits(getattr(table, "concurrency", None),
+                        parse_rate(getattr(table, "rate_limit", None), "rate_limit"))
+        if limits:
+            out[name] = limits
+    return out
 
 
 def key_of(cls: type | None, payload: dict[str, Any]) -> str | None:

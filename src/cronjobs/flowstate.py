@@ -1,8 +1,9 @@
 """Flow control as an operator sees it, for the dashboard, `health`, `cronjobs limits` and
 `/metrics`: the limits of each job type (its handler's CONCURRENCY, RATE_LIMIT, LIMIT_KEY)
 and of each queue (the settings' `[queues.<name>]`), the pauses that hold a task, the rows
-held now (`store.held`, with the limits the claim enforces: `executor.flow_policy`) and
-what a pending row waits for."""
+held now (`store.held`: the claim's own conditions and budget, with the limits the claim
+enforces: `executor.flow_control`) and what a pending row waits for. Every limit is read
+from `flowrules` (`handler_limits`, `key_field`, `queue_limits`), as the claim reads it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from . import store
+from . import flowrules, store
 from .app import App
-from .executor import flow_policy
+from .executor import flow_control
 from .flowrules import Limits
 from .handler import task_name
 from .limits import WORKER_LIST_MAX_CHARS
@@ -50,37 +51,29 @@ class TypeLimits:
 
 
 def type_limits(app: App) -> list[TypeLimits]:
-    """The flow declarations of every registered type, sorted by type."""
-    registry = app.handlers
+    """The flow declarations of every registered type (`flowrules`), sorted by type."""
     out = []
-    for job_type, cls in sorted(registry.registered_handlers().items()):
-        key = getattr(cls, "LIMIT_KEY", None)
-        if key is None and callable(getattr(cls, "limit_key", None)):
-            key = "limit_key()"
+    for job_type, cls in sorted(app.handlers.registered_handlers().items()):
+        limits = flowrules.handler_limits(cls)
         out.append(TypeLimits(
             type=job_type, task=task_name(job_type), queue=cls.QUEUE or app.settings.default_queue,
-            concurrency=getattr(cls, "CONCURRENCY", None) or None,
-            rate_limit=getattr(cls, "RATE_LIMIT", None) or None, limit_key=key))
+            concurrency=limits.concurrency, rate_limit=limits.rate and str(limits.rate),
+            limit_key=flowrules.key_field(cls)))
     return out
 
 
 def queue_limits(app: App) -> dict[str, dict]:
-    """The queue-level limits of the settings: `{queue: {"concurrency": N or None,
-    "rate_limit": text or None}}`, only queues with one."""
-    out = {}
-    for name, value in sorted((getattr(app.settings, "queues", None) or {}).items()):
-        get = value.get if isinstance(value, Mapping) else lambda k, v=value: getattr(v, k, None)
-        limits = {"concurrency": get("concurrency"), "rate_limit": get("rate_limit")}
-        if any(limits.values()):
-            out[name] = limits
-    return out
+    """The queue-level limits of the settings (`flowrules.queue_limits`): `{queue:
+    {"concurrency": N or None, "rate_limit": text or None}}`, only queues with one."""
+    return {name: {"concurrency": lm.concurrency, "rate_limit": lm.rate and str(lm.rate)}
+            for name, lm in flowrules.queue_limits(app.settings.queues).items()}
 
 
 def claim_limits(app: App) -> tuple[dict[str, Limits], dict[str, Limits]]:
-    """The limits the claim enforces (`executor.flow_policy`): `({job type: Limits},
+    """The limits the claim enforces (`executor.flow_control`): `({job type: Limits},
     {queue: Limits})`, limited ones only."""
-    policy = flow_policy(app)
-    return dict(policy.type_limits), dict(policy.queue_limits)
+    flow = flow_control(app)
+    return dict(flow.type_limits), dict(flow.queue_limits)
 
 
 def limit_views(app: App) -> dict[str, dict]:
@@ -98,16 +91,12 @@ def limit_views(app: App) -> dict[str, dict]:
 
 def held_now(app: App, conn: Connection, now: datetime, pauses: Iterable[Mapping],
              blocks: Iterable[Mapping]) -> list[dict]:
-    """Due rows held now by `pauses`, `blocks` (as `store.flow` lists them), full
-    concurrency limits and rate limits of types and queues: `store.held.held_rows`
-    entries, each with `limits`: the `limit_views` of its `limiters`."""
-    types, queues = claim_limits(app)
-    held = store.held.held_rows(
-        conn, now, pauses=pauses, blocks=blocks,
-        concurrency={t: lm.concurrency for t, lm in types.items() if lm.concurrency},
-        queue_concurrency={n: lm.concurrency for n, lm in queues.items() if lm.concurrency},
-        rates={t: lm for t, lm in types.items() if lm.rate},
-        queue_rates={n: lm.rate for n, lm in queues.items() if lm.rate})
+    """Due rows a claim would refuse now: held by `pauses`, `blocks` (as `store.flow` lists
+    them) or the concurrency and rate limits of types and queues, at `now` (naive UTC):
+    `store.held.held_rows` entries, each with `limits`: the `limit_views` of its
+    `limiters`."""
+    held = store.held.held_rows(conn, now, pauses=pauses, blocks=blocks,
+                                flow=flow_control(app))
     views = limit_views(app)
     for entry in held:
         entry["limits"] = [views[n] for n in entry["limiters"] if n in views]

@@ -28,7 +28,7 @@ from sqlalchemy import Connection
 
 from .db import classify, retry_while_unavailable, run_in_transaction
 from .errors import DatabaseUnavailable
-from .executor import Executor
+from .executor import Executor, Prepared, Terms
 from .finishing import Finish
 
 log = logging.getLogger("cronjobs.worker")
@@ -38,6 +38,7 @@ STOPPING_RETRY_SECONDS = 1.0  # a stopping worker tries to write its last outcom
 T = TypeVar("T")
 
 Wants = list[tuple[str, int]]  # (queue, rows to claim) per rung queue; all share one count
+Claimed = list[tuple[dict, Terms]]  # claimed rows, each with its type's terms
 
 
 class GroupCommit:
@@ -108,12 +109,15 @@ class GroupCommit:
             return None
         return max(0.0, self._retry_at - self._timer())
 
-    def cycle(self, wants: Wants) -> tuple[list[dict], set[str]]:
-        """Write the waiting plans and claim rows for `wants`, in one transaction.
+    def cycle(self, wants: Wants) -> tuple[list[Prepared], set[str]]:
+        """Write the waiting plans and claim rows for `wants`, in one transaction; then
+        report each written run (`Executor.done`) and prepare each claimed row
+        (`Executor.prepare`, with the terms the claim resolved once per type).
 
         Returns:
-            `(rows, drained)`: the claimed rows (dicts, claim order) and the queues that
-            gave fewer rows than asked (nothing more is due there).
+            `(prepared, drained)`: the claimed rows made ready to run (`Prepared`, claim
+            order) and the queues that gave fewer rows than asked (nothing more is due
+            there).
 
         Raises:
             What a claim alone raises (the database refused it): the loop cannot go on.
@@ -148,18 +152,19 @@ class GroupCommit:
         for plan, final in written:
             self._executor.done(plan, final)
         self._backlog = bool(wants) and not drained
-        return rows, drained
+        return [self._executor.prepare(row, terms) for row, terms in rows], drained
 
     def _transaction(self, conn: Connection, plans: list[Finish],
-                     wants: Wants) -> tuple[list[str], list[dict], set[str]]:
+                     wants: Wants) -> tuple[list[str], Claimed, set[str]]:
         finals = self._executor.writer.write(conn, plans)
         rows, drained = self._claim(conn, wants)
         return finals, rows, drained
 
-    def _claim(self, conn: Connection, wants: Wants) -> tuple[list[dict], set[str]]:
+    def _claim(self, conn: Connection, wants: Wants) -> tuple[Claimed, set[str]]:
         """Claim up to the free slots from the rung queues, in turn; `now` is read inside
-        the transaction, after any wait for a lock (SQLite)."""
-        rows: list[dict] = []
+        the transaction, after any wait for a lock (SQLite). Each row comes with its
+        type's terms."""
+        rows: Claimed = []
         drained: set[str] = set()
         if self._stopping.is_set():  # a transaction retried after the stop: no new rows
             return rows, drained
@@ -169,17 +174,17 @@ class GroupCommit:
             wanted = free - len(rows)
             if wanted <= 0:
                 break
-            got = self._executor.claim_rows(conn, now, queue=queue, limit=wanted)
+            claim = self._executor.claim_rows(conn, now, queue=queue, limit=wanted)
             self.claims += 1
-            rows += got
+            rows += [(row, claim.terms[row["type"]]) for row in claim.rows]
             # A short claim drains the queue, unless rows wait behind a limit, a block or
-            # a pause that ends without a doorbell: then it stays rung (claimed again on
-            # the next turn of the loop, within a second).
-            policy = self._executor.claim_policy
-            if len(got) < wanted and not policy.holding(conn, queue, now):
+            # a pause that ends without a doorbell (`claim.held`): then it stays rung
+            # (claimed again on the next turn of the loop, within a second, or when the
+            # claim says they come free).
+            if len(claim.rows) < wanted and not claim.held:
                 drained.add(queue)
-            elif len(got) < wanted and (wait := policy.retry_seconds()) is not None:
-                at = self._timer() + wait
+            elif len(claim.rows) < wanted and claim.retry_seconds is not None:
+                at = self._timer() + claim.retry_seconds
                 self._retry_at = at if self._retry_at is None else min(self._retry_at, at)
         return rows, drained
 
@@ -207,7 +212,7 @@ class GroupCommit:
                                        cap_seconds=STOPPING_RETRY_SECONDS)
 
     def _apart(self, plans: list[Finish], wants: Wants
-               ) -> tuple[list[tuple[Finish, str]], list[dict], set[str]]:
+               ) -> tuple[list[tuple[Finish, str]], Claimed, set[str]]:
         """The transaction was refused, or broke on something that is not a database
         error (`OutcomesFenced`: a run of the batch lost its row): write each outcome
         alone (only a refused one becomes `unrecordable`, only the lost run writes

@@ -34,7 +34,7 @@ import threading
 import time
 from multiprocessing.connection import wait
 
-from .executor import Executor, job_of
+from .executor import Executor, Prepared
 from .groupcommit import GroupCommit
 from .handler import Job
 from .outcome import Outcome, not_started
@@ -77,7 +77,7 @@ class SlotPool:
         self.claim_limit = claim_limit
         self.claim_ahead = slots * executor.app.settings.claim_ahead_per_slot \
             if claim_ahead is None else claim_ahead
-        self._ahead: list[tuple[float, dict]] = []  # rows claimed ahead: (monotonic, row)
+        self._ahead: list[tuple[float, Prepared]] = []  # claimed ahead: (monotonic, row)
         self._quick_in_row = 0  # jobs that ended one after another within AHEAD_QUICK_SECONDS
         if accepting is None:
             accepting = threading.Event()
@@ -97,6 +97,7 @@ class SlotPool:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._commit = GroupCommit(executor, slots, self._stopped, stopping=self._stopping)
+        self._writer = executor.writer  # plans each ended run (`finishing.OutcomeWriter`)
         self._threads = ThreadSlots(executor.app, executor.runtime, wake=self._wake)
         self._processes = ProcessSlots(executor.app.settings, executor.runtime, slots,
                                        report=self._add_plan, stopping=self._stopping)
@@ -298,7 +299,7 @@ class SlotPool:
             rung = list(self._rung)
         return [(q, free) for q in rung] if free > 0 else []
 
-    def _cycle(self) -> list[dict]:
+    def _cycle(self) -> list[Prepared]:
         """Write the waiting outcomes and claim rows for the idle slots; returns the rows."""
         rows, drained = self._commit.cycle(self._wants())
         self.claimed_total += len(rows)
@@ -318,45 +319,42 @@ class SlotPool:
             self._dispatch(self._ahead.pop(0)[1])
         late = time.monotonic() - AHEAD_WAIT_SECONDS
         kept = []
-        for since, row in self._ahead:
+        for since, ready in self._ahead:
             if stop or since <= late:
-                job, _ = job_of(row)
+                job = ready.job
                 self.claimed_total -= 1  # not a job of `claim_limit` (`--max-jobs`)
                 self._add_plan(job, not_started(
                     "claimed ahead of a free slot and not started: given back"), 0.0)
             else:
-                kept.append((since, row))
+                kept.append((since, ready))
         if len(kept) < len(self._ahead) and not stop:
             self._quick_in_row = 0  # the slots did not turn over fast: stop claiming ahead
         self._ahead = kept
 
-    def _dispatch(self, row: dict) -> None:
-        """Start the claimed `row` in a job process or a thread. Nothing in one row can
-        stop the loop: a row that cannot be prepared or sent fails alone."""
-        job, instant = job_of(row)
-        if instant is None:
-            instant = self.executor.prepare(job)
-        if instant is not None:
-            self._add_plan(job, instant, 0.0)
+    def _dispatch(self, ready: Prepared) -> None:
+        """Start the claimed row `ready` in a job process or a thread. Nothing in one row
+        can stop the loop: a row that cannot be prepared or sent fails alone."""
+        job = ready.job
+        if ready.instant is not None:
+            self._add_plan(job, ready.instant, 0.0)
             return
-        self.executor.track(job)
         with self._lock:
             taken = set(self._slot_of.values())
             self._slot_of[job.id] = next(
                 (n for n in range(1, self.slots + 1) if n not in taken), len(taken) + 1)
-        max_runtime = float(self.executor.app.resolve(job.type).MAX_RUNTIME)
-        if self.executor.in_thread(job):
-            self._threads.start(job, max_runtime)
+        if ready.terms.in_thread:
+            self._threads.start(job, ready.terms.max_runtime_seconds, ready.terms.cls)
         else:
-            self._processes.send(job, max_runtime)
+            self._processes.send(job, ready.terms.max_runtime_seconds)
 
     def _add_plan(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
+        """The run of `job` ended (or never started): its plan waits for the next cycle,
+        whose `Executor.done` stops renewing its lease."""
         quick = duration_ms <= AHEAD_QUICK_SECONDS * 1000
         self._quick_in_row = self._quick_in_row + 1 if quick else 0
-        self.executor.untrack(job.id)
         with self._lock:
             self._slot_of.pop(job.id, None)
-        self._commit.add(self.executor.plan(job, outcome, duration_ms))
+        self._commit.add(self._writer.plan(job, outcome, duration_ms))
 
     def _wait(self) -> None:
         now = time.monotonic()

@@ -40,12 +40,13 @@ class ThreadSlots:
         self._outcomes: queues.SimpleQueue = queues.SimpleQueue()
         self._abandoned: set[int] = set()  # jobs given up at MAX_RUNTIME (loop only)
 
-    def start(self, job: Job, max_runtime_seconds: float) -> None:
+    def start(self, job: Job, max_runtime_seconds: float, cls: type | None = None) -> None:
         """Run `job` in a new daemon thread: one abandoned at MAX_RUNTIME must not keep
-        the process from exiting (a pool's threads are joined at exit)."""
+        the process from exiting (a pool's threads are joined at exit). `cls`: its handler
+        class, when the caller resolved it (else the App resolves it)."""
         with self._lock:
             self._jobs[job.id] = (time.monotonic(), max_runtime_seconds, job)
-        threading.Thread(target=self._run, args=(job,), daemon=True,
+        threading.Thread(target=self._run, args=(job, cls), daemon=True,
                          name=f"cronjobs-job-{job.id}").start()
 
     def busy_count(self) -> int:
@@ -111,8 +112,8 @@ class ThreadSlots:
         self._wake()
         return job
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job, cls: type | None) -> None:
         started = time.monotonic()
-        result = call_handler(self._app, job, self._runtime)
+        result = call_handler(self._app, job, self._runtime, cls=cls)
         self._outcomes.put((job, result, (time.monotonic() - started) * 1000, False))
         self._wake()

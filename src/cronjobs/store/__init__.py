@@ -32,11 +32,10 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     stops,
     views,
 )
-from .claim import ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
+from .claim import Claim, ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
 from .finish import delete_job, finish_job, finish_many
 from .flow import (
     block,
-    held_counts,
     is_task_paused,
     list_blocks,
     list_pauses,
@@ -47,7 +46,7 @@ from .flow import (
 )
 from .insert import insert_job, insert_jobs, insert_new_sqlite
 from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
-from .limiter import FlowPolicy
+from .limiter import FlowControl
 from .maintenance import (
     count_prunable,
     due_pending,
@@ -74,7 +73,8 @@ from .sql import database_now, db_now
 from .workers import beat, forget, list_workers, prune_workers, running_by_worker
 
 __all__ = [
-    "JOB_COLUMNS", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs", "count_children",
+    "JOB_COLUMNS", "Claim", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs",
+    "count_children",
     "delete_job", "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs",
     "insert_new_sqlite", "renew_leases", "select_by_key", "due_pending", "pending_by_queue",
     "prune", "prune_slots", "count_prunable",
@@ -83,7 +83,7 @@ __all__ = [
     "forget", "list_workers", "prune_workers", "running_by_worker", "database_now", "db_now",
     "lock_runtime",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
-    "is_task_paused", "block", "unblock", "list_blocks", "prune_expired", "held_counts",
-    "queues", "secrets", "selection", "stops", "views", "FlowPolicy", "held", "rates",
+    "is_task_paused", "block", "unblock", "list_blocks", "prune_expired",
+    "queues", "secrets", "selection", "stops", "views", "FlowControl", "held", "rates",
     "live_in_families", "record_skips", "buffer_slot",
 ]

@@ -14,17 +14,21 @@ the terms (`HandlerTerms`): the lease is its handler's MAX_RUNTIME plus grace, o
 database's clock; a row dispatched without `max_attempts` gets its handler's
 MAX_ATTEMPTS here (a worker that does not know the type leaves it unset).
 
-`ClaimPolicy` is the one place where flow control (limits, blocks, pauses) will decide
-what may be claimed: it adds conditions to the candidate SELECT and filters candidates,
-inside the claim's transaction. Without a policy the claim costs what it did before
-there was one.
+Flow control (pauses, blocks, limits: `ClaimPolicy.flow`, a `limiter.FlowControl`)
+decides what may be claimed inside the claim's transaction: the hold condition written
+once in `flow` is AND-ed to the candidate SELECT (or its probe tells it is not needed),
+the limits' `Budget` (`limiter`) admits candidates in claim order and excludes full
+buckets from the next round's SELECT. The claim takes its state in (`ClaimRequest`) and
+gives its whole answer back (`Claim`: rows, whether rows wait behind flow control and
+for how long, what the next claim should know), as Oban's `fetch_jobs(conf, meta,
+running)` does; nothing is kept between claims, nothing is asked after one.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -32,6 +36,8 @@ from sqlalchemy import Connection
 
 from ..errors import StoreError
 from ..models import cronjob_queue as q
+from .flow import HOLDS_STORED_SQL, claim_hold_sql, hold_params, holds_end_in
+from .limiter import Budget, FlowControl, count_budget, exclude_sql, log_starts
 from .sql import (
     bind,
     decode_times,
@@ -53,7 +59,7 @@ SET_BY_CLAIM = ("status", "started_at", "finished_at", "worker_id", "updated_at"
 READ_COLUMNS = tuple(c for c in CLAIM_COLUMNS if c not in SET_BY_CLAIM)
 TIME_COLUMNS = tuple(c.name for c in q.columns if c.type.python_type is datetime
                      and c.name in READ_COLUMNS)
-PROBE = "claim_probe"  # the column of a policy's probe in the candidate SELECT
+PROBE = "claim_probe"  # the column of flow control's probe in the candidate SELECT
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class ClaimRequest:
         queue: the queue to claim from; or
         job_id: the one row to claim.
         limit: at most this many rows (the caller's idle slots); 1 for `job_id`.
+        holds_stored: the claimer's last claim found a pause or block stored
+            (`Claim.holds_stored`): select with the hold condition from the start.
 
     Raises:
         ValueError: neither or both of `queue` and `job_id`, or `limit` below 1.
@@ -78,6 +86,7 @@ class ClaimRequest:
     queue: str | None = None
     job_id: int | None = None
     limit: int = 1
+    holds_stored: bool = False
 
     def __post_init__(self) -> None:
         if (self.queue is None) == (self.job_id is None):
@@ -87,126 +96,190 @@ class ClaimRequest:
             raise ValueError(f"limit must be >= 1 (1 for a job id), got {self.limit!r}")
 
 
+class TypeTerms(Protocol):
+    """A job type's terms in the claiming worker."""
+
+    lease_seconds: float  # the lease of a claimed row: its MAX_RUNTIME plus grace, seconds
+    max_attempts: int | None  # MAX_ATTEMPTS for a row dispatched without; None: no handler
+
+
 class HandlerTerms(Protocol):
     """The claiming worker's view of the handlers (its `Executor`)."""
 
-    def lease_seconds(self, job_type: str) -> float:
-        """The lease of a row of `job_type`: its MAX_RUNTIME plus grace, seconds."""
-
-    def max_attempts(self, job_type: str) -> int | None:
-        """The attempts of a row of `job_type` dispatched without `max_attempts`: its
-        handler's MAX_ATTEMPTS; None when this worker has no handler for the type."""
+    def terms(self, job_type: str) -> TypeTerms:
+        """The terms of a row of `job_type` (asked once per type per claim)."""
 
 
+@dataclass(frozen=True)
 class ClaimPolicy:
-    """The claim's policy hook: what may be claimed, decided inside the claim transaction.
-    This base class allows everything and is what "no policy" means; flow control
-    (concurrency and rate limits, blocked keys, paused queues) subclasses it.
+    """How a claimer claims: its handlers' terms and the flow control it enforces (the
+    `conf` of the claim; what changes from claim to claim travels in `ClaimRequest` and
+    `Claim`).
 
-    The claim calls, in its transaction, for each round (at most `rounds`):
-
-    1. `where(conn, request)` -> `(sql, params)`: a condition AND-ed to the candidate
-       SELECT (`WHERE queue = ... AND <due> AND (<sql>) ORDER BY priority, id LIMIT n
-       FOR UPDATE SKIP LOCKED`; by id: `WHERE id = ... AND status = 'pending' AND
-       (<sql>) FOR UPDATE`, and the policy decides whether an operator's "run it now"
-       passes its limits: `request.job_id` tells), as driver SQL on `cronjob_queue`
-       with placeholders from `store.sql.ph(dialect, key)` and `params` bound by those
-       keys (prefix them `p_`: the claim's own are `queue`, `job_id`, `now`, `limit`).
-       Exclude here what cannot be taken (a paused queue, a blocked key, a type at its
-       concurrency limit), so rows behind them are reached: excluding in the SELECT, not
-       after it, is what keeps a backlog of held rows from blocking the queue. The
-       policy may read or lock its own rows here (a limiter row FOR UPDATE serialises
-       claimers of one limit). `""`: no condition (the SELECT text is cached per
-       distinct `sql`).
-    2. `probe(conn, request)` -> `sql`: a scalar expression the candidate SELECT also
-       returns (uncorrelated: one value for the statement), handed to `probed(value)`
-       right after the SELECT (None when it returned no row): what the policy learns in
-       the statement itself, with no round trip of its own — the flow policy learns
-       whether any pause or block is stored, and so whether the condition it left out
-       was needed. `""` (the default): no probe, `probed` is not called.
-    3. `accept(conn, request, rows)` -> the candidates to take, a sub-list of `rows`
-       (locked, in claim order), e.g. at most N more of a limited type. Those dropped
-       stay `pending` with their attempts; their locks end with the transaction.
-
-    When `accept` dropped candidates and slots are left, the claim selects again (round
-    2, ...) after taking what was accepted, so `where` can exclude what it learned. The
-    base class: no condition, no probe, every candidate accepted, one round — exactly the
-    claim without a policy (one SELECT and one UPDATE per terms group).
-
-    4. `holding(conn, queue, now)`, asked by a worker whose claim of `queue` came back
-       short, in the same transaction: True when rows may be waiting behind the policy
-       (a limit, a block, a pause) and will be free without a new doorbell, so the
-       worker claims again within a second instead of waiting for one — or sooner:
-       `retry_seconds()`, asked next, tells when the policy knows (a rate's next start).
+    Attributes:
+        terms: the lease and attempts per type (`HandlerTerms`).
+        flow: pauses, blocks and limits (`limiter.FlowControl`); None: every due row may
+            be claimed (no probe, no hold condition: the claim as it was before flow
+            control, for measurements).
     """
 
-    rounds: int = 1
-
-    def where(self, conn: Connection, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
-        """Extra candidate condition (driver SQL) and its parameters; `""` for none."""
-        return "", {}
-
-    def probe(self, conn: Connection, request: ClaimRequest) -> str:
-        """A scalar SQL expression the candidate SELECT also returns; `""` for none."""
-        return ""
-
-    def probed(self, value: Any) -> None:
-        """The probe's value, read with the candidates (None: the SELECT returned no row)."""
-
-    def accept(self, conn: Connection, request: ClaimRequest, rows: list[dict]) -> list[dict]:
-        """The candidates to take (a sub-list of `rows`, in their order)."""
-        return rows
-
-    def holding(self, conn: Connection, queue: str, now: datetime) -> bool:
-        """Whether rows of `queue` may wait behind this policy (claim again soon)."""
-        return False
-
-    def retry_seconds(self) -> float | None:
-        """After `holding` said True: seconds until held rows come free, when known."""
-        return None
+    terms: HandlerTerms
+    flow: FlowControl | None = None
 
 
-def claim_jobs(conn: Connection, request: ClaimRequest, terms: HandlerTerms,
-               policy: ClaimPolicy | None = None) -> list[dict]:
+@dataclass(frozen=True)
+class Claim:
+    """A claim's whole answer.
+
+    Attributes:
+        rows: the claimed rows as dicts of `CLAIM_COLUMNS` (no `result_payload`) after
+            the update (`locked_until` as this host computes it), in claim order; empty
+            when nothing is due (or row `job_id` is not pending).
+        held: a claim of a queue came back short while rows may wait behind flow control
+            and come free without a new doorbell (a limit met; with
+            `FlowControl.wait_for_holds`, a live pause or block): the worker claims the
+            queue again within a second. False for a claim by id.
+        retry_seconds: when `held`, seconds until held rows come free, when known (a
+            rate's next start, the end of the soonest pause or block); else None.
+        holds_stored: the claim's last probe found a pause or block stored: pass it in
+            the claimer's next `ClaimRequest`, whose SELECT then carries the hold
+            condition from the start.
+        terms: `{job type: its TypeTerms}` of the claimed rows, as `policy.terms` gave
+            them (asked once per type): the worker prepares its rows with them.
+    """
+
+    rows: list[dict]
+    held: bool = False
+    retry_seconds: float | None = None
+    holds_stored: bool = False
+    terms: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Claiming:
+    """One flow-controlled claim in progress (`claim_jobs`' own, never kept)."""
+
+    stored: bool  # a pause or block is stored, as far as the claim knows
+    lean: bool = True  # this round's SELECT left the hold condition out
+    probe: Any = None  # this round's probe (None: its SELECT returned no row)
+    budget: Budget | None = None  # None: not counted (no limited row met yet)
+    limited: bool = False  # a limit refused a row
+    wait: float | None = None  # seconds until the soonest refused row may start
+
+    def waited(self, seconds: float | None) -> None:
+        """Keep the soonest time a held row comes free."""
+        if seconds is not None:
+            self.wait = seconds if self.wait is None else min(self.wait, seconds)
+
+
+def claim_jobs(conn: Connection, request: ClaimRequest, policy: ClaimPolicy) -> Claim:
     """Claim rows for `request.worker_id`: status `running`, attempts + 1, a lease of
-    `terms.lease_seconds(type)` on the database's clock, an unset `max_attempts` resolved
-    to `terms.max_attempts(type)`. Best first: lowest priority, then oldest id.
+    `policy.terms.terms(type).lease_seconds` on the database's clock, an unset
+    `max_attempts` resolved to its `max_attempts`. Best first: lowest priority, then
+    oldest id; rows held by `policy.flow` (a pause, a block, a full limit) are skipped,
+    so the rows behind them are reached (module docstring of `limiter`).
 
     Args:
         conn: a connection inside the caller's transaction (commit makes the claim).
         request: what to claim (`ClaimRequest`).
-        terms: the claiming worker's view of the handlers (`HandlerTerms`).
-        policy: what may be claimed (`ClaimPolicy`); None claims every due row.
+        policy: the claimer's terms and flow control (`ClaimPolicy`).
 
     Returns:
-        The claimed rows as dicts of `CLAIM_COLUMNS` (no `result_payload`) after the
-        update (`locked_until` as this host computes it), in claim order; empty when
-        nothing is due (or row `job_id` is not pending).
+        The `Claim`: its rows, whether rows wait behind flow control, and what the next
+        claim should know.
 
     Raises:
         StoreError: an UPDATE took fewer rows than were locked (never expected).
-        ValueError: the policy accepted a row that was not a candidate.
     """
     dialect = name(conn)
-    if policy is None:
+    flow = policy.flow
+    terms: dict[str, Any] = {}
+    if flow is None:
         rows, _ = _candidates(conn, dialect, request, request.limit, "", {})
-        return _take(conn, dialect, request, terms, rows)
+        return Claim(_take(conn, dialect, request, policy.terms, terms, rows), terms=terms)
+    state = _Claiming(stored=request.holds_stored)
     taken: list[dict] = []
-    for _ in range(max(1, policy.rounds)):
-        extra, params = policy.where(conn, request)
-        probe = policy.probe(conn, request)
-        rows, probed = _candidates(conn, dialect, request, request.limit - len(taken), extra,
-                                   params, probe)
-        if probe:
-            policy.probed(probed)
-        chosen = policy.accept(conn, request, rows) if rows else rows
-        known = {id(r) for r in rows}
-        if any(id(r) not in known for r in chosen):
-            raise ValueError("ClaimPolicy.accept returned a row that was not a candidate")
-        taken += _take(conn, dialect, request, terms, chosen)
+    for round_ in range(flow.rounds):
+        where = _where(conn, dialect, request, flow, state, first=round_ == 0)
+        if where is None:  # the queue's own limit is full
+            break
+        rows, state.probe = _candidates(conn, dialect, request, request.limit - len(taken),
+                                        *where, HOLDS_STORED_SQL)
+        if state.probe is not None:
+            state.stored = bool(state.probe)
+        chosen = _accept(conn, dialect, request, flow, state, rows) if rows else rows
+        taken += _take(conn, dialect, request, policy.terms, terms, chosen)
         if len(chosen) == len(rows) or len(taken) >= request.limit:
             break
+    if request.job_id is not None or len(taken) >= request.limit:
+        return Claim(taken, holds_stored=state.stored, terms=terms)
+    return Claim(taken, _held(conn, request, flow, state), state.wait, state.stored, terms)
+
+
+def _where(conn: Connection, dialect: str, request: ClaimRequest, flow: FlowControl,
+           state: _Claiming, first: bool) -> tuple[str, dict[str, Any]] | None:
+    """This round's condition: the hold condition (`flow.claim_hold_sql`) unless no pause
+    or block is known to be stored, and the exclusion of the buckets at their limit. A
+    queue's limits are locked and counted before the first SELECT, a handler's once a
+    round met a row of a limited type (`_accept`). None: the queue's limit is full."""
+    state.lean = not state.stored
+    hold, held = (("", {}) if state.lean else
+                  (claim_hold_sql(dialect, flow.db_clock),
+                   hold_params(dialect, request.now, flow.db_clock)))
+    queue = flow.queue_limits.get(request.queue) if request.queue else None
+    if (not flow.type_limits and queue is None) or (first and queue is None):
+        state.budget = None  # counted in `_accept`, if a limited row comes
+        return hold, held
+    state.budget = budget = count_budget(conn, dialect, flow, request.now,
+                                         queue=request.queue if queue else None)
+    full = budget.full()
+    if full or (budget.queue is not None and budget.queue.full()):
+        state.limited = True
+    if budget.queue is not None and budget.queue.full():
+        state.waited(budget.wait(None))
+        return None
+    extra, params = exclude_sql(dialect, full, flow.type_limits)
+    return " AND ".join(c for c in (hold, extra) if c), {**held, **params}
+
+
+def _accept(conn: Connection, dialect: str, request: ClaimRequest, flow: FlowControl,
+            state: _Claiming, rows: list[dict]) -> list[dict]:
+    """The candidates to take, in claim order, while their bucket and the queue have room
+    (`Budget.admit`); the starts of rate-limited ones logged. None of them when the
+    SELECT left the hold condition out and its probe found a pause or block stored: the
+    next round selects with it."""
+    if state.lean and state.probe:
+        return []
+    budget = state.budget
+    if budget is None:
+        if not any(row["type"] in flow.type_limits for row in rows):
+            return rows
+        budget = state.budget = count_budget(conn, dialect, flow, request.now)
+    taken = []
+    for row in rows:
+        refused = budget.admit(row)
+        if refused is None:
+            taken.append(row)
+        else:
+            state.limited = True
+            state.waited(budget.wait(None if refused[1].startswith("queue:")
+                                     else (row["type"], flow.key(row))))
+    log_starts(conn, flow, request.queue, request.now, taken)
     return taken
+
+
+def _held(conn: Connection, request: ClaimRequest, flow: FlowControl,
+          state: _Claiming) -> bool:
+    """Whether rows of a short claim's queue may wait behind flow control and come free
+    without a doorbell: a limit refused a row, or (`wait_for_holds`) a pause or block is
+    live — read only when the claim's last probe did not find the flow tables empty."""
+    if state.limited or not flow.wait_for_holds:
+        return state.limited
+    if state.probe == 0:  # nothing stored, as of the last SELECT
+        return False
+    live, ends_in = holds_end_in(conn, None if flow.db_clock else request.now)
+    state.waited(ends_in)
+    return live
 
 
 def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, float]]) -> int:
@@ -229,7 +302,7 @@ def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, float]]) -> 
 
 
 def select_sql(dialect: str, by_id: bool, extra: str = "", probe: str = "") -> str:
-    """The candidate SELECT (driver SQL of `dialect`), by queue or by id, with a policy's
+    """The candidate SELECT (driver SQL of `dialect`), by queue or by id, with flow control's
     `extra` condition AND-ed and its `probe` returned as the last column (`PROBE`)."""
     return _select_sql(dialect, by_id, extra, probe)
 
@@ -301,14 +374,16 @@ def _candidates(conn: Connection, dialect: str, request: ClaimRequest, limit: in
     return decode_times(dialect, found, TIME_COLUMNS), value
 
 
-def _take(conn: Connection, dialect: str, request: ClaimRequest, terms: HandlerTerms,
-          rows: list[dict]) -> list[dict]:
-    """Mark the locked `rows` running with one UPDATE per (lease, max attempts) group."""
+def _take(conn: Connection, dialect: str, request: ClaimRequest, handlers: HandlerTerms,
+          terms: dict[str, Any], rows: list[dict]) -> list[dict]:
+    """Mark the locked `rows` running with one UPDATE per (lease, max attempts) group;
+    the terms of their types are asked of `handlers` once and kept in `terms`."""
     if not rows:
         return rows
-    types = {row["type"] for row in rows}
-    by_type = {t: (terms.lease_seconds(t), terms.max_attempts(t)) for t in types}
-    plan = [(row, *by_type[row["type"]]) for row in rows]
+    for job_type in {row["type"] for row in rows} - terms.keys():
+        terms[job_type] = handlers.terms(job_type)
+    plan = [(row, terms[row["type"]].lease_seconds, terms[row["type"]].max_attempts)
+            for row in rows]
     groups: dict[tuple[float, int | None], list[int]] = {}
     for row, lease, attempts in plan:
         groups.setdefault((lease, attempts), []).append(row["id"])

@@ -5,9 +5,11 @@ Every claim's candidate SELECT reads whether a pause or block is stored
 (`HOLDS_STORED_SQL`, the probe: two uncorrelated reads, once per statement) and, when
 one is, carries the hold condition (`claim_hold_sql`: one NOT EXISTS on each table per
 candidate, behind the same guard); a SELECT that left the condition out and finds a row
-stored is taken again with it (`limiter.FlowPolicy`). It runs in the claim's statement,
+stored is taken again with it (`claim.claim_jobs`). It runs in the claim's statement,
 so a pause or a block made by any process holds for every worker from its next claim,
-with nothing cached. Expired pauses and blocks hold nothing; `prune_expired` deletes them
+with nothing cached. The pause and block conditions are written once (`_PAUSED`,
+`_BLOCKED`): the claim's text and the views' Core clauses (`paused`, `blocked`, read by
+`held`) are the same SQL. Expired pauses and blocks hold nothing; `prune_expired` deletes them
 (so does every new pause or block), keeping the tables empty when nothing is held: the
 SELECT then reads no flow row per candidate. All times naive UTC.
 
@@ -21,15 +23,27 @@ tests, a simulation) drives everything instead: its `now` is bound as a paramete
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, or_, select, update
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+    text,
+    type_coerce,
+    update,
+)
+from sqlalchemy.sql import ColumnElement
 
 from .. import limits
 from ..clock import SystemClock
 from ..errors import InvalidJob
+from ..models import UtcDateTime
 from ..models import cronjob_block as b
 from ..models import cronjob_flow_start as fs
 from ..models import cronjob_pause as p
@@ -41,9 +55,17 @@ SCOPES = ("queue", "type", "task")
 NO_HOLDS_STORED_SQL = (f"(NOT EXISTS (SELECT 1 FROM {p.name}) AND NOT EXISTS (SELECT 1 FROM "
                        f"{b.name}))")
 # 1 while a pause or a block row is stored (live or ended, not yet pruned), else 0: the
-# claim's probe, a column of its candidate SELECT (`limiter.FlowPolicy.probe`).
+# claim's probe, a column of its candidate SELECT (`claim.claim_jobs`).
 HOLDS_STORED_SQL = f"CASE WHEN {NO_HOLDS_STORED_SQL} THEN 0 ELSE 1 END"
 WHOLE_TYPE = ""  # `cronjob_block.limit_key` of a block of the whole type
+# The hold conditions on `cronjob_queue` (`{now}`: the SQL of the judging instant), each
+# written once and served to the claim as driver SQL (`hold_sql`) and to the views of
+# held rows as Core (`paused`, `blocked`), as `sql.due_sql` / `sql.due` are.
+_PAUSED = (f"EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
+           f"fp.name = {q.name}.queue) OR (fp.scope = 'type' AND fp.name = {q.name}.type)) "
+           f"AND (fp.until_at IS NULL OR fp.until_at > {{now}}))")
+_BLOCKED = (f"EXISTS (SELECT 1 FROM {b.name} fb WHERE fb.type = {q.name}.type AND "
+            f"fb.limit_key IN ('', {q.name}.limit_key) AND fb.until_at > {{now}})")
 
 
 def uses_db_clock(clock: object) -> bool:
@@ -271,70 +293,30 @@ def hold_sql(dialect: str, db_clock: bool = False) -> str:
     its queue or type and no live block of its type (whole, or its limit key) holds. One
     NOT EXISTS per row on each tiny table."""
     now = now_sql(dialect) if db_clock else ph(dialect, "p_now")
-    t = q.name
-    return (f"NOT EXISTS (SELECT 1 FROM {p.name} fp WHERE ((fp.scope = 'queue' AND "
-            f"fp.name = {t}.queue) OR (fp.scope = 'type' AND fp.name = {t}.type)) AND "
-            f"(fp.until_at IS NULL OR fp.until_at > {now})) AND NOT EXISTS (SELECT 1 FROM "
-            f"{b.name} fb WHERE fb.type = {t}.type AND fb.limit_key IN ('', {t}.limit_key) "
-            f"AND fb.until_at > {now})")
+    return f"NOT {_PAUSED.format(now=now)} AND NOT {_BLOCKED.format(now=now)}"
+
+
+def paused(now: datetime) -> ColumnElement:
+    """The claim's pause condition (`hold_sql`'s first half) as a SQLAlchemy Core clause
+    on `cronjob_queue`, `now` bound (naive UTC): a live pause of the row's queue or type."""
+    return _clause(_PAUSED, now)
+
+
+def blocked(now: datetime) -> ColumnElement:
+    """The claim's block condition (`hold_sql`'s second half) as Core, `now` bound (naive
+    UTC): a live block of the row's type, whole or of its limit key."""
+    return _clause(_BLOCKED, now)
+
+
+def _clause(condition: str, now: datetime) -> ColumnElement:
+    clause = text(condition.format(now=":held_at")).bindparams(
+        bindparam("held_at", now, type_=UtcDateTime, unique=True))
+    return type_coerce(clause, Boolean)
 
 
 def hold_params(dialect: str, now: datetime, db_clock: bool = False) -> dict[str, Any]:
     """The parameters of `hold_sql` at `now` (naive UTC); none with `db_clock`."""
     return {} if db_clock else {"p_now": bind(dialect, now)}
-
-
-def held_counts(conn: Connection, now: datetime, *,
-                concurrency: Mapping[str, int] | None = None) -> list[dict]:
-    """Due pending rows that wait because of a pause, a block or a concurrency limit, per
-    queue and type (never per key: for metrics labels).
-
-    Args:
-        now: naive UTC; rows scheduled later are not counted (they are not due).
-        concurrency: `{job type: N}`, the CONCURRENCY of limited types (per limit key):
-            a due row counts as `limited` when N rows of its type and key are running
-            (rows waiting for a rate limit's window are not counted: they wait a second,
-            a minute or an hour at most).
-
-    Returns:
-        Dicts `{"queue", "type", "reason", "rows"}`, `reason` one of `paused`, `blocked`,
-        `limited` (a row counts once: paused before blocked before limited), sorted by
-        queue, type, reason.
-    """
-    paused = select(p.c.name).where(_live_pause(now), or_(
-        and_(p.c.scope == "queue", p.c.name == q.c.queue),
-        and_(p.c.scope == "type", p.c.name == q.c.type))).exists()
-    blocked = select(b.c.id).where(b.c.type == q.c.type, b.c.until_at > now, or_(
-        b.c.limit_key == WHOLE_TYPE, b.c.limit_key == q.c.limit_key)).exists()
-    counts: dict[tuple[str, str, str], int] = {}
-    for reason, cond in (("paused", paused), ("blocked", and_(~paused, blocked))):
-        for queue, job_type, rows in conn.execute(
-                select(q.c.queue, q.c.type, func.count()).where(due(now), cond)
-                .group_by(q.c.queue, q.c.type)):
-            counts[(queue, job_type, reason)] = rows
-    if concurrency:
-        _limited(conn, now, dict(concurrency), ~paused & ~blocked, counts)
-    return [{"queue": k[0], "type": k[1], "reason": k[2], "rows": n}
-            for k, n in sorted(counts.items())]
-
-
-def _limited(conn: Connection, now: datetime, concurrency: dict[str, int], free,
-             counts: dict[tuple[str, str, str], int]) -> None:
-    """Add the `limited` counts: due rows of a (type, key) with N running."""
-    types = list(concurrency)
-    full = {(t, k) for t, k, n in conn.execute(
-        select(q.c.type, q.c.limit_key, func.count()).where(
-            q.c.status == "running", q.c.type.in_(types)).group_by(q.c.type, q.c.limit_key))
-        if n >= concurrency[t]}
-    if not full:
-        return
-    for queue, job_type, key, rows in conn.execute(
-            select(q.c.queue, q.c.type, q.c.limit_key, func.count())
-            .where(due(now), q.c.type.in_({t for t, _ in full}), free)
-            .group_by(q.c.queue, q.c.type, q.c.limit_key)):
-        if (job_type, key) in full:
-            counts[(queue, job_type, "limited")] = counts.get(
-                (queue, job_type, "limited"), 0) + rows
 
 
 def _live_pause(now: datetime):

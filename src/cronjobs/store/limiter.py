@@ -1,4 +1,6 @@
-"""Flow control in the claim: `FlowPolicy`, the `ClaimPolicy` of every executor.
+"""Flow control's limits as numbers: `FlowControl` (what a claimer enforces) and `Budget`
+(what may still start now), counted once and walked by the claim (`claim.claim_jobs`)
+and by the held-rows views (`held.held_rows`) alike.
 
 Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 
@@ -10,8 +12,9 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
   `flow.HOLDS_STORED_SQL` instead (two uncorrelated reads, once per statement: half
   of what the condition costs MariaDB's optimiser); a probe that finds a row stored
   makes the claim take none of those candidates and select again, in the same
-  transaction, with the condition — and the policy's next claims carry it until a
-  probe finds both tables empty again;
+  transaction, with the condition — and the claimer's next claims carry it
+  (`ClaimRequest.holds_stored`, from `Claim.holds_stored`) until a probe finds both
+  tables empty again;
 - **limits** (a handler's CONCURRENCY / RATE_LIMIT, per LIMIT_KEY; a queue's settings):
   the claimer locks the limiter row of each limit it enforces, FOR UPDATE in name order
   (claimers of one limit take turns; one order: no deadlock), then counts the `running`
@@ -21,8 +24,10 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
   row of a limited type (a claim that meets none locks nothing: the counts are read
   after the locks, and each statement reads what is committed, READ COMMITTED, so they
   are never stale).
-  `accept` takes at most what is left of each bucket; the next round excludes the full
-  buckets in the SELECT and refills the slots from other keys. Nothing is ever counted
+  `Budget.admit` takes at most what is left of each bucket, walking the candidates in
+  claim order; the next round excludes the full buckets in the SELECT (`exclude_sql`)
+  and refills the slots from other keys. The views of held rows walk the due rows with
+  the same `Budget`, counted the same way without locking or pruning. Nothing is ever counted
   up or down: a row killed with `kill -9` stops counting when recover-stale takes it
   back (it is no longer `running`).
 
@@ -30,7 +35,7 @@ Inside the claim's transaction, from the rows themselves (docs/flow-control.md):
 least window/N after the key's previous start (and never more than N in a rolling
 window), so a claim takes at most one row of a rated key and the starts of `"10/s"` come
 one every 0.1 s instead of ten together at each window's edge. A claim that met a rate
-tells when its next start is admitted (`retry_seconds`): the worker claims again then.
+tells when its next start is admitted (`Claim.retry_seconds`): the worker claims again then.
 
 **Which clock**: with the system clock (`flow.uses_db_clock`) the start log is written
 and the windows judged with the database's clock, in the statements themselves (as
@@ -39,13 +44,12 @@ clock (a `FrozenClock` in tests) drives them with its `now` instead.
 
 A row without a key is in its type's keyless bucket. A claim by id (an operator's "run
 it now") honours pauses, blocks and the type's limits, not the queue's (it names no
-queue). Without limits, pauses or blocks the policy adds only the probe to the SELECT:
+queue). Without limits, pauses or blocks flow control adds only the probe to the SELECT:
 one round, no lock, no statement of its own.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,227 +62,243 @@ from ..flowrules import Limits
 from ..models import cronjob_flow_start as fs
 from ..models import cronjob_limiter as lim
 from ..models import cronjob_queue as q
-from .claim import ClaimPolicy, ClaimRequest
-from .flow import HOLDS_STORED_SQL, claim_hold_sql, hold_params, holds_end_in
 from .rates import NO_KEY, RateState, prune_starts, rate_states, spacing
-from .sql import db_now, insert_ignore, lock_sql, name, ph
+from .sql import db_now, insert_ignore, lock_sql, ph
 
 ROUNDS = 4
+Bucket = tuple[str, "str | None"]  # (job type, limit key; None: keyless or not keyed)
 
 
-@dataclass
-class _Budget:
-    """What one claim may still take: per (type, key) and for the whole queue, and when a
-    rate that holds a bucket admits its next start (seconds)."""
+@dataclass(frozen=True)
+class FlowControl:
+    """What a claimer enforces besides the due condition: pauses and blocks always, and
+    the limits below (`flowrules`), decided in the claim transaction.
 
-    full: set[tuple[str, str | None]] = field(default_factory=set)
-    left: dict[tuple[str, str | None], int] = field(default_factory=dict)
-    queue_left: int | None = None
-    wait: dict[tuple[str, str | None], float] = field(default_factory=dict)
-    queue_wait: float | None = None
-
-
-_UNCOUNTED = _Budget()  # a claim's first round, before any limited row was seen
-
-
-class FlowPolicy(ClaimPolicy):
-    """Pauses, blocks and limits, decided in the claim transaction.
-
-    Args:
-        type_limits: `{job type: Limits}` of the handlers this claimer runs (limited ones).
+    Attributes:
+        type_limits: `{job type: Limits}` of the handlers this claimer runs (limited ones
+            only; others are dropped).
         queue_limits: `{queue: Limits}` from the settings (`[queues.<queue>]`).
-        wait_for_holds: `holding` is also True while any pause or block is live (a
-            worker claims again within a second); False: only after a claim met a limit
-            (a burst, which reports paused and blocked rows as held instead of waiting).
+        wait_for_holds: a short claim reports rows held while any pause or block is live
+            (`Claim.held`: a worker claims again within a second); False: only when it met
+            a limit (a burst, which reports paused and blocked rows as held instead).
         db_clock: judge pauses, blocks and rate windows with the database's clock (the
             App's clock is the system clock: `flow.uses_db_clock`); False: with each
             claim's `now` (an injected clock).
     """
 
-    def __init__(self, type_limits: Mapping[str, Limits] | None = None,
-                 queue_limits: Mapping[str, Limits] | None = None, *,
-                 wait_for_holds: bool = True, db_clock: bool = False) -> None:
-        self.wait_for_holds = wait_for_holds
-        self.db_clock = db_clock
-        self.type_limits = {t: lm for t, lm in (type_limits or {}).items() if lm}
-        self.queue_limits = {n: lm for n, lm in (queue_limits or {}).items() if lm}
-        # A second round selects with the hold condition when a probe found it needed.
-        self.rounds = ROUNDS if self.type_limits or self.queue_limits else 2
-        self._stored = False  # the last probe found a pause or block stored (any thread)
-        self._local = threading.local()  # the budget of this thread's claim in progress
+    type_limits: Mapping[str, Limits] = field(default_factory=dict)
+    queue_limits: Mapping[str, Limits] = field(default_factory=dict)
+    wait_for_holds: bool = True
+    db_clock: bool = False
 
-    def where(self, conn: Connection, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
-        """The hold condition (`flow.claim_hold_sql`), and the exclusion of
-        buckets at their limit: a queue's limits are locked and counted before the first
-        SELECT, a handler's once a round met a row of a limited type (`accept`). See the
-        module docstring."""
-        dialect = name(conn)
-        first = getattr(self._local, "request", None) is not request
-        if first:
-            self._local.request = request
-            self._local.recheck = False
-            self._local.wait = None
-        self._local.lean = not (self._stored or self._local.recheck)
-        hold, held = (("", {}) if self._local.lean else
-                      (claim_hold_sql(dialect, self.db_clock),
-                       hold_params(dialect, request.now, self.db_clock)))
-        queue = self.queue_limits.get(request.queue) if request.queue else None
-        if not self.type_limits and queue is None:
-            self._local.budget = None
-            return hold, held
-        if first and queue is None:
-            self._local.budget = _UNCOUNTED  # counted in `accept`, if a limited row comes
-            return hold, held
-        budget = self._count(conn, dialect, request, queue)
-        self._local.budget = budget
-        if budget.full or (budget.queue_left is not None and budget.queue_left <= 0):
-            self._local.limited = True
-        if budget.queue_left is not None and budget.queue_left <= 0:
-            self._waited(budget.queue_wait)
-            return "1 = 0", {}
-        extra, params = _exclude(dialect, budget.full, self.type_limits)
-        return " AND ".join(c for c in (hold, extra) if c), {**held, **params}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type_limits",
+                           {t: lm for t, lm in self.type_limits.items() if lm})
+        object.__setattr__(self, "queue_limits",
+                           {n: lm for n, lm in self.queue_limits.items() if lm})
 
-    def probe(self, conn: Connection, request: ClaimRequest) -> str:
-        """`flow.HOLDS_STORED_SQL`: 1 while a pause or block row is stored, else 0."""
-        return HOLDS_STORED_SQL
+    @property
+    def rounds(self) -> int:
+        """SELECTs one claim may run: a second selects with the hold condition when a probe
+        found it needed; more refill slots a limit left empty."""
+        return ROUNDS if self.type_limits or self.queue_limits else 2
 
-    def probed(self, value: Any) -> None:
-        """Keep the probe's value: whether the next SELECTs need the hold condition."""
-        self._local.probe = value
-        if value is not None:
-            self._stored = bool(value)
-
-    def accept(self, conn: Connection, request: ClaimRequest, rows: list[dict]) -> list[dict]:
-        """Take rows in claim order while their bucket (and the queue) has room; log the
-        starts of rate-limited ones. None of them when the SELECT left the hold condition
-        out and its probe found a pause or block stored: the next round selects with it."""
-        if self._local.lean and self._local.probe:
-            self._local.recheck = True
-            return []
-        budget: _Budget | None = getattr(self._local, "budget", None)
-        if budget is _UNCOUNTED:
-            if not any(row["type"] in self.type_limits for row in rows):
-                self._local.budget = None
-                return rows
-            budget = self._local.budget = self._count(conn, name(conn), request, None)
-        if budget is None:
-            return rows
-        taken = []
-        for row in rows:
-            if budget.queue_left is not None and budget.queue_left <= 0:
-                break
-            bucket = (row["type"], self._key(row))
-            room = budget.left.get(bucket, self._room(row["type"]))
-            if room is not None and room <= 0:
-                self._waited(budget.wait.get(bucket))
-                continue
-            if room is not None:
-                budget.left[bucket] = room - 1
-                limits = self.type_limits.get(row["type"])
-                if limits is not None and limits.rate:  # its next start: one spacing on
-                    budget.wait[bucket] = spacing(limits.rate).total_seconds()
-            if budget.queue_left is not None:
-                budget.queue_left -= 1
-            taken.append(row)
-        self._log_starts(conn, request, taken)
-        if len(taken) < len(rows):
-            self._local.limited = True
-        return taken
-
-    def holding(self, conn: Connection, queue: str, now: datetime) -> bool:
-        """True after a claim of this thread met a limit, or while a pause or a block is
-        live: rows may come free without a doorbell (a running row ends, the window
-        moves on, the block ends), so the worker tries again within a second. Reads the
-        flow tables only when the claim's probe did not find them empty."""
-        limited = getattr(self._local, "limited", False)
-        self._local.limited = False
-        if limited or not self.wait_for_holds:
-            return limited
-        if getattr(self._local, "probe", None) == 0:  # nothing stored, as of the SELECT
-            return False
-        live, ends_in = holds_end_in(conn, None if self.db_clock else now)
-        self._waited(ends_in)
-        return live
-
-    def retry_seconds(self) -> float | None:
-        """After `holding`: seconds until the soonest start a rate refused is admitted, or
-        the soonest pause or block with an end ends (the worker claims again then); None
-        when neither is known (a full concurrency limit: rows come free at no known time)."""
-        wait, self._local.wait = getattr(self._local, "wait", None), None
-        return wait
-
-    def _waited(self, seconds: float | None) -> None:
-        """Keep the soonest admitted start of the rates that refused rows."""
-        if seconds is not None:
-            known = getattr(self._local, "wait", None)
-            self._local.wait = seconds if known is None else min(known, seconds)
-
-    def _key(self, row: dict) -> str | None:
-        """The row's bucket key: its limit key for a keyed type, else None."""
+    def key(self, row: Mapping) -> str | None:
+        """The bucket key of `row`: its limit key for a keyed type, else None."""
         limits = self.type_limits.get(row["type"])
         return row.get("limit_key") if limits is not None and limits.keyed else None
 
-    def _room(self, job_type: str) -> int | None:
-        """The room of a bucket with nothing running and no start in the window."""
-        limits = self.type_limits.get(job_type)
+
+@dataclass
+class Room:
+    """What one limit (a type's bucket, or a queue) still admits now.
+
+    Attributes:
+        concurrency: more rows that may run (None: no concurrency limit).
+        rate: more starts the rate admits now (None: no rate limit).
+        wait: seconds until the rate admits its next start, when it admits none.
+        spacing: seconds between two starts under the rate (None: no rate).
+        busy: its concurrency was full before any row was taken (N rows running).
+    """
+
+    concurrency: int | None
+    rate: int | None
+    wait: float | None = None
+    spacing: float | None = None
+    busy: bool = False
+
+    def full(self) -> bool:
+        """True when it admits no row now."""
+        return ((self.concurrency is not None and self.concurrency <= 0)
+                or (self.rate is not None and self.rate <= 0))
+
+    def reason(self) -> str:
+        """Why a full room refuses: `limited` when its concurrency is taken by rows that
+        were running before (`busy`), or when its rate would still admit one; else
+        `rate_limited` (a rate that admits none now: its rows come free by the clock)."""
+        if self.concurrency is not None and self.concurrency <= 0 and (
+                self.busy or self.rate is None or self.rate > 0):
+            return "limited"
+        return "rate_limited"
+
+    def take(self) -> None:
+        """One row starts: one less of each; its rate's next start is a spacing on."""
+        if self.concurrency is not None:
+            self.concurrency -= 1
+        if self.rate is not None:
+            self.rate -= 1
+            self.wait = self.spacing
+
+
+def fresh_room(limits: Limits) -> Room:
+    """The room of a bucket with nothing running and no start in its window (a rate
+    admits one start at a time)."""
+    return Room(limits.concurrency, 1 if limits.rate else None, None,
+                spacing(limits.rate).total_seconds() if limits.rate else None)
+
+
+@dataclass
+class Budget:
+    """What may still start now under the limits of a `FlowControl`: per type bucket
+    (`(type, key)`) and, for a claim of a limited queue, for the whole queue. `admit` walks
+    rows in claim order; the claim and the held-rows views walk the same way.
+
+    Attributes:
+        flow: the limits.
+        rooms: the counted buckets (running rows and window starts read); a bucket not
+            here has its `fresh_room`.
+        queue: the room of the queue being claimed (None: no queue limit).
+        queue_name: that queue.
+    """
+
+    flow: FlowControl
+    rooms: dict[Bucket, Room] = field(default_factory=dict)
+    queue: Room | None = None
+    queue_name: str | None = None
+
+    def room(self, row: Mapping) -> Room | None:
+        """The room of `row`'s type bucket (None: its type has no limit)."""
+        limits = self.flow.type_limits.get(row["type"])
         if limits is None:
             return None
-        return min(x for x in (limits.concurrency, limits.rate and 1) if x)
+        bucket = (row["type"], self.flow.key(row))
+        found = self.rooms.get(bucket)
+        if found is None:
+            found = self.rooms[bucket] = fresh_room(limits)
+        return found
 
-    def _count(self, conn: Connection, dialect: str, request: ClaimRequest,
-               queue: Limits | None) -> _Budget:
-        """Lock the limiters, then count running rows and window starts per bucket."""
-        names = sorted([f"type:{t}" for t in self.type_limits]
-                       + ([f"queue:{request.queue}"] if queue else []))
-        lock_limiters(conn, dialect, names, request.now)
-        budget = _Budget()
-        running: Counter = Counter()
-        for (job_type, key), n in running_counts(conn, dialect, list(self.type_limits)).items():
-            running[(job_type, key if self.type_limits[job_type].keyed else None)] += n
-        for job_type, limits in self.type_limits.items():
-            rates = {}
-            if limits.rate:
-                limiter = f"type:{job_type}"
-                prune_starts(conn, limiter, limits.rate, request.now, db_clock=self.db_clock)
-                rates = rate_states(conn, limiter, limits.rate, request.now,
-                                    db_clock=self.db_clock)
-            for key in set(k for t, k in running if t == job_type) | set(rates):
-                rate = rates.get(key)
-                left = _left(limits, running.get((job_type, key), 0), rate)
-                budget.left[(job_type, key)] = left
-                if left <= 0:
-                    budget.full.add((job_type, key))
-                    if rate is not None and not rate.admits:
-                        budget.wait[(job_type, key)] = rate.next_in_seconds
-        if queue is not None:
-            budget.queue_left, budget.queue_wait = queue_room(
-                conn, dialect, request, queue, db_clock=self.db_clock)
-        return budget
+    def admit(self, row: Mapping) -> tuple[str, str] | None:
+        """Take `row` if its bucket and the queue have room (both shrink by one); else
+        `(reason, limiter)`: `limited` or `rate_limited`, and `type:<type>` or
+        `queue:<queue>`, the bucket's refusal named before the queue's."""
+        room = self.room(row)
+        if room is not None and room.full():
+            return room.reason(), f"type:{row['type']}"
+        if self.queue is not None and self.queue.full():
+            return self.queue.reason(), f"queue:{self.queue_name}"
+        if room is not None:
+            room.take()
+        if self.queue is not None:
+            self.queue.take()
+        return None
 
-    def _log_starts(self, conn: Connection, request: ClaimRequest, taken: list[dict]) -> None:
-        entries = [(f"type:{row['type']}", self._key(row) or NO_KEY) for row in taken
-                   if (lm := self.type_limits.get(row["type"])) is not None and lm.rate]
-        queue = self.queue_limits.get(request.queue) if request.queue else None
-        if queue is not None and queue.rate:
-            entries += [(f"queue:{request.queue}", NO_KEY)] * len(taken)
-        if entries:
-            stmt = fs.insert().values(started_at=db_now(conn)) if self.db_clock else fs.insert()
-            at = {} if self.db_clock else {"started_at": request.now}
-            conn.execute(stmt, [{"limiter": limiter, "limit_key": key, **at}
-                                for limiter, key in entries])
+    def full(self) -> set[Bucket]:
+        """The counted buckets that admit no row now."""
+        return {b for b, r in self.rooms.items() if r.full()}
+
+    def wait(self, bucket: Bucket | None) -> float | None:
+        """Seconds until the rate of `bucket` (None: the queue's) admits a start, if known."""
+        room = self.queue if bucket is None else self.rooms.get(bucket)
+        return None if room is None else room.wait
 
 
-def _left(limits: Limits, running: int, rate: RateState | None) -> int:
-    room = [limits.concurrency - running] if limits.concurrency else []
-    if limits.rate:
-        room.append(1 if rate is None else rate.admits)
-    return min(room)
+def count_budget(conn: Connection, dialect: str, flow: FlowControl, now: datetime, *,
+                 queue: str | None = None, claiming: bool = True) -> Budget:
+    """Count what may start now: the running rows per type bucket and the window starts of
+    every rate of `flow`, and `queue`'s limits when it has any.
+
+    Args:
+        conn: a connection (the claim's transaction when `claiming`).
+        dialect: `sql.name(conn)`.
+        now: naive UTC, the claiming instant (ignored for windows with `flow.db_clock`).
+        queue: the queue being claimed (or viewed); None: no queue limit counted.
+        claiming: lock the limiter rows first (FOR UPDATE, name order: claimers of one
+            limit take turns) and prune the start log; False (a view): read only.
+
+    Returns:
+        A `Budget` whose `rooms` hold every bucket with a row running or a start in the
+        window.
+    """
+    limits_q = flow.queue_limits.get(queue) if queue else None
+    if claiming:
+        names = sorted([f"type:{t}" for t in flow.type_limits]
+                       + ([f"queue:{queue}"] if limits_q else []))
+        lock_limiters(conn, dialect, names, now)
+    budget = Budget(flow, queue_name=queue)
+    running: Counter = Counter()
+    for (job_type, key), n in running_counts(conn, dialect, list(flow.type_limits)).items():
+        running[(job_type, key if flow.type_limits[job_type].keyed else None)] += n
+    for job_type, limits in flow.type_limits.items():
+        rates = _rates(conn, f"type:{job_type}", limits, now, flow.db_clock, claiming)
+        for key in {k for t, k in running if t == job_type} | set(rates):
+            budget.rooms[(job_type, key)] = _room(limits, running.get((job_type, key), 0),
+                                                  rates.get(key))
+    budget.queue = queue_room(conn, dialect, flow, queue, now, claiming=claiming)
+    return budget
 
 
-def _exclude(dialect: str, full: set[tuple[str, str | None]],
-             type_limits: Mapping[str, Limits]) -> tuple[str, dict[str, Any]]:
-    """SQL excluding the buckets in `full` (keyed types: per key; others: the type)."""
+def queue_room(conn: Connection, dialect: str, flow: FlowControl, queue: str | None,
+               now: datetime, *, claiming: bool = True) -> Room | None:
+    """The room of `queue`'s own limits now (None: it has none); `claiming` as in
+    `count_budget` (the caller locked its limiter row)."""
+    limits = flow.queue_limits.get(queue) if queue else None
+    if limits is None:
+        return None
+    running = queue_running(conn, dialect, queue) if limits.concurrency else 0
+    rate = _rates(conn, f"queue:{queue}", limits, now, flow.db_clock, claiming).get(None)
+    return _room(limits, running, rate)
+
+
+def _rates(conn: Connection, limiter: str, limits: Limits, now: datetime, db_clock: bool,
+           claiming: bool) -> dict[str | None, RateState]:
+    if not limits.rate:
+        return {}
+    if claiming:
+        prune_starts(conn, limiter, limits.rate, now, db_clock=db_clock)
+    return rate_states(conn, limiter, limits.rate, now, db_clock=db_clock)
+
+
+def _room(limits: Limits, running: int, rate: RateState | None) -> Room:
+    room = fresh_room(limits)
+    if limits.concurrency:
+        room.concurrency = limits.concurrency - running
+        room.busy = room.concurrency <= 0
+    if rate is not None:
+        room.rate = rate.admits
+        room.wait = None if rate.admits else rate.next_in_seconds
+    return room
+
+
+def log_starts(conn: Connection, flow: FlowControl, queue: str | None, now: datetime,
+               taken: list[dict]) -> None:
+    """Log the starts of the rate-limited rows among `taken` (a claim's, of `queue`), in
+    the start log the rates read (`rates.rate_states`)."""
+    entries = [(f"type:{row['type']}", flow.key(row) or NO_KEY) for row in taken
+               if (lm := flow.type_limits.get(row["type"])) is not None and lm.rate]
+    limits_q = flow.queue_limits.get(queue) if queue else None
+    if limits_q is not None and limits_q.rate:
+        entries += [(f"queue:{queue}", NO_KEY)] * len(taken)
+    if entries:
+        stmt = fs.insert().values(started_at=db_now(conn)) if flow.db_clock else fs.insert()
+        at = {} if flow.db_clock else {"started_at": now}
+        conn.execute(stmt, [{"limiter": limiter, "limit_key": key, **at}
+                            for limiter, key in entries])
+
+
+def exclude_sql(dialect: str, full: set[Bucket], type_limits: Mapping[str, Limits]
+                ) -> tuple[str, dict[str, Any]]:
+    """Driver SQL on `cronjob_queue` excluding the buckets in `full` (keyed types: per key;
+    others: the type), and its parameters (`p_t<n>`, `p_k<n>_<i>`); `""` for none."""
     parts: list[str] = []
     params: dict[str, Any] = {}
     by_type: dict[str, list[str | None]] = {}
@@ -295,11 +315,13 @@ def _exclude(dialect: str, full: set[tuple[str, str | None]],
         if named:
             for i, key in enumerate(named):
                 params[f"p_k{n}_{i}"] = key
-            conds.append("limit_key IN (" + ", ".join(
+            # `IS NOT NULL` first: a row without a key must not make the condition NULL
+            # (NOT (... IN ...) is NULL for it, and the SELECT would skip it).
+            conds.append("limit_key IS NOT NULL AND limit_key IN (" + ", ".join(
                 ph(dialect, f"p_k{n}_{i}") for i in range(len(named))) + ")")
         if None in keys:
             conds.append("limit_key IS NULL")
-        parts.append(f"NOT (type = {t} AND ({' OR '.join(conds)}))")
+        parts.append(f"NOT (type = {t} AND ({' OR '.join(f'({c})' for c in conds)}))")
     return " AND ".join(parts), params
 
 
@@ -332,22 +354,8 @@ def running_counts(conn: Connection, dialect: str,
     return {(t, k): n for t, k, n in rows}
 
 
-def queue_room(conn: Connection, dialect: str, request: ClaimRequest, limits: Limits, *,
-               db_clock: bool = False) -> tuple[int, float | None]:
-    """How many more rows of `request.queue` may start now under the queue's limits, and,
-    when its rate admits none, in how many seconds it admits the next (else None)."""
-    room, wait = [], None
-    if limits.concurrency:
-        sql = (f"SELECT COUNT(*) FROM {q.name} WHERE queue = {ph(dialect, 'queue')} "
-               f"AND status = 'running'")
-        running = conn.exec_driver_sql(sql, {"queue": request.queue}).scalar_one()
-        room.append(limits.concurrency - running)
-    if limits.rate:
-        limiter = f"queue:{request.queue}"
-        prune_starts(conn, limiter, limits.rate, request.now, db_clock=db_clock)
-        state = rate_states(conn, limiter, limits.rate, request.now,
-                            db_clock=db_clock).get(None)
-        room.append(1 if state is None else state.admits)
-        if state is not None and not state.admits:
-            wait = state.next_in_seconds
-    return min(room), wait
+def queue_running(conn: Connection, dialect: str, queue: str) -> int:
+    """The rows of `queue` running now."""
+    sql = (f"SELECT COUNT(*) FROM {q.name} WHERE queue = {ph(dialect, 'queue')} "
+           f"AND status = 'running'")
+    return conn.exec_driver_sql(sql, {"queue": queue}).scalar_one()

@@ -3,9 +3,10 @@ and what a rate admits now.
 
 A rate of N per window admits one start of a key at a time, `spacing(rate)` (window/N)
 after the key's last start, and never more than N in the rolling window. The claim
-(`limiter.FlowPolicy`) logs its starts and asks `rate_states`; the held-rows counts
-(`held`) and the Job page's "waits for the rate limit" ask `rate_now`, which reads the same
-`rate_states` (nothing written or locked), so they say what the claim would do.
+(`claim.claim_jobs`, `limiter.count_budget`) logs its starts and asks `rate_states`; the
+held-rows counts (`held`, through the same `count_budget`, reading only) and the Job page's
+"waits for the rate limit" (`rate_now`) read the same `rate_states` (nothing written or
+locked), so they say what the claim would do.
 
 **Which clock**: with `db_clock` the window is judged with the database's clock (the
 workers do so when their clock is the system clock, `flow.uses_db_clock`), as leases are;
