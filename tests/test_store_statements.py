@@ -15,9 +15,10 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from cronjobs.models import cronjob_queue as q
 from cronjobs.store import ClaimRequest
-from cronjobs.store.claim import PROBE, _renew_sql, select_sql, update_params, update_sql
+from cronjobs.store.claim import PROBE, select_sql, update_params, update_sql
 from cronjobs.store.finish import finish_sql
 from cronjobs.store.flow import HOLDS_STORED_SQL, NO_HOLDS_STORED_SQL, claim_hold_sql, hold_sql
+from cronjobs.store.leases import renew_sql
 from cronjobs.store.sql import due, due_sql, lease_sql, ph
 
 DIALECTS = ["mysql", "postgresql", "sqlite"]
@@ -101,7 +102,7 @@ def test_outcomes_and_renewals_are_fenced_by_status_and_attempt(dialect):
     finish = finish_sql(dialect, ("status", "error"))
     assert finish.endswith(f"WHERE id = {ph(dialect, 'job_id')} AND status = 'running' "
                            f"AND attempts = {ph(dialect, 'attempt')}")
-    renew = _renew_sql(dialect, ((7, 2), (9, 1)))
+    renew = renew_sql(dialect, ((7, 2), (9, 1)))
     assert renew.endswith("WHERE status = 'running' AND ((id = 7 AND attempts = 2) OR "
                           "(id = 9 AND attempts = 1))")
     assert f"SET locked_until = {lease_sql(dialect, ph(dialect, 'lease'))} " in renew

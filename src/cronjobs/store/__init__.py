@@ -32,7 +32,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     stops,
     views,
 )
-from .claim import Claim, ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs, renew_leases
+from .claim import Claim, ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs
 from .finish import delete_job, finish_job, finish_many
 from .flow import (
     block,
@@ -46,6 +46,7 @@ from .flow import (
 )
 from .insert import insert_job, insert_jobs, insert_new_sqlite
 from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
+from .leases import renew_leases
 from .limiter import FlowControl
 from .maintenance import (
     count_prunable,

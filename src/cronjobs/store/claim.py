@@ -282,25 +282,6 @@ def _held(conn: Connection, request: ClaimRequest, flow: FlowControl,
     return live
 
 
-def renew_leases(conn: Connection, leases: Iterable[tuple[int, int, float]]) -> int:
-    """Extend the leases of running rows: `(id, attempt, lease_seconds)` triples; each
-    lease then ends `lease_seconds` after the database's clock now. One UPDATE per lease
-    length, fenced by status and attempt (a run whose row was taken back renews nothing).
-
-    Returns:
-        How many rows were still held by those runs and got the new lease.
-    """
-    dialect = name(conn)
-    groups: dict[float, list[tuple[int, int]]] = {}
-    for job_id, attempt, lease in leases:
-        groups.setdefault(float(lease), []).append((int(job_id), int(attempt)))
-    renewed = 0
-    for lease, runs in groups.items():
-        renewed += conn.exec_driver_sql(_renew_sql(dialect, tuple(runs)), {
-            "lease": lease_value(dialect, lease)}).rowcount
-    return renewed
-
-
 def select_sql(dialect: str, by_id: bool, extra: str = "", probe: str = "") -> str:
     """The candidate SELECT (driver SQL of `dialect`), by queue or by id, with flow control's
     `extra` condition AND-ed and its `probe` returned as the last column (`PROBE`)."""
@@ -349,12 +330,6 @@ def _update_sql(dialect: str) -> str:
         # rows. The status check stays (an expression no index serves).
         return head + f"WHERE id = ANY({p('ids')}::bigint[]) AND {unindexed('status')} = 'pending'"
     return head + "WHERE id IN ({ids}) AND status = 'pending'"
-
-
-def _renew_sql(dialect: str, runs: tuple[tuple[int, int], ...]) -> str:
-    held = " OR ".join(f"(id = {job_id} AND attempts = {attempt})" for job_id, attempt in runs)
-    return (f"UPDATE {TABLE} SET locked_until = {lease_sql(dialect, ph(dialect, 'lease'))} "
-            f"WHERE status = 'running' AND ({held})")
 
 
 def _candidates(conn: Connection, dialect: str, request: ClaimRequest, limit: int,
