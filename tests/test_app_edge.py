@@ -15,6 +15,7 @@ import pytest
 from cronjobs import CronJobHandler, queue
 from cronjobs.context import Runtime
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from cronjobs.worker import WorkerProcess
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -43,7 +44,7 @@ def test_an_executor_gets_everything_through_its_constructor(make_app):
                         runtime=Runtime("http://127.0.0.1:8099"),
                         on_job_done=lambda: done.append(1))
     job_id = queue.dispatch(ContextExecute.TYPE, {})
-    report = executor.run_id(job_id)
+    report = InlineRunner(executor).run_id(job_id)
     row = queue.get(job_id, ["status", "result_payload", "worker_id"])
     assert report.status == "completed" and done == [1] and executor.jobs_done == 1
     assert json.loads(row["result_payload"]) == {"serve_url": "http://127.0.0.1:8099"}
@@ -52,7 +53,7 @@ def test_an_executor_gets_everything_through_its_constructor(make_app):
         "isolation 'process' runs even thread handlers apart"
     assert Executor(app).terms(ContextExecute.TYPE).in_thread
     plain = queue.dispatch(ContextExecute.TYPE, {})
-    Executor(app).run_id(plain)
+    InlineRunner(Executor(app)).run_id(plain)
     assert json.loads(queue.get(plain)["result_payload"]) == {"serve_url": None}
     with pytest.raises(ValueError, match="isolation must be 'handler' or 'process', got 'x'"):
         Executor(app, isolation="x")
@@ -126,7 +127,7 @@ def test_a_failed_send_is_logged_and_the_row_stays(make_app, caplog):
 def test_the_uptime_task_checks_the_serve_url_when_no_url_is_configured(make_app):
     app = make_app()
     discover = queue.dispatch("http.uptime.discover", {"slot": "202601010000"})
-    Executor(app, runtime=Runtime("http://127.0.0.1:8099")).run_id(discover)
+    InlineRunner(Executor(app, runtime=Runtime("http://127.0.0.1:8099"))).run_id(discover)
     result = json.loads(queue.get(discover)["result_payload"])
     assert result["urls"] == ["http://127.0.0.1:8099/health"] and result["dispatched"] == 1
     child = queue.get(result["jobs"][0], ["type", "payload", "parent_id"])
@@ -134,4 +135,5 @@ def test_the_uptime_task_checks_the_serve_url_when_no_url_is_configured(make_app
     assert json.loads(child["payload"])["url"] == "http://127.0.0.1:8099/health"
     alone = queue.dispatch("http.uptime.discover", {"slot": "202601010001"})
     # No URL and no serve: no targets, cancelled (and, having no children, deleted).
-    assert Executor(app).run_id(alone).status == "deleted" and queue.get(alone) is None
+    assert InlineRunner(Executor(app)).run_id(alone).status == "deleted"
+    assert queue.get(alone) is None

@@ -15,6 +15,7 @@ from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler, queue, store
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue
 
 ONCE_HANDLERS = str(Path(__file__).parent / "attempt_handlers")
@@ -35,7 +36,7 @@ def test_a_row_dispatched_without_the_handler_gets_the_workers_max_attempts(make
     web, worker = web_and_worker(make_app)
     job_id = queue.dispatch(ONCE, {"fail": True}, known_type=False, app=web)
     assert queue.get(job_id, ["max_attempts"], app=web) == {"max_attempts": None}
-    report = Executor(worker).run_next("default")
+    report = InlineRunner(Executor(worker)).run_next("default")
     assert (report.id, report.status) == (job_id, "failed")  # one failure ends it
     row = queue.get(job_id, app=worker)
     assert (row["status"], row["attempts"], row["max_attempts"]) == ("failed", 1, 1)
@@ -57,7 +58,7 @@ def test_the_runners_class_decides_not_the_dispatchers(make_app):
     web.handlers.register(ONCE, OldOnce)
     job_id = queue.dispatch(ONCE, {}, app=web)
     assert queue.get(job_id, ["max_attempts"], app=web) == {"max_attempts": None}
-    assert Executor(worker).run_id(job_id).status == "completed"
+    assert InlineRunner(Executor(worker)).run_id(job_id).status == "completed"
     row = queue.get(job_id, app=worker)
     assert row["max_attempts"] == 1 and json.loads(row["result_payload"]) == {"max_attempts": 1}
 
@@ -65,12 +66,12 @@ def test_the_runners_class_decides_not_the_dispatchers(make_app):
 def test_an_explicit_max_attempts_wins(make_app):
     web, worker = web_and_worker(make_app)
     job_id = queue.dispatch(ONCE, {"fail": True}, known_type=False, max_attempts=2, app=web)
-    executor = Executor(worker)
-    assert executor.run_next("default").status == "pending"  # retried: 2 attempts
+    runner = InlineRunner(Executor(worker))
+    assert runner.run_next("default").status == "pending"  # retried: 2 attempts
     assert queue.get(job_id, ["attempts", "max_attempts"], app=worker) == {
         "attempts": 1, "max_attempts": 2}
     worker.clock.advance(3 * 60)  # past the 2-minute backoff
-    assert executor.run_next("default").status == "failed"
+    assert runner.run_next("default").status == "failed"
     row = queue.get(job_id, app=worker)
     assert (row["status"], row["attempts"], row["max_attempts"]) == ("failed", 2, 2)
 
@@ -78,12 +79,13 @@ def test_an_explicit_max_attempts_wins(make_app):
 def test_a_worker_without_the_handler_leaves_it_unset(make_app):
     web, worker = web_and_worker(make_app)
     job_id = queue.dispatch(ONCE, {}, known_type=False, app=web)
-    assert Executor(web).run_next("default").status == "pending"  # no handler: put back
+    # No handler: put back.
+    assert InlineRunner(Executor(web)).run_next("default").status == "pending"
     row = queue.get(job_id, app=web)
     assert (row["status"], row["attempts"], row["max_attempts"]) == ("pending", 0, None)
     assert "attempt 1/— (not counted) on" in row["process_logs"]  # attempts back to 0
     worker.clock.advance(10)  # the put-back delay (5 s)
-    assert Executor(worker).run_next("default").status == "completed"
+    assert InlineRunner(Executor(worker)).run_next("default").status == "completed"
     row = queue.get(job_id, app=worker)
     assert (row["attempts"], row["max_attempts"]) == (1, 1)
     assert json.loads(row["result_payload"]) == {"max_attempts": 1}

@@ -13,6 +13,7 @@ from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import OutcomesFenced
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue
 
 T0 = datetime(2026, 2, 2, 2, 2, 2)
@@ -27,8 +28,8 @@ def test_run_next_takes_priority_then_age(make_app):
         with app.engine.begin() as conn:
             conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == job_id)
                          .values(priority=priority))
-    order, executor = [], Executor(app)
-    while (report := executor.run_next("default")) is not None:
+    order, runner = [], InlineRunner(Executor(app))
+    while (report := runner.run_next("default")) is not None:
         order.append(report.id)
     assert order == [job_id for _, job_id in sorted(ids)]
 
@@ -36,8 +37,8 @@ def test_run_next_takes_priority_then_age(make_app):
 def test_queues_are_separate(make_app):
     app = make_app(clock=FrozenClock(T0))
     a = queue.dispatch("test.shape.execute", {"shape": "true"}, queue="a")
-    assert Executor(app).run_next("default") is None
-    assert Executor(app).run_next("a").id == a
+    assert InlineRunner(Executor(app)).run_next("default") is None
+    assert InlineRunner(Executor(app)).run_next("a").id == a
 
 
 def test_a_row_is_claimed_once(make_app):

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue as q
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -122,7 +123,7 @@ def test_a_cancelled_run_with_children_is_kept(make_app):
     app = make_app(clock=FrozenClock(T0))
     app.handlers.register(FanOutThenCancelExecute.TYPE, FanOutThenCancelExecute)
     parent = queue.dispatch(FanOutThenCancelExecute.TYPE, {})
-    assert Executor(app).run_id(parent).status == "cancelled"
+    assert InlineRunner(Executor(app)).run_id(parent).status == "cancelled"
     with app.engine.connect() as conn:
         children = conn.execute(sa.select(q.c.id, q.c.status).where(q.c.parent_id == parent)).all()
     assert len(children) == 1 and children[0][1] == "pending"

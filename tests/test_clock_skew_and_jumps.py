@@ -15,6 +15,7 @@ from cronjobs import CronJobHandler, heartbeat, queue, store
 from cronjobs.app import App
 from cronjobs.clock import FrozenClock, utcnow
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue as q
 from cronjobs.scheduler import tick
 
@@ -31,12 +32,12 @@ def test_a_host_an_hour_ahead_takes_no_live_row(make_app):
     judge = second_app(worker_host, FrozenClock(utcnow() + HOUR))
     try:
         job_id = queue.dispatch("test.shape.execute", {"shape": "dict_ok"}, app=worker_host)
-        executor = Executor(worker_host)
-        row = executor.claim("default")
+        runner = InlineRunner(Executor(worker_host))
+        row = runner.claim("default")
         assert row["id"] == job_id
         assert queue.recover_stale(5, app=judge) == 0, "the live lease is judged by the DB clock"
         assert queue.recover_stale(0, app=judge) == 0
-        report = executor.run_claimed(row)
+        report = runner.run_claimed(row)
         assert report.status == "completed", "the live worker's outcome is kept"
         assert queue.get(job_id, ["attempts"], app=worker_host)["attempts"] == 1, "ran once"
     finally:
@@ -49,7 +50,7 @@ def test_a_worker_an_hour_behind_keeps_its_lease_by_renewing(make_app):
     try:
         job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, app=worker_host)
         executor = Executor(worker_host)
-        row = executor.claim("default")
+        row = InlineRunner(executor).claim("default")
         executor._running[job_id] = (row["attempts"], 60.0)
         assert executor.renew_leases() == 1
         assert queue.recover_stale(0, app=judge) == 0
@@ -62,7 +63,7 @@ def test_a_dead_lease_is_still_taken_whatever_the_host_clocks(make_app):
     judge = second_app(worker_host, FrozenClock(utcnow() - HOUR))  # even a host behind
     try:
         job_id = queue.dispatch("test.shape.execute", {}, app=worker_host)
-        Executor(worker_host).claim("default")
+        InlineRunner(Executor(worker_host)).claim("default")
         with worker_host.engine.connect() as conn:
             expired = store.database_now(conn) - timedelta(minutes=10)
         with worker_host.engine.begin() as conn:

@@ -15,6 +15,7 @@ from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue
 from cronjobs.testing import drain
 
@@ -105,7 +106,7 @@ def test_idempotency_key_returns_existing_row(make_app):
     assert first.id == again.id == other.id
     assert again.payload_matches and not other.payload_matches
     assert count_rows(app) == 1
-    Executor(app).run_id(first.id)
+    InlineRunner(Executor(app)).run_id(first.id)
     done = queue.submit("test.shape.execute", {"shape": "true"}, idempotency_key="k1")
     assert (done.id, done.created, done.status) == (first.id, False, "completed")
 
@@ -194,9 +195,9 @@ def test_scheduled_at_holds_the_job(make_app):
     job_id = queue.dispatch("test.shape.execute", {"shape": "true"}, scheduled_at=later)
     assert queue.get(job_id)["scheduled_at"] == datetime(2026, 3, 1, 9, 0)
     assert sent == [3600.0], "the message is delayed until the row is due"
-    assert Executor(app).run_next("default") is None
+    assert InlineRunner(Executor(app)).run_next("default") is None
     clock.set(datetime(2026, 3, 1, 9, 0))
-    assert Executor(app).run_next("default").id == job_id
+    assert InlineRunner(Executor(app)).run_next("default").id == job_id
 
 
 def test_deleting_a_parent_deletes_its_children(make_app):

@@ -18,6 +18,7 @@ from cronjobs.config import QueueSettings, Settings
 from cronjobs.errors import ConfigError, HandlerError, InvalidJob, JobStateError
 from cronjobs.executor import Executor
 from cronjobs.handler import CronJobHandler
+from cronjobs.inline import InlineRunner
 
 T0 = datetime(2026, 6, 6, 6, 0, 0)
 
@@ -193,7 +194,7 @@ def test_pauses_and_blocks_hold_a_claim_by_id(make_app):
         store.pause(conn, "queue", "flow", now=T0, until=T0 + timedelta(minutes=5), by="ops")
     assert claim(app, clock, job_id=job) == []
     with pytest.raises(JobStateError, match=f"job {job} is held by a pause, a block or a limit"):
-        Executor(app).run_id(job)
+        InlineRunner(Executor(app)).run_id(job)
     clock.advance(300)
     with app.engine.begin() as conn:
         store.block(conn, FreeExecute.TYPE, "acc-1", now=clock.now(),

@@ -9,6 +9,7 @@ import pytest
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 
 T0 = datetime(2026, 1, 5, 12, 0, 0)
 BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
@@ -16,7 +17,7 @@ BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=Tr
 
 def run_shape(app, shape: str, **payload):
     job_id = queue.dispatch("test.shape.execute", {"shape": shape, **payload})
-    Executor(app).run_id(job_id)
+    InlineRunner(Executor(app)).run_id(job_id)
     return job_id, queue.get(job_id)
 
 
@@ -48,7 +49,7 @@ def test_false_then_failed_after_max_attempts(make_app):
     delays = []
     for _ in range(3):
         before = clock.now()
-        Executor(app).run_id(job_id)
+        InlineRunner(Executor(app)).run_id(job_id)
         row = queue.get(job_id)
         if row["status"] == "pending":
             delays.append(row["scheduled_at"] - before)
@@ -80,7 +81,7 @@ def test_dict_success_stores_result(make_app):
 def test_dict_failure_is_retried_like_false(make_app):
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "dict_fail"}, max_attempts=1)
-    Executor(app).run_id(job_id)
+    InlineRunner(Executor(app)).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "failed"
     assert '"reason": "service-gone"' in row["result_payload"]
@@ -121,7 +122,7 @@ def test_retry_later_does_not_use_an_attempt(make_app):
     job_id = queue.dispatch("test.shape.execute", {"shape": "retry_later", "delay": 90},
                             max_attempts=1)
     for _ in range(3):
-        Executor(app).run_id(job_id)
+        InlineRunner(Executor(app)).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "pending"
     assert row["attempts"] == 0
@@ -147,7 +148,7 @@ def test_unregistered_type_fails_the_job_not_the_worker(make_app):
     in tests/test_rows_without_a_handler.py)."""
     app = make_app(clock=FrozenClock(T0), unknown_type_grace_seconds=0)
     job_id = queue.dispatch("nobody.home.execute", {}, known_type=False)
-    report = Executor(app).run_next("default")
+    report = InlineRunner(Executor(app)).run_next("default")
     assert report.id == job_id
     row = queue.get(job_id)
     assert row["status"] == "failed"
@@ -162,7 +163,7 @@ def test_backoff_is_capped(make_app):
     gaps = []
     for _ in range(4):
         before = clock.now()
-        Executor(app).run_id(job_id)
+        InlineRunner(Executor(app)).run_id(job_id)
         row = queue.get(job_id)
         gaps.append((row["scheduled_at"] - before).total_seconds() / 60)
         clock.set(row["scheduled_at"])
@@ -173,7 +174,7 @@ def test_backoff_is_capped(make_app):
 def test_max_attempts_per_row_overrides_class(make_app):
     app = make_app(clock=FrozenClock(T0))
     job_id = queue.dispatch("test.shape.execute", {"shape": "raise"}, max_attempts=1)
-    Executor(app).run_id(job_id)
+    InlineRunner(Executor(app)).run_id(job_id)
     assert queue.get(job_id)["status"] == "failed"
 
 
@@ -195,10 +196,10 @@ def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
     app = make_app(clock=FrozenClock(T0))
     app.handlers.register(PurgeExecute.TYPE, PurgeExecute)
     first = queue.dispatch("test.purge.execute", {})
-    assert Executor(app).run_id(first).status == "deleted"  # cancelled, childless
+    assert InlineRunner(Executor(app)).run_id(first).status == "deleted"  # cancelled, childless
     set_enabled("test-purge", True)
     second = queue.dispatch("test.purge.execute", {})
-    assert Executor(app).run_id(second).status == "completed"
+    assert InlineRunner(Executor(app)).run_id(second).status == "completed"
     assert calls == [second]
 
 
@@ -242,7 +243,7 @@ def test_odd_results_fail_the_row_with_a_reason(make_app, value, error):
     app = make_app(clock=FrozenClock(T0))
     app.handlers.register(OddExecute.TYPE, OddExecute)
     job_id = queue.dispatch("test.odd.execute", {})
-    Executor(app).run_id(job_id)
+    InlineRunner(Executor(app)).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "failed" and error in row["error"], row["error"]
 
@@ -261,7 +262,7 @@ def test_base_exceptions_from_a_handler_fail_the_row_not_the_worker(make_app, ra
     app = make_app(clock=FrozenClock(T0))
     app.handlers.register(ExitExecute.TYPE, ExitExecute)
     job_id = queue.dispatch("test.exit.execute", {}, max_attempts=1)
-    Executor(app).run_id(job_id)
+    InlineRunner(Executor(app)).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "failed" and row["error"].startswith(type(raise_).__name__)
 
@@ -280,14 +281,14 @@ def test_a_completed_retry_clears_the_old_error(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     job_id = queue.dispatch("test.shape.execute", {"shape": "raise"})
-    Executor(app).run_id(job_id)
+    InlineRunner(Executor(app)).run_id(job_id)
     assert queue.get(job_id)["error"]
     with app.engine.begin() as conn:
         from cronjobs.models import cronjob_queue as q
 
         conn.execute(q.update().where(q.c.id == job_id).values(payload='{"shape": "true"}'))
     clock.advance(120)
-    Executor(app).run_id(job_id)
+    InlineRunner(Executor(app)).run_id(job_id)
     row = queue.get(job_id)
     assert row["status"] == "completed" and row["error"] is None
     assert "ValueError: boom from handler" in row["process_logs"], "history stays in the log"

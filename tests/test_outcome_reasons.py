@@ -13,6 +13,7 @@ from cronjobs import CronJobHandler, outcome, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.handler import Job
+from cronjobs.inline import InlineRunner
 from cronjobs.status import Reason, family
 from cronjobs.tasks import set_enabled
 from cronjobs.testing import drain
@@ -104,7 +105,7 @@ def test_a_timeout_is_stored_with_its_reason_and_counted_by_it_not_by_its_text(m
     client = web_client(app)
     scrape(client)  # the counters start here
     timed = queue.dispatch("test.slow.execute", {}, max_attempts=1)
-    report = Executor(app).finish(_claimed(app, timed),
+    report = InlineRunner(Executor(app)).finish(_claimed(app, timed),
                                   outcome.timeout(8, Reason.TIMEOUT_KILLED), 8000.0)
     assert report.status == "failed"
     stored = row(app, timed)

@@ -18,6 +18,7 @@ from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler, heartbeat, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from test_worker_e2e import REDIS, wait_for, worker
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -41,7 +42,7 @@ def test_a_worker_on_the_old_code_puts_rows_back_then_fails_them(make_app):
         if row["status"] != "pending":
             break
         clock.set(row["scheduled_at"] or T0)
-        report = Executor(app).run_next("default")
+        report = InlineRunner(Executor(app)).run_next("default")
         assert report.id == job_id
         row = queue.get(job_id)
         if row["status"] == "pending":
@@ -59,11 +60,11 @@ def test_a_worker_on_the_new_code_takes_a_put_back_row(make_app):
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
     job_id = queue.dispatch("test.special.execute", {}, queue="default", known_type=False)
-    Executor(app).run_next("default")  # an old worker: no handler, put back
+    InlineRunner(Executor(app)).run_next("default")  # an old worker: no handler, put back
     assert queue.get(job_id)["status"] == "pending"
     app.handlers.register(SpecialExecute.TYPE, SpecialExecute)  # the new code arrives
     clock.advance(5)
-    assert Executor(app).run_next("default").status == "completed"
+    assert InlineRunner(Executor(app)).run_next("default").status == "completed"
     row = queue.get(job_id)
     assert row["attempts"] == 1 and row["error"] is None
 

@@ -17,6 +17,7 @@ from cronjobs.clock import FrozenClock
 from cronjobs.config import Settings
 from cronjobs.errors import ConfigError, InvalidJob
 from cronjobs.executor import Executor
+from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -65,10 +66,10 @@ def test_a_handler_cannot_dispatch_a_child_of_an_unknown_type(make_app):
     app.handlers.register(FanOutExecute.TYPE, FanOutExecute)
     bad = queue.dispatch(FanOutExecute.TYPE, {"child": "nosuch.child.execute"})
     good = queue.dispatch(FanOutExecute.TYPE, {"child": "test.shape.execute"})
-    executor = Executor(app)
-    assert executor.run_id(bad).status == "failed"
+    runner = InlineRunner(Executor(app))
+    assert runner.run_id(bad).status == "failed"
     assert "unknown job type 'nosuch.child.execute'" in queue.get(bad)["error"]
-    assert executor.run_id(good).status == "completed"
+    assert runner.run_id(good).status == "completed"
     assert count_rows(app) == 3  # the two parents and the one known child
 
 
@@ -156,13 +157,13 @@ def test_a_worker_that_lacks_the_handler_puts_the_row_back_then_fails_it(make_ap
     app = make_app(clock=clock, unknown_type_grace_seconds=60,
                    remote_types=("billing.*",))
     job_id = queue.dispatch("billing.invoice.execute", {}, max_attempts=2)
-    executor = Executor(app)
-    assert executor.run_next("default").status == "pending"
+    runner = InlineRunner(Executor(app))
+    assert runner.run_next("default").status == "pending"
     row = queue.get(job_id)
     assert row["attempts"] == 0 and "waiting since" in row["error"]
     while row["status"] == "pending":
         clock.set(row["scheduled_at"])
-        executor.run_next("default")
+        runner.run_next("default")
         row = queue.get(job_id)
     assert row["status"] == "failed"
     assert row["error"].startswith("no handler registered for type 'billing.invoice.execute'")

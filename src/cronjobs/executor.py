@@ -1,4 +1,5 @@
-"""Run one claimed row: resolve its handler, call it, write the outcome, send any retry.
+"""The pieces that run a claimed row: resolve its handler once, claim, prepare, call the
+handler, plan and write the outcome, send any retry (`inline.py` runs one row here with them).
 
 `Runtime` and `JobContext` (what a handler reaches) live in `cronjobs.context`; they are
 importable from here too."""
@@ -9,7 +10,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +19,6 @@ from . import dispatching, flowrules, limits, store
 from .app import App
 from .context import JobContext, Runtime
 from .db import classify, run_in_transaction
-from .errors import JobNotFound, JobStateError
 from .finishing import Finish, OutcomeWriter
 from .handler import Job, task_name
 from .outcome import (
@@ -143,11 +142,13 @@ def flow_control(app: App, *, wait_for_holds: bool = True) -> store.FlowControl:
 
 
 class Executor:
-    """Runs rows: claims, calls handlers, reports outcomes. Built by whoever runs jobs:
-    `queue.process`, `cronjobs run` and `cronjobs.testing.drain` use it as is (handlers
-    run in the calling thread); the worker process builds one for its `pool.SlotPool`,
-    which uses its pieces (`prepare`, `plan`, `done`, `writer`) and runs the handlers in
-    job processes. Both write outcomes through `writer` (`finishing.OutcomeWriter`).
+    """The pieces that run claimed rows: a type's `Terms`, the claim (`claim_rows`),
+    `prepare`, `plan` and `done` around the handler's call, the outcome `writer`
+    (`finishing.OutcomeWriter`), the leases and stop requests of the rows it runs. The
+    worker process (and a burst) builds one for its `pool.SlotPool` and group commit,
+    which run the handlers in job processes or worker threads; `inline.InlineRunner`
+    runs rows with it in the calling thread (`queue.process`, `cronjobs run`,
+    `cronjobs.testing.drain`).
 
     Args:
         app: the running App (engine, clock, handlers, broker).
@@ -207,58 +208,6 @@ class Executor:
         claim = store.claim_jobs(conn, request, self.claim_policy)
         self.holds_stored = claim.holds_stored
         return claim
-
-    def claim(self, queue: str) -> dict | None:
-        """Claim the best due row of `queue` (status `running`, lease set); None when
-        nothing is due.
-
-        Raises:
-            DatabaseUnavailable, DatabaseRefused, StoreError: see `run_in_transaction`.
-        """
-        # `now` is read inside the transaction, after any wait for a lock (SQLite).
-        rows = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
-            c, self.app.clock.now(), queue=queue).rows)
-        return rows[0] if rows else None
-
-    def run_next(self, queue: str) -> JobReport | None:
-        """Claim the best due row of `queue` and run it; None when nothing is due."""
-        row = self.claim(queue)
-        return None if row is None else self.run_claimed(row)
-
-    def run_id(self, job_id: int) -> JobReport:
-        """Claim row `job_id` (pending, due or not) and run it here and now.
-
-        Raises:
-            JobNotFound: no such row.
-            JobStateError: the row is not `pending`, or a pause, a block or a limit holds it.
-        """
-        claim = run_in_transaction(self.app.engine, lambda c: self.claim_rows(
-            c, self.app.clock.now(), job_id=job_id))
-        if not claim.rows:
-            with self.app.engine.connect() as conn:
-                current = store.get_job(conn, job_id, ["status"])
-            if current is None:
-                raise JobNotFound(f"no job with id {job_id}")
-            if current["status"] == "pending":
-                raise JobStateError(f"job {job_id} is held by a pause, a block or a limit "
-                                    f"(see `cronjobs limits`); it stays pending")
-            raise JobStateError(f"job {job_id} is {current['status']}, not pending")
-        return self.run_claimed(claim.rows[0], claim.terms[claim.rows[0]["type"]])
-
-    def run_claimed(self, row: dict, terms: Terms | None = None) -> JobReport:
-        """Run a row this process has claimed (status `running`) here, and finish it.
-        `terms`: its type's, when the claim gave them (`Claim.terms`)."""
-        ready = self.prepare(row, terms or self.terms(row["type"]))
-        job, outcome = ready.job, ready.instant
-        log.debug("job %s start type=%s attempt=%s/%s", job.id, job.type, job.attempts,
-                  job.max_attempts or "—", extra={"trace_id": job.id})
-        started = time.monotonic()
-        if outcome is None:
-            try:
-                outcome = call_handler(self.app, job, self.runtime, cls=ready.terms.cls)
-            finally:
-                self.untrack(job.id)
-        return self.finish(job, outcome, (time.monotonic() - started) * 1000)
 
     def prepare(self, row: dict, terms: Terms) -> Prepared:
         """Make claimed `row` (of a type whose `terms` the claim gave) ready to run: its
@@ -329,19 +278,6 @@ class Executor:
         if finish.ran and self._on_job_done is not None:
             self._on_job_done()
         return JobReport(job.id, job.type, final, finish.duration_ms)
-
-    def finish(self, job: Job, outcome: Outcome, duration_ms: float) -> JobReport:
-        """Write `outcome` for the run `job` in a transaction of its own and report it
-        (`OutcomeWriter.write_each`: retried for up to 10 minutes while the database is
-        unreachable; a write the database refuses is replaced by an `unrecordable` one).
-
-        Raises:
-            DatabaseUnavailable: the database stayed down for 10 minutes (the row stays
-                `running` until its lease expires and recover-stale takes it back).
-            DatabaseRefused: the database refused even the `unrecordable` write.
-        """
-        [(plan, final)] = self.writer.write_each([self.plan(job, outcome, duration_ms)])
-        return self.done(plan, final)
 
     def renew_leases(self) -> int:
         """Extend the lease of every row this process is running; returns rows renewed."""

@@ -133,12 +133,13 @@ def process(job_row: int | dict, *, app: App | None = None) -> bool:
         JobStateError: the row is neither pending nor a claimed running row.
     """
     from .executor import Executor  # lazy: CLI start-up time (`get` runs no handler)
+    from .inline import InlineRunner
 
-    executor = Executor(app or current())
+    runner = InlineRunner(Executor(app or current()))
     if isinstance(job_row, dict) and job_row.get("status") == Status.RUNNING:
-        return executor.run_claimed(job_row).status == Status.COMPLETED
+        return runner.run_claimed(job_row).status == Status.COMPLETED
     job_id = job_row["id"] if isinstance(job_row, dict) else int(job_row)
-    return executor.run_id(job_id).status == Status.COMPLETED
+    return runner.run_id(job_id).status == Status.COMPLETED
 
 
 def recover_stale(minutes: float | None = None, *, app: App | None = None) -> int:

@@ -16,6 +16,7 @@ from .burst import BurstReport, count_waiting
 from .clock import FrozenClock
 from .config import Settings
 from .executor import Executor
+from .inline import InlineRunner
 from .migrate import upgrade
 
 __all__ = ["DrainReport", "FrozenClock", "drain", "make_test_app"]
@@ -85,13 +86,13 @@ def drain(app: App, queues: list[str] | None = None, limit: int = 100_000) -> Dr
         waiting (due later, or due but not claimable: held).
     """
     report = DrainReport()
-    executor = Executor(app)
+    runner = InlineRunner(Executor(app))
     names = queues or app.queues()
     progress = True
     while progress and len(report) < limit:
         progress = False
         for name in names:
-            while len(report) < limit and (job := executor.run_next(name)) is not None:
+            while len(report) < limit and (job := runner.run_next(name)) is not None:
                 report.reports.append(job)
                 progress = True
     report.drained = len(report) < limit

@@ -142,8 +142,9 @@ def get(job_id: int, columns: str | None) -> None:
 def run(job_id: int) -> None:
     """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
     from ..executor import Executor  # lazy: CLI start-up time
+    from ..inline import InlineRunner
 
-    report = Executor(_app()).run_id(job_id)
+    report = InlineRunner(Executor(_app())).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
     sys.exit(0 if report.status in (Status.COMPLETED, Ended.DELETED) else 1)
 

@@ -1,7 +1,7 @@
 """The claim: where a `pending` row becomes `running` for one worker, and its lease.
 
 Every path that runs rows claims through `claim_jobs` — the worker's loop (a batch for its
-idle slots), `Executor.run_next` (`cronjobs.testing.drain`), `cronjobs run ID` and
+idle slots), `InlineRunner.run_next` (`cronjobs.testing.drain`), `cronjobs run ID` and
 `queue.process` (by id) — so they all run the same SQL. It is driver SQL (sent with
 `exec_driver_sql`): it runs thousands of times a second, where building and compiling a
 Core statement cost more CPU than the database spends on it (docs/performance.md).
