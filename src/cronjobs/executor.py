@@ -296,8 +296,3 @@ class Executor:
         if not runs:
             return {}
         return run_in_transaction(self.app.engine, lambda c: store.stops.requested(c, runs))
-
-    def running_ids(self) -> list[int]:
-        """Ids of the rows this process is running now."""
-        with self._lock:
-            return list(self._running)
