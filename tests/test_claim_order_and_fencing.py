@@ -15,6 +15,8 @@ from cronjobs.errors import OutcomesFenced
 from cronjobs.executor import Executor
 from cronjobs.models import cronjob_queue
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 T0 = datetime(2026, 2, 2, 2, 2, 2)
 
 

@@ -19,6 +19,8 @@ from cronjobs.errors import ConfigError, HandlerError, InvalidJob, JobStateError
 from cronjobs.executor import Executor
 from cronjobs.handler import CronJobHandler
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 T0 = datetime(2026, 6, 6, 6, 0, 0)
 
 

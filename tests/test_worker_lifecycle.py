@@ -54,6 +54,7 @@ def assert_timed_out(app, job_id: int, kind: str, proc, log) -> None:
     assert len(effect_rows(app, kind)) == 1, "no second copy ran"
 
 
+@pytest.mark.core
 @MODES
 def test_a_handler_sleeping_600_s_is_stopped(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
@@ -64,6 +65,7 @@ def test_a_handler_sleeping_600_s_is_stopped(make_app, db_url, namespace, tmp_pa
         assert_timed_out(app, job_id, "sleep-start", proc, log)
 
 
+@pytest.mark.core
 @MODES
 def test_a_handler_blocked_in_recv_is_stopped(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
@@ -147,6 +149,7 @@ def test_sigterm_stops_a_worker_whose_database_is_down_at_once(backend, namespac
     assert "still running end with the process" not in log.read_text()
 
 
+@pytest.mark.core
 @MODES
 def test_max_jobs_recycles_with_exit_0(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
