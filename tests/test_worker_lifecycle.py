@@ -149,7 +149,6 @@ def test_sigterm_stops_a_worker_whose_database_is_down_at_once(backend, namespac
     assert "still running end with the process" not in log.read_text()
 
 
-@pytest.mark.core
 @MODES
 def test_max_jobs_recycles_with_exit_0(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
