@@ -9,6 +9,7 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from conftest import cli_env, run_cli
@@ -17,6 +18,8 @@ from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue
+
+pytestmark = pytest.mark.core  # the core subset (make test-core)
 
 ONCE_HANDLERS = str(Path(__file__).parent / "attempt_handlers")
 ONCE = "test.once.execute"  # MAX_ATTEMPTS 1, MAX_RUNTIME 600 in attempt_handlers/

@@ -21,6 +21,8 @@ from cronjobs.models import cronjob_queue
 from cronjobs.worker import Signals, WorkerProcess, connections_needed
 from test_worker_e2e import REDIS, all_completed, wait_for
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 RECORD = "test.record.execute"
 
 

@@ -16,6 +16,8 @@ from cronjobs.executor import Executor
 from cronjobs.inline import InlineRunner
 from cronjobs.models import cronjob_queue
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 T0 = datetime(2026, 2, 2, 2, 2, 2)
 
 

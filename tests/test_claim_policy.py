@@ -26,6 +26,8 @@ from cronjobs.testing import drain
 from cronjobs.worker import WorkerProcess
 from test_worker_e2e import REDIS, wait_for
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 T0 = datetime(2026, 4, 4, 4, 4, 4)
 SHAPE, SLOW = "test.shape.execute", "test.slow.execute"  # MAX_RUNTIME 120 s and 8 s
 ONCE_HANDLERS = str(Path(__file__).parent / "attempt_handlers")

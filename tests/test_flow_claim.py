@@ -20,6 +20,8 @@ from cronjobs.executor import Executor
 from cronjobs.handler import CronJobHandler
 from cronjobs.inline import InlineRunner
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 T0 = datetime(2026, 6, 6, 6, 0, 0)
 
 

@@ -27,6 +27,8 @@ from test_job_slots import CRASH_HANDLERS, MISBEHAVE
 from test_worker_children import alive, children, is_tracker, running
 from test_worker_e2e import RECORD, _stop, _tail, all_completed, job_rows, wait_for
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 
 

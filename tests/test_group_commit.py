@@ -19,6 +19,8 @@ from cronjobs.outcome import Outcome
 from cronjobs.status import Ended, Status
 from dashboard_helpers import row
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 T0 = datetime(2026, 6, 1, 12, 0, 0)
 
 

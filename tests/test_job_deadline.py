@@ -26,6 +26,8 @@ from cronjobs.killtimer import KILL_GRACE_SECONDS
 from test_worker_e2e import wait_for as wait_for_worker
 from test_worker_e2e import worker
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 STUCK = "deadline.stuck.execute"
 HANDLERS = str(Path(__file__).parent / "deadline_handlers")
 MAX_RUNTIME = 2  # the handler's

@@ -19,7 +19,7 @@ from test_worker_e2e import RECORD, all_completed, wait_for, worker
 from test_worker_lifecycle import MODES, assert_timed_out
 
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
-              pytest.mark.slow]
+              pytest.mark.slow, pytest.mark.core]
 
 
 def _fork_servers(worker_pid: int) -> list[psutil.Process]:

@@ -22,6 +22,8 @@ from cronjobs.runner import KILL_GRACE_SECONDS
 from cronjobs.status import Reason
 from cronjobs.threadslots import ThreadSlots
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 CRASH_HANDLERS = str(Path(__file__).parent / "crash_handlers")
 THREAD_HANDLERS = str(Path(__file__).parent / "thread_handlers")

@@ -16,6 +16,8 @@ from test_job_processes_on_demand import _fork_servers
 from test_job_slots import CRASH_HANDLERS, MISBEHAVE, Slots, job
 from test_worker_e2e import wait_for, worker
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 

@@ -30,6 +30,8 @@ import sys
 
 from cronjobs import CronJobHandler
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 VERSION = {version}
 
 

@@ -21,6 +21,8 @@ from cronjobs.store.flow import HOLDS_STORED_SQL, NO_HOLDS_STORED_SQL, claim_hol
 from cronjobs.store.leases import renew_sql
 from cronjobs.store.sql import due, due_sql, lease_sql, ph
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 DIALECTS = ["mysql", "postgresql", "sqlite"]
 SQLA = {"mysql": mysql.dialect(), "postgresql": postgresql.dialect(), "sqlite": sqlite.dialect()}
 SRC = Path(__file__).resolve().parents[1] / "src" / "cronjobs"

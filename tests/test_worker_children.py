@@ -20,7 +20,7 @@ from cronjobs import queue
 from test_worker_e2e import _tail, wait_for
 
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
-              pytest.mark.slow]
+              pytest.mark.slow, pytest.mark.core]
 
 
 def start(db_url: str, namespace: str, log: Path,

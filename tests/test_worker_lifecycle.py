@@ -54,6 +54,7 @@ def assert_timed_out(app, job_id: int, kind: str, proc, log) -> None:
     assert len(effect_rows(app, kind)) == 1, "no second copy ran"
 
 
+@pytest.mark.core
 @MODES
 def test_a_handler_sleeping_600_s_is_stopped(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)
@@ -64,6 +65,7 @@ def test_a_handler_sleeping_600_s_is_stopped(make_app, db_url, namespace, tmp_pa
         assert_timed_out(app, job_id, "sleep-start", proc, log)
 
 
+@pytest.mark.core
 @MODES
 def test_a_handler_blocked_in_recv_is_stopped(make_app, db_url, namespace, tmp_path, isolation):
     app = make_app(broker_url=REDIS)

@@ -20,6 +20,8 @@ from cronjobs.models import cronjob_queue
 from cronjobs.worker import Limits, WorkerProcess, connections_needed
 from test_worker_e2e import REDIS, all_completed, wait_for
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 THREAD_HANDLERS = str(Path(__file__).parent / "thread_handlers")
 CRASH_HANDLERS = str(Path(__file__).parent / "crash_handlers")
