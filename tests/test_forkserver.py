@@ -15,6 +15,8 @@ import pytest
 
 from cronjobs.forkserver import Child, ForkServer, ServerGone
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 
 def _gone(pid: int) -> bool:
     try:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 SRC = Path(__file__).resolve().parent.parent / "src"
 OURS = ("cronjobs", "handlers", "registry")
 ALLOWED = {"os._exit", "sys._getframe"}

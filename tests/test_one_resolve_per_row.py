@@ -20,6 +20,8 @@ from cronjobs.clock import FrozenClock
 from cronjobs.executor import Executor
 from cronjobs.pool import SlotPool
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
+
 THREAD_HANDLERS = str(Path(__file__).parent / "thread_handlers")
 ROWS = 6
 T0 = datetime(2026, 8, 8, 8, 0, 0)
