@@ -74,7 +74,7 @@ def race_rate(url: str, ns: str, racers: int, keys: int) -> tuple[float, str]:
     """Calls/s of `racers` processes dispatching the same `keys` keys; plus a check."""
     import sqlalchemy as sa
 
-    from cronjobs.models import cronjob_queue as q
+    from cronjobs.store.models import cronjob_queue as q
 
     start_at = time.time() + 3 + racers * 0.5  # time to import and connect
     running = procs.Procs(procs.Proc([sys.executable, "-m", "bench.racer", url, ns, "race",

@@ -64,7 +64,7 @@ def side_by_side(sides: tuple[Side, Side], n: int, cap: float) -> dict[str, floa
     """
     from cronjobs import queue
     from cronjobs.app import use
-    from cronjobs.models import cronjob_queue as q
+    from cronjobs.store.models import cronjob_queue as q
 
     apps, envs, times = {}, {}, {}
     with contextlib.ExitStack() as stack:
@@ -131,8 +131,8 @@ def claim_rates(n: int, seconds: float) -> tuple[float, float]:
     see the same load; seconds of claiming in all."""
     from cronjobs import queue
     from cronjobs.app import use
-    from cronjobs.db import run_in_transaction
-    from cronjobs.executor import Executor
+    from cronjobs.job.executor import Executor
+    from cronjobs.store.db import run_in_transaction
 
     with stores.database("mariadb") as url, stores.redis_namespace() as ns:
         app = stores.make_app(url, ns)

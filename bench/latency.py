@@ -40,7 +40,7 @@ def paced(n: int, rate: float, fn) -> None:
 def _rows(app, ids: list[int]) -> list[dict]:
     from sqlalchemy import select
 
-    from cronjobs.models import cronjob_queue as q
+    from cronjobs.store.models import cronjob_queue as q
 
     with app.engine.connect() as conn:
         return [dict(r) for r in conn.execute(

@@ -37,7 +37,7 @@ def busiest_second(stamps: list[float]) -> int:
 def one_run(backend: str, rows: int) -> dict:
     """Dispatch `rows` rated rows, drain them with three workers; returns the busiest
     second of handler starts and of claims, and the rate achieved (starts/s)."""
-    from cronjobs.models import cronjob_queue as q
+    from cronjobs.store.models import cronjob_queue as q
 
     with stores.database(backend) as url, stores.redis_namespace() as ns:
         app = stores.make_app(url, ns)

@@ -110,8 +110,8 @@ def _create_database(admin: sa.Engine, name: str, template: str | None = None) -
 
 def migrate_to_head(url: str) -> None:
     """Create the cronjobs tables in the database of `url` (Alembic upgrade head)."""
-    from cronjobs.engines import make_engine
     from cronjobs.migrate import upgrade
+    from cronjobs.store.engines import make_engine
 
     engine = make_engine(url)
     upgrade(engine)

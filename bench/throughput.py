@@ -90,7 +90,7 @@ def cronjobs_drain(backend: str, n: int, processes: int, threads: int, job_type:
                                                                prefetch)) as running:
             drain = procs.wait_for(lambda: stores.count_rows(app.engine, "completed"), n,
                                    running, max_seconds=cap, poll_seconds=0.25)
-        from cronjobs.models import cronjob_queue as q
+        from cronjobs.store.models import cronjob_queue as q
 
         with app.engine.connect() as conn:
             times = conn.execute(sa.select(q.c.finished_at)

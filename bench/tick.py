@@ -40,7 +40,7 @@ def register_tasks(count: int) -> None:
 def run(args: argparse.Namespace, results: report.Results) -> None:
     """Register the tasks, tick, and add the figures."""
     from cronjobs.app import use
-    from cronjobs.scheduler import tick
+    from cronjobs.schedule.scheduler import tick
 
     count = 50 if args.quick else args.tasks
     ticks = 2 if args.quick else args.ticks

@@ -4,8 +4,8 @@ as it was before flow control. The `flow` scenario drains with it and with the s
 worker in turns, to show what flow control costs a queue that configures no limit.
 Start it with `--processes 1` (more processes would be stock `cronjobs` children)."""
 
-from cronjobs import executor
 from cronjobs.cli import run
+from cronjobs.job import executor
 
 
 def _no_flow_control(app, **_) -> None:

@@ -4,7 +4,7 @@
 from alembic import context
 from sqlalchemy import create_engine
 
-from cronjobs.models import metadata
+from cronjobs.store.models import metadata
 
 config = context.config
 engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url"))

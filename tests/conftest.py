@@ -80,7 +80,7 @@ def db_url(backend: str, tmp_path: Path):
     """URL of a fresh, migrated database with the `test_effects` table."""
     url, drop = new_database(backend, tmp_path)
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    from cronjobs.engines import make_engine
+    from cronjobs.store.engines import make_engine
 
     migrated = make_engine(url)
     upgrade(migrated)

@@ -9,9 +9,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from cronjobs import bulk
+from cronjobs.actions import bulk
 from cronjobs.app import App
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from cronjobs.web import create_app
 
 TOKEN = "test-dashboard-token-123"

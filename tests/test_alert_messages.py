@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alert_helpers import Inbox, report
 from cronjobs.app import App
 from cronjobs.health import alerts
-from cronjobs.models import cronjob_alert
+from cronjobs.store.models import cronjob_alert
 from cronjobs.testing import FrozenClock
 
 T0 = datetime(2026, 3, 1, 14, 3)

@@ -15,8 +15,8 @@ from aiosmtpd.controller import Controller
 from alert_helpers import Inbox, free_port
 from cronjobs.app import App
 from cronjobs.health import alerts, run_health
-from cronjobs.models import cronjob_alert, cronjob_queue, cronjob_worker
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_alert, cronjob_queue, cronjob_worker
 from cronjobs.testing import FrozenClock, drain
 from dashboard_helpers import add_row, db_now, recent_t0
 

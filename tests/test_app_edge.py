@@ -13,10 +13,10 @@ import time
 import pytest
 
 from cronjobs import CronJobHandler, queue
-from cronjobs.context import Runtime
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
-from cronjobs.worker import WorkerProcess
+from cronjobs.job.context import Runtime
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.worker.loop import WorkerProcess
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler, queue, store
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
-from cronjobs.models import cronjob_queue
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.store.models import cronjob_queue
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)
 

@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import cli_env, run_cli
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["mariadb"], indirect=True)]
 CHROMIUM = "/usr/bin/chromium"

@@ -22,8 +22,8 @@ from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.config import TaskSettings
 from cronjobs.i18n import use_locale
-from cronjobs.scheduler import tick
-from cronjobs.tasks import set_enabled, task_infos
+from cronjobs.schedule.scheduler import tick
+from cronjobs.schedule.tasks import set_enabled, task_infos
 from handlers.DbBackupExecute import DbBackupExecute
 
 T0 = datetime(2026, 3, 1, 2, 0)

@@ -28,7 +28,7 @@ from cryptography.x509.oid import ExtensionOID, NameOID, ObjectIdentifier
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.i18n import use_locale
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
 from cronjobs.testing import drain
 from cronjobs.tlscert import describe_certificate
 from handlers.TlsCertExpiryDiscover import TlsCertExpiryDiscover

@@ -19,7 +19,7 @@ from cronjobs.clock import FrozenClock
 from cronjobs.config import Settings, UptimeCheck
 from cronjobs.errors import ConfigError
 from cronjobs.i18n import use_locale
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
 from cronjobs.testing import drain
 from handlers.HttpUptimeExecute import HttpUptimeExecute
 

@@ -13,12 +13,13 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from cronjobs import bulk, store
-from cronjobs.db import run_in_transaction
-from cronjobs.models import cronjob_operation, cronjob_runtime
-from cronjobs.models import cronjob_queue as q
-from cronjobs.scheduler import task_infos
-from cronjobs.selection import Selection
+from cronjobs import store
+from cronjobs.actions import bulk
+from cronjobs.actions.selection import Selection
+from cronjobs.schedule.scheduler import task_infos
+from cronjobs.store.db import run_in_transaction
+from cronjobs.store.models import cronjob_operation, cronjob_runtime
+from cronjobs.store.models import cronjob_queue as q
 from dashboard_helpers import TOKEN, add_row, add_rows, login, row, wait_operation, web_client
 
 KIND = "test.summary.execute"
@@ -204,7 +205,7 @@ def test_an_operation_with_nothing_to_do_ends_done_and_warns_of_no_takeover(app,
     add_row(app, type=KIND, status="completed", attempts=1)
     started = bulk.start(app, "retry", Selection("failed", types=(KIND,)), "cli")
     assert started.operation["status"] == "done" and started.operation["total_rows"] == 0
-    with caplog.at_level("INFO", logger="cronjobs.bulk"):
+    with caplog.at_level("INFO", logger="cronjobs.actions.bulk"):
         ended = bulk.run(app, started)
     assert ended["status"] == "done" and ended["changed_rows"] == 0
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text

@@ -14,10 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import cli_env, run_cli
-from cronjobs import bulk, store
+from cronjobs import store
+from cronjobs.actions import bulk
 from cronjobs.errors import OperationRunning
-from cronjobs.models import cronjob_operation
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_operation
+from cronjobs.store.models import cronjob_queue as q
 from dashboard_helpers import TOKEN, add_row, add_rows, login, wait_operation, web_client
 
 KIND = "test.summary.execute"

@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import cli_env
-from cronjobs import bulk
-from cronjobs.models import cronjob_operation
-from cronjobs.models import cronjob_queue as q
+from cronjobs.actions import bulk
+from cronjobs.store.models import cronjob_operation
+from cronjobs.store.models import cronjob_queue as q
 from dashboard_helpers import add_rows
 
 pytestmark = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)

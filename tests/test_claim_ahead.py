@@ -13,12 +13,13 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import effect_rows
-from cronjobs import pool, queue
-from cronjobs.burst import BurstWorker
+from cronjobs import queue
 from cronjobs.config import Settings
 from cronjobs.errors import ConfigError
-from cronjobs.models import cronjob_queue
-from cronjobs.worker import Signals, WorkerProcess, connections_needed
+from cronjobs.store.models import cronjob_queue
+from cronjobs.worker import pool
+from cronjobs.worker.burst import BurstWorker
+from cronjobs.worker.loop import Signals, WorkerProcess, connections_needed
 from test_worker_e2e import REDIS, all_completed, wait_for
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)

@@ -16,14 +16,14 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
-from cronjobs.flowrules import Limits
+from cronjobs.flow.rules import Limits
+from cronjobs.job.executor import Executor
 from cronjobs.store import FlowControl
 from cronjobs.store.claim import select_sql, update_sql
 from cronjobs.store.flow import HOLDS_STORED_SQL, claim_hold_sql, pause, resume
 from cronjobs.store.sql import name
 from cronjobs.testing import drain
-from cronjobs.worker import WorkerProcess
+from cronjobs.worker.loop import WorkerProcess
 from test_worker_e2e import REDIS, wait_for
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)

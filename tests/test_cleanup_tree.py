@@ -12,9 +12,9 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
-from cronjobs.models import cronjob_queue as q
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.store.models import cronjob_queue as q
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
 OLD = T0 - timedelta(days=8)  # past the 7-day retention of completed rows

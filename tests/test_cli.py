@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import SAMPLE_HANDLERS, cli_env, effects, new_database, run_cli
-from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
+from cronjobs.store.models import cronjob_queue, cronjob_runtime, cronjob_slot
 
 BOTH = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

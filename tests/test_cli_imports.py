@@ -49,23 +49,23 @@ def test_get_imports_no_broker_no_orm_no_handler_libraries(make_app, db_url, tmp
     modules = imported(["get", str(job_id)], cli_env(db_url), tmp_path)
     assert "sqlalchemy" in modules and "cronjobs.store" in modules
     assert not modules & (HEAVY | {"dramatiq", "redis", "psutil", "cronjobs.broker",
-                                   "cronjobs.executor", "cronjobs.scheduler"})
+                                   "cronjobs.job.executor", "cronjobs.schedule.scheduler"})
     assert not [m for m in modules if m.startswith("handlers.")]  # no handler module loaded
 
 
 def test_dispatch_imports_the_broker_to_ring_its_queue(db_url, tmp_path):
     modules = imported(["dispatch", "test.summary.execute"], cli_env(db_url), tmp_path)
     assert {"dramatiq", "cronjobs.broker", "handlers.HttpUptimeExecute"} <= modules
-    assert not modules & (HEAVY | {"psutil", "cronjobs.executor"})
+    assert not modules & (HEAVY | {"psutil", "cronjobs.job.executor"})
 
 
 def test_tick_imports_dramatiq_only_when_it_starts_a_task(db_url, tmp_path):
     env = cli_env(db_url)
     first = imported(["tick", "--now", "2030-01-01T00:00"], env, tmp_path)
-    assert {"cronjobs.scheduler", "dramatiq"} <= first  # it started the minute tasks
+    assert {"cronjobs.schedule.scheduler", "dramatiq"} <= first  # it started the minute tasks
     assert not first & HEAVY
     again = imported(["tick", "--now", "2030-01-01T00:00"], env, tmp_path)  # nothing due
-    assert "cronjobs.scheduler" in again and not again & (HEAVY | {"dramatiq", "redis"})
+    assert "cronjobs.schedule.scheduler" in again and not again & (HEAVY | {"dramatiq", "redis"})
 
 
 def test_health_imports_no_broker_client_for_the_memory_broker(db_url, tmp_path):

@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import cli_env, new_database
-from cronjobs.engines import make_engine
 from cronjobs.migrate import pending
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.engines import make_engine
+from cronjobs.store.models import cronjob_queue as q
 from dashboard_helpers import add_rows
 from tty_helpers import run_on_tty, run_piped
 

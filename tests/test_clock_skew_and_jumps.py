@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from cronjobs import CronJobHandler, heartbeat, queue, store
+from cronjobs import CronJobHandler, queue, store
 from cronjobs.app import App
 from cronjobs.clock import FrozenClock, utcnow
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
-from cronjobs.models import cronjob_queue as q
-from cronjobs.scheduler import tick
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_queue as q
+from cronjobs.worker import heartbeat
 
 HOUR = timedelta(hours=1)
 
@@ -111,7 +112,7 @@ def test_a_ten_year_jump_counts_skipped_slots_cheaply(make_app, caplog):
     tick(app=app)
     tick(app=app, now=t0 + timedelta(minutes=5))
     clock.set(t0 + timedelta(days=3653, minutes=5))
-    with caplog.at_level(logging.INFO, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.INFO, logger="cronjobs.schedule.scheduler"):
         report = tick(app=app)
     started = {task for task, _, _ in report.started}
     assert {"test-every5no0", "test-every5no1", "test-every5no2", "test-count"} <= started
@@ -129,7 +130,7 @@ def test_a_clock_that_goes_back_is_said_once_and_starts_no_older_slot(make_app, 
     first = tick(app=app)
     assert first.started
     clock.set(t0 - HOUR)
-    with caplog.at_level(logging.DEBUG, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="cronjobs.schedule.scheduler"):
         for minutes in range(3):
             report = tick(app=app, now=t0 - HOUR + timedelta(minutes=minutes))
             assert not report.started
@@ -140,7 +141,7 @@ def test_a_clock_that_goes_back_is_said_once_and_starts_no_older_slot(make_app, 
     assert len(warnings) == 1 and "the clock went back" in warnings[0].getMessage()
     assert "lost race" not in caplog.text and "already claimed" not in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="cronjobs.schedule.scheduler"):
         later = tick(app=app, now=t0 + timedelta(minutes=5))
     assert {t for t, _, _ in later.started} >= {"test-count", "test-every5no0"}
     assert caplog.records == [], "runs resume without another warning"
@@ -152,7 +153,7 @@ def test_a_late_tick_skips_an_older_slot_without_a_warning(make_app, caplog):
     t0 = datetime(2026, 6, 1, 12, 5, 30)
     app = make_app(clock=FrozenClock(t0))
     assert tick(app=app).started
-    with caplog.at_level(logging.DEBUG, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="cronjobs.schedule.scheduler"):
         report = tick(app=app, now=t0 - timedelta(minutes=2))
     assert report.skipped["test-count"] == "older-slot" and not report.started
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -12,8 +12,8 @@ import pytest
 from cronjobs import CronJobHandler
 from cronjobs.config import Settings
 from cronjobs.errors import ConfigError
-from cronjobs.scheduler import tick
-from cronjobs.slots import MACROS, check_frequency, current_slot, describe
+from cronjobs.schedule.scheduler import tick
+from cronjobs.schedule.slots import MACROS, check_frequency, current_slot, describe
 
 FIVE_FIELD = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@weekly": "0 0 * * 0",
               "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *"}

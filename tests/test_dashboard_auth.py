@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cronjobs.errors import ConfigError
-from cronjobs.models import cronjob_runtime
-from cronjobs.tasks import task_infos
+from cronjobs.schedule.tasks import task_infos
+from cronjobs.store.models import cronjob_runtime
 from cronjobs.web.server import ensure_token, is_loopback
 from dashboard_helpers import BEARER, TOKEN, add_row, count, csrf_of, login, row, web_client
 

@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from cronjobs import heartbeat
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_stop, cronjob_worker
+from cronjobs.store.models import cronjob_stop, cronjob_worker
+from cronjobs.worker import heartbeat
 from dashboard_helpers import BEARER, TOKEN, add_row, csrf_of, db_now, login, recent_t0, web_client
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

@@ -19,9 +19,9 @@ import sqlalchemy as sa
 
 from conftest import cli_env, new_database
 from cronjobs.clock import utcnow
-from cronjobs.engines import make_engine
 from cronjobs.migrate import upgrade
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.engines import make_engine
+from cronjobs.store.models import cronjob_queue as q
 from dashboard_process import Dashboard
 from test_browser import CHROMIUM, FLAGS
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from dashboard_helpers import BEARER, TOKEN, add_row, web_client
 
 T0 = datetime(2026, 1, 5, 12, 30, 5)

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_worker
 from cronjobs.store import stats
+from cronjobs.store.models import cronjob_worker
 from dashboard_helpers import BEARER, TOKEN, add_row, db_now, web_client
 
 T0 = datetime(2026, 1, 5, 12, 30, 5)  # 30 min 5 s into the hour

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from cronjobs import store
-from cronjobs.models import cronjob_runtime, cronjob_worker
-from cronjobs.taskrows import task_rows
-from cronjobs.tasks import set_enabled, task_infos
+from cronjobs.schedule.taskrows import task_rows
+from cronjobs.schedule.tasks import set_enabled, task_infos
+from cronjobs.store.models import cronjob_runtime, cronjob_worker
 from dashboard_helpers import (
     BEARER,
     TOKEN,

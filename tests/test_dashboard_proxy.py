@@ -20,7 +20,7 @@ from cryptography.x509.oid import NameOID
 from playwright.sync_api import Page
 
 from conftest import cli_env
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from dashboard_helpers import BEARER, TOKEN, add_row, csrf_of, web_client
 from dashboard_process import Dashboard, PrefixProxy, cookie_pair, request
 

@@ -12,8 +12,8 @@ from html import unescape
 import pytest
 
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_runtime
-from cronjobs.tasks import task_infos
+from cronjobs.schedule.tasks import task_infos
+from cronjobs.store.models import cronjob_runtime
 from dashboard_helpers import BEARER, TOKEN, add_row, login, web_client
 
 T0 = datetime(2026, 1, 5, 12, 30, 5)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from conftest import cli_env
-from cronjobs.models import cronjob_runtime, cronjob_secret
+from cronjobs.store.models import cronjob_runtime, cronjob_secret
 from dashboard_helpers import csrf_of
 from dashboard_process import Dashboard, cookie_pair, request
 

@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 
 from cronjobs import limits
 from cronjobs.app import App
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from dashboard_helpers import BEARER, TOKEN, add_row, web_client
 
 SURROGATE = b"caf\xe9 \xff".decode("utf-8", "surrogateescape")  # as subprocess gives it

@@ -15,8 +15,8 @@ import pytest
 from cronjobs import limits
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
-from cronjobs.manual import run_now
-from cronjobs.tasks import task_infos
+from cronjobs.schedule.manual import run_now
+from cronjobs.schedule.tasks import task_infos
 from dashboard_helpers import BEARER, TOKEN, add_row, count, login, row, web_client
 
 T0 = datetime(2026, 1, 5, 12, 30, 5)

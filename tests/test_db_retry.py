@@ -1,5 +1,5 @@
 """One retry library (tenacity) for every back-off, with transient,
-unavailable and refused errors told apart in one place (`cronjobs.db.classify`)."""
+unavailable and refused errors told apart in one place (`cronjobs.store.db.classify`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from cronjobs.db import retry_while_unavailable, run_in_transaction
-from cronjobs.engines import make_engine
 from cronjobs.errors import DatabaseRefused, DatabaseUnavailable, StoreError
-from cronjobs.worker import _restart_pause
+from cronjobs.store.db import retry_while_unavailable, run_in_transaction
+from cronjobs.store.engines import make_engine
+from cronjobs.worker.loop import _restart_pause
 
 UNREACHABLE = "mysql+pymysql://root@127.0.0.1:1/nowhere"
 

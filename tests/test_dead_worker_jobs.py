@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from cronjobs import queue
-from cronjobs.heartbeat import view
-from cronjobs.models import cronjob_queue as q
-from cronjobs.models import cronjob_worker as w
+from cronjobs.store.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_worker as w
+from cronjobs.worker.heartbeat import view
 
 OLD = datetime(2020, 1, 1)
 

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
-from cronjobs.models import cronjob_queue
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.store.models import cronjob_queue
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 3, 1, 8, 0, 0)
@@ -375,8 +375,8 @@ def test_sqlite_driver_path_keeps_the_errors_and_the_ids_of_the_general_path(mak
     key uses up one id, as an insert that finds it taken always did (the holder is read,
     not inserted for again)."""
     from cronjobs.app import App
-    from cronjobs.engines import make_engine
     from cronjobs.errors import DatabaseUnavailable
+    from cronjobs.store.engines import make_engine
 
     app = make_app()
     queue.dispatch("test.shape.execute", {}, idempotency_key="held")

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from conftest import REDIS, cli_env
 from cronjobs import limits
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_queue as q
 from tty_helpers import run_piped
 
 KIND = "test.summary.execute"

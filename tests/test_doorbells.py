@@ -219,7 +219,8 @@ def test_a_worker_rung_already_passes_a_doorbell_on_at_most_every_quarter_second
     # sooner is passed on when that time is up, not dropped: this worker's own consumer
     # often takes back the doorbell it passed on, and dropping it left an idle worker
     # without any (`test_two_processes_share_the_work...` failed 4 in 10 runs alone).
-    from cronjobs import relay, worker
+    from cronjobs.worker import loop as worker
+    from cronjobs.worker import relay
 
     now, sent, rung, timers = [100.0], [], set(), []
     monkeypatch.setattr(relay.time, "monotonic", lambda: now[0])
@@ -277,7 +278,8 @@ def test_a_stopping_worker_holds_its_doorbells_and_puts_back_one_per_queue_with_
     # Redis (`test_worker_processes_500_jobs_end_to_end` failed 2 in 24 runs alone). Now
     # it is held, and once the consumer has stopped one doorbell per queue goes back, for
     # the queues that still have due rows (all of them when the database cannot say).
-    from cronjobs import relay, worker
+    from cronjobs.worker import loop as worker
+    from cronjobs.worker import relay
 
     sent, rung, swept = [], set(), []
     monkeypatch.setattr(relay.dispatching, "send", lambda app, job_id, queue: sent.append(
@@ -318,7 +320,7 @@ def _worker_of(worker, rung: set[str]):
     only records the rung queues. Returns it and a function that delivers a message."""
     from types import SimpleNamespace
 
-    from cronjobs.relay import Relay
+    from cronjobs.worker.relay import Relay
 
     def ring(queue: str) -> bool:
         new = queue not in rung

@@ -41,7 +41,7 @@ print(sorted({{m.split(".")[2] for m in sys.modules if m.startswith("sqlalchemy.
     ("sqlite://", "sqlite"), (MARIADB + "/test", "mysql"), (POSTGRES + "/test", "postgresql")])
 def test_a_process_imports_its_own_database_dialect_only(url, dialect):
     """The tables declare MySQL's types and no dialect's CREATE TABLE options, which would
-    import that dialect's package in every process (`cronjobs.models`)."""
+    import that dialect's package in every process (`cronjobs.store.models`)."""
     assert _run(DIALECTS.format(url=url)).split("\n")[0] == str([dialect])
 
 
@@ -52,7 +52,7 @@ def test_a_process_imports_its_own_database_dialect_only(url, dialect):
 def test_a_connection_to_a_server_without_tls_builds_no_tls_context(monkeypatch):
     import ssl
 
-    from cronjobs.engines import make_engine
+    from cronjobs.store.engines import make_engine
 
     built = []
     real = ssl.create_default_context
@@ -82,7 +82,7 @@ def _greeting(ssl_offered: bool) -> bytes:
 
 
 def test_the_greeting_says_whether_the_server_offers_tls():
-    from cronjobs.drivers import offers_tls
+    from cronjobs.store.drivers import offers_tls
 
     assert offers_tls(_greeting(True)) is True and offers_tls(_greeting(False)) is False
     error = b"\xff\x69\x04Host is blocked"  # an error packet instead of a greeting
@@ -175,7 +175,7 @@ def test_a_server_offering_tls_gets_it_with_one_context_shared_by_the_connection
         tmp_path, monkeypatch):
     import ssl
 
-    from cronjobs import drivers
+    from cronjobs.store import drivers
 
     built = []
     real = ssl.create_default_context
@@ -201,7 +201,7 @@ def test_the_urls_tls_options_make_one_context_shared_by_the_connections(tmp_pat
     import socket
     import ssl
 
-    from cronjobs import drivers
+    from cronjobs.store import drivers
 
     port, server = _tls_server(tmp_path, connections=2)
     contexts = set()
@@ -222,8 +222,8 @@ def test_the_urls_tls_options_make_one_context_shared_by_the_connections(tmp_pat
 
 
 def test_unreadable_tls_files_are_a_config_error(tmp_path):
-    from cronjobs import drivers
     from cronjobs.errors import ConfigError
+    from cronjobs.store import drivers
 
     with pytest.raises(ConfigError, match="TLS settings cannot be used"):
         drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "defer_connect": True,
@@ -233,7 +233,7 @@ def test_unreadable_tls_files_are_a_config_error(tmp_path):
 def test_tls_arguments_keep_pymysqls_meaning_in_a_shared_context():
     import ssl
 
-    from cronjobs import drivers
+    from cronjobs.store import drivers
 
     conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "defer_connect": True,
                                                       "ssl_verify_cert": True})
@@ -248,7 +248,7 @@ def test_tls_arguments_keep_pymysqls_meaning_in_a_shared_context():
 
 
 def test_in_autocommit_mode_commit_and_rollback_are_sent_only_inside_a_transaction():
-    from cronjobs import drivers
+    from cronjobs.store import drivers
 
     conn = drivers.connect_pymysql(None, None, [], {"host": "127.0.0.1", "user": "root",
                                                       "database": "test", "autocommit": True})

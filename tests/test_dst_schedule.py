@@ -19,12 +19,12 @@ from cronsim import CronSim
 
 from conftest import SAMPLE_HANDLERS, cli_env, new_database
 from cronjobs.clock import FrozenClock
-from cronjobs.engines import make_engine
 from cronjobs.migrate import upgrade
-from cronjobs.models import cronjob_queue, cronjob_slot
-from cronjobs.scheduler import tick
-from cronjobs.slots import expand, is_cron, slot_start
-from cronjobs.tasks import task_infos
+from cronjobs.schedule.scheduler import tick
+from cronjobs.schedule.slots import expand, is_cron, slot_start
+from cronjobs.schedule.tasks import task_infos
+from cronjobs.store.engines import make_engine
+from cronjobs.store.models import cronjob_queue, cronjob_slot
 
 DST_HANDLERS = str(Path(__file__).parent / "dst_handlers")
 HANDLER_PATHS = (SAMPLE_HANDLERS, DST_HANDLERS)
@@ -121,7 +121,7 @@ def test_rows_started_are_cronsims_fire_instants(make_app, night, caplog):
     tz, start, end = NIGHTS[night]
     clock = FrozenClock(start)
     app = make_app(clock=clock, timezone=tz, handler_paths=HANDLER_PATHS)
-    with caplog.at_level(logging.DEBUG, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="cronjobs.schedule.scheduler"):
         reports = drive(app, clock, start, end)
 
     frequencies = {i.task: i.frequency for i in task_infos(app)
@@ -197,7 +197,7 @@ def test_downtime_across_the_fold_logs_missed_instants(make_app, caplog, tz, dow
     clock = FrozenClock(start)
     app = make_app(clock=clock, timezone=tz, handler_paths=HANDLER_PATHS)
     drive(app, clock, start, down + MINUTE)
-    with caplog.at_level(logging.INFO, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.INFO, logger="cronjobs.schedule.scheduler"):
         drive(app, clock, back, back + 100 * MINUTE)
     missed = [r.getMessage() for r in caplog.records if "missed slot" in r.getMessage()]
     gap = back - down
@@ -222,7 +222,7 @@ def test_a_clock_back_into_the_first_pass_starts_no_older_slot(make_app, caplog)
     clock = FrozenClock(start)
     app = make_app(clock=clock, timezone=BERLIN, handler_paths=HANDLER_PATHS)
     drive(app, clock, start, ahead + MINUTE)
-    with caplog.at_level(logging.DEBUG, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="cronjobs.schedule.scheduler"):
         back = drive(app, clock, datetime(2026, 10, 25, 0, 40), datetime(2026, 10, 25, 0, 45))
     assert {r.skipped["dst-quarter"] for r in back} == {"older-slot"}
     assert {r.skipped["dst-hourly"] for r in back} == {"older-slot"}

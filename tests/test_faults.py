@@ -33,7 +33,7 @@ from cronjobs import queue
 from cronjobs.app import App, use
 from cronjobs.config import Settings
 from cronjobs.migrate import upgrade
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from test_worker_e2e import _tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]

@@ -90,7 +90,7 @@ def test_lifting_a_block_early_releases_the_row_that_raised_it_too(make_app, lif
 def test_lifting_a_block_rings_the_queue_of_the_rows_it_held(make_app, lift):
     """The flooded row has no doorbell of its own (its block holds it): lifting the block
     rings its queue, so an idle worker claims it at once, not at the next sweep."""
-    from cronjobs import operator
+    from cronjobs.actions import operator
 
     clock = FrozenClock(T0)
     app = make_app(clock=clock)
@@ -111,7 +111,7 @@ def test_lifting_a_block_rings_the_queue_of_the_rows_it_held(make_app, lift):
 
 
 def test_resuming_a_queue_rings_it_and_a_type_rings_its_rows_queues(make_app):
-    from cronjobs import operator
+    from cronjobs.actions import operator
 
     app = make_app(clock=FrozenClock(T0))
     app.handlers.register(FloodExecute.TYPE, FloodExecute)

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from conftest import cli_env, run_cli
 from cronjobs import store
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_queue as q
 from test_browser import CHROMIUM, FLAGS, TOKEN, Serve, utcnow
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["mariadb"], indirect=True)]

@@ -16,9 +16,9 @@ from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
 from cronjobs.config import QueueSettings, Settings
 from cronjobs.errors import ConfigError, HandlerError, InvalidJob, JobStateError
-from cronjobs.executor import Executor
 from cronjobs.handler import CronJobHandler
-from cronjobs.inline import InlineRunner
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)
 
@@ -71,7 +71,7 @@ def claim(app, clock, limit=16, job_id=None):
 
 
 def finish(app, ids):
-    from cronjobs.models import cronjob_queue as q
+    from cronjobs.store.models import cronjob_queue as q
 
     with app.engine.begin() as conn:
         conn.execute(q.update().where(q.c.id.in_(ids)).values(status="completed"))

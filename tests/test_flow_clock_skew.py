@@ -40,10 +40,10 @@ import sqlalchemy as sa
 from conftest import REDIS, cli_env
 from cronjobs import queue, store
 from cronjobs.clock import utcnow
-from cronjobs.models import cronjob_block as b
-from cronjobs.models import cronjob_flow_start as fs
-from cronjobs.models import cronjob_pause as p
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_block as b
+from cronjobs.store.models import cronjob_flow_start as fs
+from cronjobs.store.models import cronjob_pause as p
+from cronjobs.store.models import cronjob_queue as q
 
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True),
               pytest.mark.slow]

@@ -10,7 +10,8 @@ from datetime import timedelta
 
 import pytest
 
-from cronjobs import CronJobHandler, flowstate, store
+from cronjobs import CronJobHandler, store
+from cronjobs.flow import state as flowstate
 from dashboard_helpers import BEARER, TOKEN, add_row, csrf_of, login, web_client
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -246,7 +247,7 @@ def test_the_job_page_says_what_holds_a_pending_row(make_app):
     """A pending row's page names the pauses and blocks holding it (with a link to the
     Pauses & blocks page); the start and worker of an earlier attempt read as the last."""
     from cronjobs import queue
-    from cronjobs.models import cronjob_queue as q
+    from cronjobs.store.models import cronjob_queue as q
 
     app = flow_app(make_app)
     client = web_client(app)

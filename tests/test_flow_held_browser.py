@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from conftest import REDIS, SAMPLE_HANDLERS, cli_env
 from cronjobs import queue
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_queue as q
 from test_browser import CHROMIUM, FLAGS, TOKEN, Serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["mariadb"], indirect=True)]

@@ -12,11 +12,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from cronjobs import flowstate, queue
+from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
+from cronjobs.flow import state as flowstate
 from cronjobs.handler import CronJobHandler
-from cronjobs.models import cronjob_queue, cronjob_worker
+from cronjobs.job.executor import Executor
+from cronjobs.store.models import cronjob_queue, cronjob_worker
 from dashboard_helpers import TOKEN, add_row, db_now, login, web_client
 
 T0 = datetime(2026, 6, 6, 6, 0, 0)

@@ -17,11 +17,12 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from cronjobs import flowstate, queue, store
+from cronjobs import queue, store
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
+from cronjobs.flow import state as flowstate
 from cronjobs.handler import CronJobHandler
-from cronjobs.models import cronjob_block, cronjob_flow_start, cronjob_pause, cronjob_queue
+from cronjobs.job.executor import Executor
+from cronjobs.store.models import cronjob_block, cronjob_flow_start, cronjob_pause, cronjob_queue
 
 T0 = datetime(2026, 7, 7, 7, 0, 0)
 CONFIGS = 50

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from conftest import REDIS
 from cronjobs import queue
-from cronjobs.models import cronjob_queue as q
-from cronjobs.models import cronjob_worker
+from cronjobs.store.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_worker
 from test_worker_e2e import worker
 
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True),

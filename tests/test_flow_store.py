@@ -11,8 +11,8 @@ import pytest
 
 from cronjobs import queue, store
 from cronjobs.errors import InvalidJob
-from cronjobs.flowrules import Limits
-from cronjobs.models import cronjob_queue as q
+from cronjobs.flow.rules import Limits
+from cronjobs.store.models import cronjob_queue as q
 
 T0 = datetime(2026, 5, 5, 5, 5, 5)
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from conftest import REDIS, cli_env, run_cli
 from cronjobs import queue, store
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_queue as q
 from test_worker_e2e import worker
 
 pytestmark = [pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True),

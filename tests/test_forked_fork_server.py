@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REDIS, SAMPLE_HANDLERS, effect_rows
 from cronjobs import queue
-from cronjobs.forkserver import ForkServer
+from cronjobs.worker.forkserver import ForkServer
 from test_job_processes_on_demand import _fork_servers
 from test_job_slots import CRASH_HANDLERS, MISBEHAVE
 from test_worker_children import alive, children, is_tracker, running
@@ -87,7 +87,7 @@ def test_a_killed_fork_server_is_replaced_by_a_fresh_one(make_app, db_url, names
         assert "its job process had died while idle" in log.read_text()
         assert job_rows(app)[-1]["attempts"] == 1, "the attempt given back"
         [fresh] = _fork_servers(proc.pid)
-        assert "cronjobs.preload" in fresh.cmdline()
+        assert "cronjobs.worker.preload" in fresh.cmdline()
         assert used <= {c.pid for c in fresh.children()}
         assert _stop(proc) == 0, _tail(log)
 
@@ -114,7 +114,7 @@ def _job_processes(kids: list[psutil.Process], seen: dict[int, str]) -> None:
     fork server began: "forked" from the worker or started "fresh")."""
     for server in (s for k in kids for s in _fork_servers(k.pid)):
         with contextlib.suppress(psutil.Error):  # ended while we looked
-            began = "fresh" if "cronjobs.preload" in server.cmdline() else "forked"
+            began = "fresh" if "cronjobs.worker.preload" in server.cmdline() else "forked"
             seen.update(dict.fromkeys((c.pid for c in server.children()), began))
 
 

@@ -1,5 +1,5 @@
-"""The fork server alone (`cronjobs.forkserver`, started fresh as `python -m
-cronjobs.preload`): it forks a child per request and reports its pid and exit status (its
+"""The fork server alone (`cronjobs.worker.forkserver`, started fresh as `python -m
+cronjobs.worker.preload`): it forks a child per request and reports its pid and exit status (its
 own exit code, or `-9` when killed), its children die with it, and it ends when the
 worker's end of its socket closes. A process that runs threads does not fork it (see
 `tests/test_forked_fork_server.py`)."""
@@ -13,7 +13,7 @@ from multiprocessing.connection import Pipe
 import psutil
 import pytest
 
-from cronjobs.forkserver import Child, ForkServer, ServerGone
+from cronjobs.worker.forkserver import Child, ForkServer, ServerGone
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)
 
@@ -36,7 +36,7 @@ def _wait(condition, seconds: float = 10.0) -> bool:
 
 @pytest.fixture
 def server():
-    server = ForkServer.spawn("cronjobs.preload")
+    server = ForkServer.spawn("cronjobs.worker.preload")
     yield server
     server.stop()
 
@@ -78,7 +78,7 @@ def test_children_die_with_a_killed_server_and_it_is_known_gone(server):
 
 
 def test_the_server_ends_when_the_workers_end_closes():
-    server = ForkServer.spawn("cronjobs.preload")
+    server = ForkServer.spawn("cronjobs.worker.preload")
     child, ours = _child(server)  # waits until it serves
     process = psutil.Process(server.pid)
     server.stop()

@@ -12,11 +12,11 @@ import sqlalchemy as sa
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor, Prepared
-from cronjobs.finishing import OutcomeWriter
-from cronjobs.groupcommit import BATCH_WINDOW_SECONDS, GroupCommit
-from cronjobs.outcome import Outcome
+from cronjobs.job.executor import Executor, Prepared
+from cronjobs.job.finishing import OutcomeWriter
+from cronjobs.job.outcome import Outcome
 from cronjobs.status import Ended, Status
+from cronjobs.worker.groupcommit import BATCH_WINDOW_SECONDS, GroupCommit
 from dashboard_helpers import row
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)
@@ -151,8 +151,8 @@ def stopping_commit(make_app):
 
 def test_while_the_database_is_down_a_stopping_worker_waits_for_outcomes_not_claims(
         make_app, monkeypatch):
-    from cronjobs import groupcommit
     from cronjobs.errors import DatabaseUnavailable
+    from cronjobs.worker import groupcommit
 
     executor, commit, claimed, stopped, stopping = stopping_commit(make_app)
 
@@ -181,8 +181,8 @@ def test_from_the_stop_a_worker_tries_its_last_outcomes_every_second(make_app, m
     # ran again after recover-stale. From the stop on, every STOPPING_RETRY_SECONDS.
     import time
 
-    from cronjobs import groupcommit
     from cronjobs.errors import DatabaseUnavailable
+    from cronjobs.worker import groupcommit
 
     executor, commit, claimed, stopped, stopping = stopping_commit(make_app)
     real, back, tries = groupcommit.run_in_transaction, threading.Event(), []
@@ -214,8 +214,8 @@ def test_a_transaction_retried_after_the_stop_writes_outcomes_and_claims_nothing
     # The database was down when the worker was told to stop: the transaction that gets
     # through afterwards still carries the claim of before; it must take no row (a
     # stopping worker would never run it: it stayed `running` until its lease ended).
-    from cronjobs import groupcommit
     from cronjobs.errors import DatabaseUnavailable
+    from cronjobs.worker import groupcommit
 
     app = make_app(clock=FrozenClock(T0))
     ids = [queue.dispatch("test.shape.execute", {"shape": "true"}) for _ in range(2)]

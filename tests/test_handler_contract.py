@@ -8,8 +8,8 @@ import pytest
 
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
 
 T0 = datetime(2026, 1, 5, 12, 0, 0)
 BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
@@ -181,7 +181,7 @@ def test_max_attempts_per_row_overrides_class(make_app):
 @BACKENDS
 def test_destructive_handler_does_not_run_while_its_task_is_disabled(make_app):
     from cronjobs import CronJobHandler
-    from cronjobs.tasks import set_enabled
+    from cronjobs.schedule.tasks import set_enabled
 
     calls = []
 
@@ -284,7 +284,7 @@ def test_a_completed_retry_clears_the_old_error(make_app):
     InlineRunner(Executor(app)).run_id(job_id)
     assert queue.get(job_id)["error"]
     with app.engine.begin() as conn:
-        from cronjobs.models import cronjob_queue as q
+        from cronjobs.store.models import cronjob_queue as q
 
         conn.execute(q.update().where(q.c.id == job_id).values(payload='{"shape": "true"}'))
     clock.advance(120)

@@ -19,8 +19,8 @@ from conftest import cli_env
 from cronjobs.app import App
 from cronjobs.config import Settings
 from cronjobs.health import run_health
-from cronjobs.models import cronjob_worker
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_worker
 from cronjobs.testing import FrozenClock, drain
 from dashboard_helpers import BEARER, TOKEN, add_row, recent_t0, web_client
 

@@ -17,8 +17,8 @@ from cronjobs.app import App
 from cronjobs.config import Settings
 from cronjobs.health import CHECK_ERROR, run_health
 from cronjobs.health.checks import database
-from cronjobs.models import cronjob_worker
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_worker
 from cronjobs.testing import drain
 from dashboard_helpers import BEARER, TOKEN, add_row, web_client
 

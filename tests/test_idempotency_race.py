@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 
 PROCS = Path(__file__).parent / "procs"
 RACE_BACKENDS = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)

@@ -71,6 +71,6 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycle_among_the_modules_of_src():
     edges = _graph()
-    assert {"cronjobs.worker", "registry", "handlers.HealthCheck"} <= set(edges)
-    assert "cronjobs.executor" in edges["cronjobs.queue"]  # imported inside a function
+    assert {"cronjobs.worker.loop", "registry", "handlers.HealthCheck"} <= set(edges)
+    assert "cronjobs.job.executor" in edges["cronjobs.queue"]  # imported inside a function
     assert _cycles(edges) == []

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import REDIS, effect_rows
 from cronjobs import queue
-from cronjobs.killtimer import KILL_GRACE_SECONDS
+from cronjobs.worker.killtimer import KILL_GRACE_SECONDS
 from test_worker_e2e import wait_for as wait_for_worker
 from test_worker_e2e import worker
 
@@ -48,7 +48,7 @@ def test_the_kill_timer_ends_a_process_that_blocks_every_signal_in_a_c_loop():
     started = time.monotonic()
     done = _in_child(
         "import signal\n"
-        "from cronjobs.killtimer import KillTimer\n"
+        "from cronjobs.worker.killtimer import KillTimer\n"
         "timer = KillTimer.create()\n"
         "assert timer.arm(60) and timer.arm(0.3)  # armed again: the later value holds\n"
         "signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())\n"
@@ -60,7 +60,7 @@ def test_the_kill_timer_ends_a_process_that_blocks_every_signal_in_a_c_loop():
 def test_a_disarmed_kill_timer_kills_nothing():
     done = _in_child(
         "import time\n"
-        "from cronjobs.killtimer import KillTimer\n"
+        "from cronjobs.worker.killtimer import KillTimer\n"
         "timer = KillTimer.create()\n"
         "assert timer.arm(0.2) and timer.disarm()\n"
         "time.sleep(0.6)\n"

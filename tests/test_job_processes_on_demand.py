@@ -24,14 +24,14 @@ pytestmark = [pytest.mark.parametrize("backend", ["mariadb"], indirect=True),
 
 def _fork_servers(worker_pid: int) -> list[psutil.Process]:
     """The worker's fork server: the child it forked or started fresh (`cj-forkserver`;
-    one started fresh runs `cronjobs.preload`, named so once it runs)."""
+    one started fresh runs `cronjobs.worker.preload`, named so once it runs)."""
     found = []
     for child in psutil.Process(worker_pid).children():
         try:
             if child.status() == psutil.STATUS_ZOMBIE:
                 continue
             if child.name() == "cj-forkserver" \
-                    or "cronjobs.preload" in child.cmdline():
+                    or "cronjobs.worker.preload" in child.cmdline():
                 found.append(child)
         except psutil.Error:  # ended while we looked
             pass

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE_HANDLERS
-from cronjobs.context import Runtime
 from cronjobs.handler import Job
-from cronjobs.procslots import ProcessSlots
-from cronjobs.runner import KILL_GRACE_SECONDS
+from cronjobs.job.context import Runtime
 from cronjobs.status import Reason
-from cronjobs.threadslots import ThreadSlots
+from cronjobs.worker.procslots import ProcessSlots
+from cronjobs.worker.runner import KILL_GRACE_SECONDS
+from cronjobs.worker.threadslots import ThreadSlots
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)
 

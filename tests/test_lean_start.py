@@ -46,7 +46,7 @@ def test_a_workers_job_processes_run_with_the_fork_servers_app_forked_or_stock(
         assert again["preloaded_app"] is True, again  # the stock fork server's
         assert again["pid"] != first["pid"]
         [server] = _fork_servers(proc.pid)
-        assert "cronjobs.preload" in server.cmdline(), "started anew, not forked"
+        assert "cronjobs.worker.preload" in server.cmdline(), "started anew, not forked"
 
 
 @SQLITE

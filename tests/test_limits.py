@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from conftest import cli_env, run_cli
 from cronjobs import limits, queue
 from cronjobs.clock import FrozenClock
-from cronjobs.db import classify, run_in_transaction
 from cronjobs.errors import DatabaseRefused
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.db import classify, run_in_transaction
+from cronjobs.store.models import cronjob_queue as q
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
@@ -148,8 +148,8 @@ def test_a_server_with_a_small_packet_limit_is_refused_at_connect(tmp_path):
     first connection with a one-line ConfigError instead."""
     import subprocess
 
-    from cronjobs.engines import make_engine
     from cronjobs.errors import ConfigError
+    from cronjobs.store.engines import make_engine
     from test_faults import OwnMariaDB
 
     class SmallPacketMariaDB(OwnMariaDB):

@@ -14,10 +14,10 @@ import pytest
 
 from conftest import cli_env
 from cronjobs.errors import ManualRunPending, TaskRefused
-from cronjobs.manual import run_now
-from cronjobs.scheduler import tick
-from cronjobs.taskrows import cli_row, task_rows
-from cronjobs.tasks import set_enabled
+from cronjobs.schedule.manual import run_now
+from cronjobs.schedule.scheduler import tick
+from cronjobs.schedule.taskrows import cli_row, task_rows
+from cronjobs.schedule.tasks import set_enabled
 from cronjobs.testing import FrozenClock
 from dashboard_helpers import T0, count, row
 
@@ -79,7 +79,7 @@ def test_eight_threads_at_once_start_one_manual_run(make_app):
     app = make_app()
     run_now("test-count", app=app)  # create the runtime row first, then clear the pending run
     first = row(app, app_last_manual(app))
-    from cronjobs import operator
+    from cronjobs.actions import operator
 
     operator.cancel(app, first["id"])
     results, barrier = [], threading.Barrier(8)

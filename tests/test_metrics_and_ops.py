@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import cli_env, run_cli
 from cronjobs import queue
-from cronjobs.models import cronjob_worker
+from cronjobs.store.models import cronjob_worker
 from cronjobs.testing import drain
 from dashboard_helpers import BEARER, TOKEN, add_row, db_now, row, web_client
 
@@ -47,7 +47,7 @@ def test_metrics_parse_and_counters_move_after_jobs_run(make_app):
     drain(app)
     now = db_now(app)  # heartbeat ages follow the database's clock
     with app.engine.begin() as conn:  # the retry of `bad` is due in 2 minutes: make it due now
-        from cronjobs.models import cronjob_queue as q
+        from cronjobs.store.models import cronjob_queue as q
 
         conn.execute(q.update().where(q.c.id == bad).values(scheduled_at=None))
         conn.execute(cronjob_worker.insert().values(

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from cronjobs import store
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from cronjobs.testing import FrozenClock
 from cronjobs.web.view import web_engine
 from dashboard_helpers import BEARER, TOKEN, recent_t0, web_client

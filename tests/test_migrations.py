@@ -10,9 +10,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from conftest import new_database
-from cronjobs.engines import make_engine
 from cronjobs.migrate import current, downgrade, migrations_path, upgrade
-from cronjobs.models import metadata
+from cronjobs.store.engines import make_engine
+from cronjobs.store.models import metadata
 
 
 def _diff(engine) -> list:

@@ -144,8 +144,8 @@ def private_names(source: str) -> list[tuple[int, str]]:
     ("import os\ngetattr(os, '_hidden')", [(2, "getattr(os, '_hidden')")]),
     ("import os, sys\nos._exit(0)\nsys._getframe(1)\nos.__name__", []),
     ("self._x = 1\ncls._y\nfrom . import runner\nrunner._SERVER", []),
-    ("from cronjobs import runner\nrunner._LOCK\nimport cronjobs.jobprocess\n"
-     "cronjobs.jobprocess._PRELOADED", []),
+    ("from cronjobs import runner\nrunner._LOCK\nimport cronjobs.worker.jobprocess\n"
+     "cronjobs.worker.jobprocess._PRELOADED", []),
     ("obj = make()\nobj._private", []),
     ("from multiprocessing import popen_forkserver\nclass P(popen_forkserver.Popen):\n"
      "    def _launch(self, obj):\n        self._fds = []\n    def __init__(self):\n"

@@ -17,8 +17,8 @@ import pytest
 from conftest import SAMPLE_HANDLERS
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
-from cronjobs.pool import SlotPool
+from cronjobs.job.executor import Executor
+from cronjobs.worker.pool import SlotPool
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)
 

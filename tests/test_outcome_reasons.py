@@ -9,13 +9,14 @@ from datetime import datetime
 
 import pytest
 
-from cronjobs import CronJobHandler, outcome, queue
+from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
 from cronjobs.handler import Job
-from cronjobs.inline import InlineRunner
+from cronjobs.job import outcome
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.schedule.tasks import set_enabled
 from cronjobs.status import Reason, family
-from cronjobs.tasks import set_enabled
 from cronjobs.testing import drain
 from dashboard_helpers import TOKEN, add_row, login, row, web_client
 from test_metrics_and_ops import scrape

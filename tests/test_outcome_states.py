@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from cronjobs.handler import CronJobHandler, Job, RetryLater
-from cronjobs.outcome import (
+from cronjobs.job.outcome import (
     KINDS,
     Outcome,
     Policy,

@@ -16,9 +16,9 @@ from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import TaskRunning
-from cronjobs.manual import run_now
-from cronjobs.models import cronjob_queue
-from cronjobs.scheduler import tick
+from cronjobs.schedule.manual import run_now
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_queue
 from dashboard_helpers import TOKEN, login, web_client
 
 T0 = datetime(2026, 3, 2, 9, 0, 5)
@@ -57,10 +57,10 @@ def test_manual_run_is_refused_while_the_scheduled_run_is_going_unless_forced(ma
         assert str(err.value) == (f"task 'test-skip' is already running (job {job_id}); its "
                                   f"OVERLAP is 'skip' (use --force to start another)")
         assert err.value.job_id == job_id
-    with caplog.at_level(logging.WARNING, logger="cronjobs.manual"):
+    with caplog.at_level(logging.WARNING, logger="cronjobs.schedule.manual"):
         forced = run_now("test-skip", force=True, app=app)
     assert forced.created and forced.id != job_id
-    assert [r.getMessage() for r in caplog.records if r.name == "cronjobs.manual"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "cronjobs.schedule.manual"] == [
         f"task test-skip: manual run forced (job {forced.id}) while its scheduled run is "
         f"still going"]
     set_status(app, job_id, "completed")  # the scheduled run has ended: no refusal

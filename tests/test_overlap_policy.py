@@ -13,9 +13,9 @@ import sqlalchemy as sa
 from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import HandlerError
-from cronjobs.models import cronjob_queue, cronjob_runtime
-from cronjobs.overlap import Decision, decide
-from cronjobs.scheduler import tick
+from cronjobs.schedule.overlap import Decision, decide
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_queue, cronjob_runtime
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 3, 2, 9, 0, 5)
@@ -108,7 +108,7 @@ def test_skip_holds_every_slot_while_the_discover_family_is_going(make_app, capl
     children = rows(app, "ov.child.execute")
     assert [c["root_id"] for c in children] == [root["id"]] * CHILDREN
 
-    with caplog.at_level(logging.INFO, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.INFO, logger="cronjobs.schedule.scheduler"):
         second = at(clock, 1)
         again = at(clock, 1.5)  # a later tick of the same slot: not counted twice
     assert started(second, "ov-family") == [] and second.skipped["ov-family"] == "running"
@@ -130,7 +130,7 @@ def test_skip_holds_every_slot_while_the_discover_family_is_going(make_app, capl
     drain(app, ["ovg"])  # the whole family has ended: the next slot runs
     assert started(at(clock, 2.5), "ov-family") == []  # slot 09:02 was skipped: stays so
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.INFO, logger="cronjobs.schedule.scheduler"):
         assert started(at(clock, 3), "ov-family") == ["202603020903"]
     assert len(rows(app, "ov.family.discover")) == 2
     assert runtime(app, "ov-family")["skipped_count"] == 2

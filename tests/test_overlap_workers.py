@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from conftest import SAMPLE_HANDLERS, cli_env
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_queue, cronjob_runtime
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_queue, cronjob_runtime
 from test_worker_e2e import REDIS, wait_for
 
 T0 = datetime(2026, 3, 2, 9, 0, 5)

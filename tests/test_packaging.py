@@ -29,7 +29,7 @@ def test_wheel_contents_and_migrate_from_it(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     code = ("import sys; sys.path.insert(0, sys.argv[1]);"
             "from cronjobs.migrate import migrations_path, upgrade, current;"
-            "from cronjobs.engines import make_engine;"
+            "from cronjobs.store.engines import make_engine;"
             "assert str(migrations_path()).startswith(sys.argv[1]), migrations_path();"
             "e = make_engine('sqlite:///' + sys.argv[1] + '/m.db'); upgrade(e); print(current(e))")
     out = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True,

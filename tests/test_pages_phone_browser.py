@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from conftest import ROOT, SAMPLE_HANDLERS, cli_env, run_cli
 from cronjobs.clock import utcnow
-from cronjobs.models import cronjob_queue as q
-from cronjobs.models import cronjob_worker
+from cronjobs.store.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_worker
 from dashboard_process import Dashboard
 from test_browser import CHROMIUM, FLAGS
 

@@ -13,9 +13,10 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import REDIS, cli_env, run_cli
-from cronjobs import dispatching, limits, queue
+from cronjobs import limits, queue
 from cronjobs.errors import InvalidJob
-from cronjobs.models import cronjob_queue
+from cronjobs.job import dispatching
+from cronjobs.store.models import cronjob_queue
 from cronjobs.testing import drain
 from test_worker_e2e import _tail, wait_for, worker
 

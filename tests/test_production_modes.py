@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from conftest import cli_env, effect_rows
 from cronjobs import queue
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from test_faults import report
 from test_worker_e2e import RECORD, all_completed, wait_for, worker
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from conftest import ROOT, cli_env, run_cli
 from cronjobs.clock import utcnow
-from cronjobs.models import cronjob_queue as q
+from cronjobs.store.models import cronjob_queue as q
 from test_browser import CHROMIUM, FLAGS, Serve
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
-from cronjobs.executor import Executor
-from cronjobs.models import cronjob_queue as q
+from cronjobs.job.executor import Executor
+from cronjobs.store.models import cronjob_queue as q
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
 
@@ -107,9 +107,10 @@ def test_cleanup_keeps_a_cancelled_parent_with_live_children(make_app):
 
 
 def test_cleanup_forgets_heartbeats_of_killed_workers(make_app):
-    from cronjobs import heartbeat, store
-    from cronjobs.db import run_in_transaction
-    from cronjobs.models import cronjob_worker
+    from cronjobs import store
+    from cronjobs.store.db import run_in_transaction
+    from cronjobs.store.models import cronjob_worker
+    from cronjobs.worker import heartbeat
 
     clock = FrozenClock(T0)
     app = make_app(clock=clock)

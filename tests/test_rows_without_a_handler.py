@@ -15,10 +15,11 @@ from datetime import datetime
 import pytest
 
 from conftest import cli_env, run_cli
-from cronjobs import CronJobHandler, heartbeat, queue
+from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.worker import heartbeat
 from test_worker_e2e import REDIS, wait_for, worker
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import run_cli
-from cronjobs.scaffold import ScaffoldError, class_base, files
+from cronjobs.cli.handlerfiles import ScaffoldError, class_base, files
 
 
 def env_with(tmp_path, **extra) -> dict:

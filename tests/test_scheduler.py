@@ -12,10 +12,10 @@ from conftest import effect_rows
 from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import HandlerNotFound
-from cronjobs.manual import run_now
-from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
-from cronjobs.scheduler import tick
-from cronjobs.tasks import set_enabled
+from cronjobs.schedule.manual import run_now
+from cronjobs.schedule.scheduler import tick
+from cronjobs.schedule.tasks import set_enabled
+from cronjobs.store.models import cronjob_queue, cronjob_runtime, cronjob_slot
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
@@ -145,7 +145,7 @@ def test_missed_minutes_are_coalesced_into_one_run_and_logged(make_app, caplog):
     later = datetime(2026, 1, 5, 12, 30, 5)
     clock.set(later)
 
-    with caplog.at_level(logging.INFO, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.INFO, logger="cronjobs.schedule.scheduler"):
         report = tick(later)
 
     assert count_started(report) == ["202601051230"]          # one run, not 30
@@ -185,7 +185,7 @@ def test_unavailable_handler_is_skipped(make_app, caplog):
     app.handlers.register(UnavailableDiscover.TYPE, UnavailableDiscover)
     app.handlers.register(BrokenCheckDiscover.TYPE, BrokenCheckDiscover)
 
-    with caplog.at_level(logging.WARNING, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="cronjobs.schedule.scheduler"):
         report = tick(T0)
 
     assert report.skipped["test-unavailable"] == "unavailable"

@@ -23,8 +23,8 @@ from conftest import SAMPLE_HANDLERS, cli_env, run_cli
 from cronjobs import CronJobHandler
 from cronjobs.clock import FrozenClock
 from cronjobs.health import alerts, run_health
-from cronjobs.models import cronjob_queue, cronjob_runtime
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_queue, cronjob_runtime
 from dashboard_helpers import recent_t0
 from test_worker_e2e import wait_for
 
@@ -160,7 +160,7 @@ def test_tick_records_the_failed_slot_once_and_starts_the_others(make_app, caplo
     clock = FrozenClock(recent_t0())
     app = make_app(clock=clock)
     app.handlers.register(KeylessDiscover.TYPE, KeylessDiscover)
-    caplog.set_level(logging.INFO, "cronjobs.scheduler")
+    caplog.set_level(logging.INFO, "cronjobs.schedule.scheduler")
     first = tick(app=app)
     again = tick(app=app)  # the same slot: nothing recorded or logged again
     clock.advance(60)
@@ -235,7 +235,7 @@ def test_a_task_whose_frequency_gives_no_slot_fails_alone(make_app, caplog):
     with app.engine.begin() as conn:
         conn.execute(cronjob_runtime.update().where(cronjob_runtime.c.task == "test-count")
                      .values(frequency="every minute"))
-    caplog.set_level(logging.ERROR, "cronjobs.scheduler")
+    caplog.set_level(logging.ERROR, "cronjobs.schedule.scheduler")
     app.clock.advance(60)
     reports = [tick(app=app), tick(app=app)]
     for report in reports:

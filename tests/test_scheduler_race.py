@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from conftest import cli_env, effect_rows
 from cronjobs.clock import FrozenClock
-from cronjobs.models import cronjob_queue, cronjob_runtime, cronjob_slot
+from cronjobs.store.models import cronjob_queue, cronjob_runtime, cronjob_slot
 from cronjobs.testing import drain
 
 PROCS = Path(__file__).parent / "procs"

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import cli_env
 from cronjobs import queue
-from cronjobs.worker import WorkerProcess
+from cronjobs.worker.loop import WorkerProcess
 from test_worker_e2e import _stop, _tail, wait_for
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -42,7 +42,7 @@ class VersionExecute(CronJobHandler):
     def handle(self, payload, job):
         if payload.get("die"):
             os._exit(3)  # the job process dies: the worker forks a new one
-        jobprocess = sys.modules.get("cronjobs.jobprocess")
+        jobprocess = sys.modules.get("cronjobs.worker.jobprocess")
         app = self.context.app
         return {{"success": True, "result": {{
             "version": VERSION, "pid": os.getpid(),

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import cli_env, run_cli
-from cronjobs.db import run_in_transaction
-from cronjobs.engines import CONNECT_TIMEOUT_SECONDS, _connect_args, make_engine
 from cronjobs.errors import DatabaseUnavailable
+from cronjobs.store.db import run_in_transaction
+from cronjobs.store.engines import CONNECT_TIMEOUT_SECONDS, _connect_args, make_engine
 
 
 class SilentServer:

@@ -11,7 +11,7 @@ import pytest
 from cronsim import CronSim
 
 from cronjobs import limits
-from cronjobs.slots import (
+from cronjobs.schedule.slots import (
     Slot,
     check_frequency,
     cron_key,

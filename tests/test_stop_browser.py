@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from conftest import REDIS, SAMPLE_HANDLERS, cli_env
 from cronjobs import queue
-from cronjobs.models import cronjob_stop
+from cronjobs.store.models import cronjob_stop
 from dashboard_process import Dashboard
 from test_browser import CHROMIUM, FLAGS
 from test_stop_running_jobs import LONG, STOP_HANDLERS, STOP_WITHIN_SECONDS

@@ -15,11 +15,13 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import REDIS, SAMPLE_HANDLERS, cli_env, effect_rows, run_cli
-from cronjobs import operator, outcome, queue
+from cronjobs import queue
+from cronjobs.actions import operator
 from cronjobs.errors import JobNotFound, JobStateError
 from cronjobs.handler import Job
-from cronjobs.models import cronjob_queue, cronjob_stop, cronjob_worker
-from cronjobs.worker import WorkerProcess
+from cronjobs.job import outcome
+from cronjobs.store.models import cronjob_queue, cronjob_stop, cronjob_worker
+from cronjobs.worker.loop import WorkerProcess
 from test_worker_e2e import RECORD, wait_for
 from test_worker_lifecycle import pid_alive
 

@@ -13,12 +13,12 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from cronjobs.models import cronjob_queue as q
 from cronjobs.store import ClaimRequest
 from cronjobs.store.claim import PROBE, select_sql, update_params, update_sql
 from cronjobs.store.finish import finish_sql
 from cronjobs.store.flow import HOLDS_STORED_SQL, NO_HOLDS_STORED_SQL, claim_hold_sql, hold_sql
 from cronjobs.store.leases import renew_sql
+from cronjobs.store.models import cronjob_queue as q
 from cronjobs.store.sql import due, due_sql, lease_sql, ph
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)

@@ -8,7 +8,7 @@ import logging
 from datetime import timedelta
 
 from cronjobs import store
-from cronjobs.db import run_in_transaction
+from cronjobs.store.db import run_in_transaction
 from cronjobs.testing import drain
 from test_overlap_policy import T0, AllowDiscover, at, rows, runtime, setup, started
 
@@ -24,7 +24,7 @@ def test_a_paused_task_records_its_slots_as_skipped_until_resumed(make_app, capl
     assert started(at(clock, 0), "ov-allow") == ["202603020900"]
     drain(app, ["ovd", "ovx", "ovg"])
     pause(app, None, T0)
-    with caplog.at_level(logging.INFO, logger="cronjobs.scheduler"):
+    with caplog.at_level(logging.INFO, logger="cronjobs.schedule.scheduler"):
         first = at(clock, 1)
         again = at(clock, 1.5)  # a later tick of the same slot: not counted twice
     assert started(first, "ov-allow") == [] and first.skipped["ov-allow"] == "paused"

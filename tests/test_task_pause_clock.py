@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from cronjobs import store
 from cronjobs.clock import SystemClock, utcnow
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
 from test_overlap_policy import AllowDiscover, ChildExecute, GrandchildExecute, started
 
 AHEAD = timedelta(minutes=20)

@@ -13,8 +13,8 @@ import pytest
 from conftest import SAMPLE_HANDLERS, cli_env, run_cli
 from cronjobs import CronJobHandler
 from cronjobs.errors import HandlerError
-from cronjobs.scheduler import tick
-from cronjobs.tasks import unknown_sections
+from cronjobs.schedule.scheduler import tick
+from cronjobs.schedule.tasks import unknown_sections
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -79,7 +79,7 @@ def test_unknown_queue_and_task_sections_are_named_with_a_hint(make_app, caplog)
                         "handler (did you mean broadcast?) (queues: broadcast, default, "
                         "maintenance); its limits apply only to rows dispatched to queue "
                         "'braodcast'")
-    caplog.set_level(logging.WARNING, "cronjobs.scheduler")
+    caplog.set_level(logging.WARNING, "cronjobs.schedule.scheduler")
     tick(app=app)
     tick(app=app)  # once per process
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

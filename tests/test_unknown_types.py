@@ -16,9 +16,9 @@ from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.config import Settings
 from cronjobs.errors import ConfigError, InvalidJob
-from cronjobs.executor import Executor
-from cronjobs.inline import InlineRunner
-from cronjobs.models import cronjob_queue
+from cronjobs.job.executor import Executor
+from cronjobs.job.inline import InlineRunner
+from cronjobs.store.models import cronjob_queue
 
 T0 = datetime(2026, 6, 1, 12, 0, 0)
 

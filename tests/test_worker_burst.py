@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import REDIS, SAMPLE_HANDLERS, cli_env, effect_rows
 from cronjobs import queue
 from cronjobs.cli import main
-from cronjobs.models import cronjob_queue
+from cronjobs.store.models import cronjob_queue
 from cronjobs.testing import drain, make_test_app
 
 SERVERS = pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
@@ -167,7 +167,7 @@ def test_stop_ends_a_job_of_a_burst(make_app, db_url, namespace):
     `cronjobs worker`: failed with reason `stopped`, and the burst goes on and exits."""
     from pathlib import Path
 
-    from cronjobs import operator
+    from cronjobs.actions import operator
 
     stop_handlers = str(Path(__file__).parent / "stop_handlers")
     app = make_app(handler_paths=(SAMPLE_HANDLERS, stop_handlers))
@@ -201,10 +201,10 @@ def test_a_burst_stopped_while_the_database_is_down_ends(make_app, monkeypatch):
     # never ran.
     import threading
 
-    from cronjobs import groupcommit
-    from cronjobs.burst import BurstWorker
     from cronjobs.errors import DatabaseUnavailable
-    from cronjobs.worker import Signals
+    from cronjobs.worker import groupcommit
+    from cronjobs.worker.burst import BurstWorker
+    from cronjobs.worker.loop import Signals
 
     app = make_app(handler_paths=(SAMPLE_HANDLERS,))
     job_id = queue.dispatch(SHAPE, {"shape": "true"}, app=app)

@@ -27,9 +27,9 @@ from sqlalchemy.orm import Session
 
 from conftest import REDIS, cli_env, effect_rows, effects
 from cronjobs import queue, store
-from cronjobs.db import run_in_transaction
-from cronjobs.models import cronjob_queue
-from cronjobs.relay import PASS_ON_SECONDS
+from cronjobs.store.db import run_in_transaction
+from cronjobs.store.models import cronjob_queue
+from cronjobs.worker.relay import PASS_ON_SECONDS
 
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 pytestmark = [MARIADB, pytest.mark.slow]

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from conftest import SAMPLE_HANDLERS, cli_env, effect_rows
 from cronjobs import queue
-from cronjobs.models import cronjob_queue
-from cronjobs.worker import Limits, WorkerProcess, connections_needed
+from cronjobs.store.models import cronjob_queue
+from cronjobs.worker.loop import Limits, WorkerProcess, connections_needed
 from test_worker_e2e import REDIS, all_completed, wait_for
 
 pytestmark = pytest.mark.core  # the core subset (make test-core)

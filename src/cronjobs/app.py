@@ -19,7 +19,7 @@ import registry
 
 from .clock import SystemClock
 from .config import Settings
-from .engines import make_engine, sqlite_autocommit
+from .store.engines import make_engine, sqlite_autocommit
 
 if TYPE_CHECKING:
     from .broker import Broker

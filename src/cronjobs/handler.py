@@ -12,7 +12,8 @@ from markupsafe import Markup
 
 STAGES = ("discover", "execute")
 FREQUENCIES = ("minute", "hour", "day", "month")
-OVERLAPS = ("skip", "buffer_one", "allow")  # a scheduled handler's OVERLAP (cronjobs.overlap)
+# a scheduled handler's OVERLAP (cronjobs.schedule.overlap)
+OVERLAPS = ("skip", "buffer_one", "allow")
 MAX_RETRY_LATER_SECONDS = 366 * 24 * 3600
 BLOCKS = (None, "key", "type")  # what a RetryLater may block besides its row
 
@@ -155,7 +156,7 @@ class CronJobHandler:
             (for a discover: its whole family, every row dispatched under it) is still
             pending or running: `"skip"` (the default: start nothing, record the skipped
             slot), `"buffer_one"` (one run waits and starts when the running one ends),
-            `"allow"` (start anyway). See `cronjobs.overlap`.
+            `"allow"` (start anyway). See `cronjobs.schedule.overlap`.
         DESTRUCTIVE: True for work that deletes records or sends data out: the task
             ships disabled, and while its switch is off every run of its types (scheduled,
             manual or dispatched) ends `cancelled` with reason `disabled` without calling
@@ -193,7 +194,7 @@ class CronJobHandler:
     message: str | None = None
 
     def __init__(self, context: Any = None) -> None:
-        """Args: context: the `cronjobs.context.JobContext` of this run (settings, dispatch)."""
+        """Args: context: the `cronjobs.job.context.JobContext` of this run (settings, dispatch)."""
         self.context = context
 
     def handle(self, payload: dict, job: Job) -> bool | dict:

@@ -1,7 +1,7 @@
 """The public queue API: dispatch, submit, dispatch_many, get, process, recover_stale, cleanup.
 
 The CLI and the dashboard call these same functions. Every function takes an optional
-`app=` (default: `cronjobs.app.current()`). Rows are written by `cronjobs.dispatching`
+`app=` (default: `cronjobs.app.current()`). Rows are written by `cronjobs.job.dispatching`
 (the one path of the scheduler, manual runs and handlers' children too); rows run here
 (`process`) by an `executor.Executor` built for the call.
 """
@@ -13,19 +13,20 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import dispatching, store
+from . import store
 from .app import App, current
-from .db import run_in_transaction
-from .dispatching import Dispatched, build_row
 from .errors import InvalidJob
+from .job import dispatching
+from .job.dispatching import Dispatched, build_row
 from .status import Status
+from .store.db import run_in_transaction
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
     from sqlalchemy.orm import Session
 
 log = logging.getLogger("cronjobs.queue")
 
-# `build_row` (the column values of a checked new row) lives in `cronjobs.dispatching`.
+# `build_row` (the column values of a checked new row) lives in `cronjobs.job.dispatching`.
 __all__ = ["Dispatched", "build_row", "cleanup", "dispatch", "dispatch_many", "get", "process",
            "recover_stale", "submit"]
 
@@ -132,8 +133,8 @@ def process(job_row: int | dict, *, app: App | None = None) -> bool:
         JobNotFound: no such row.
         JobStateError: the row is neither pending nor a claimed running row.
     """
-    from .executor import Executor  # lazy: CLI start-up time (`get` runs no handler)
-    from .inline import InlineRunner
+    from .job.executor import Executor  # lazy: CLI start-up time (`get` runs no handler)
+    from .job.inline import InlineRunner
 
     runner = InlineRunner(Executor(app or current()))
     if isinstance(job_row, dict) and job_row.get("status") == Status.RUNNING:

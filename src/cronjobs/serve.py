@@ -6,9 +6,9 @@ import logging
 import threading
 
 from .app import App
-from .scheduler import run_forever
+from .schedule.scheduler import run_forever
 from .web.server import login_hint, open_server
-from .worker import Signals, WorkerProcess
+from .worker.loop import Signals, WorkerProcess
 
 log = logging.getLogger("cronjobs.serve")
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from .app import App, use
-from .burst import BurstReport, count_waiting
 from .clock import FrozenClock
 from .config import Settings
-from .executor import Executor
-from .inline import InlineRunner
+from .job.executor import Executor
+from .job.inline import InlineRunner
 from .migrate import upgrade
+from .worker.burst import BurstReport, count_waiting
 
 __all__ = ["DrainReport", "FrozenClock", "drain", "make_test_app"]
 

@@ -35,13 +35,13 @@ class DbBackupExecute(CronJobHandler):
         """False when the dump program the configured database needs is not installed."""
         # lazy: CLI start-up time (the registry imports every handler module)
         from cronjobs.app import current
-        from cronjobs.backup import can_back_up
+        from cronjobs.store.backup import can_back_up
 
         return can_back_up(current().settings.database_url)
 
     def handle(self, payload: dict, job: Job) -> dict | bool:
         """Make one backup and prune the old ones."""
-        from cronjobs.backup import BackupError, backup_database  # lazy: as in available()
+        from cronjobs.store.backup import BackupError, backup_database  # lazy: as in available()
 
         folder = Path(payload.get("folder") or self.settings.backup.dir)
         keep = int(payload.get("keep") or self.settings.backup.keep)

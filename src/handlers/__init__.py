@@ -3,6 +3,6 @@
 They are written as a plugin's handlers would be: they import only the public API
 (`cronjobs`: `CronJobHandler`, `Job`, `RetryLater`, `CronjobsError`; `cronjobs.handler`,
 `cronjobs.errors`, `cronjobs.queue`, `cronjobs.i18n`, `cronjobs.summary`) and the helper
-modules they wrap (`cronjobs.tlscert`, `cronjobs.backup`, `cronjobs.health`), which the
+modules they wrap (`cronjobs.tlscert`, `cronjobs.store.backup`, `cronjobs.health`), which the
 import contract `handlers-public-api` of pyproject.toml checks.
 """

@@ -42,9 +42,9 @@ import handlers as builtin_handlers
 from cronjobs import limits
 from cronjobs.config import Settings
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
-from cronjobs.flowrules import handler_limits
+from cronjobs.flow.rules import handler_limits
 from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
-from cronjobs.slots import check_frequency
+from cronjobs.schedule.slots import check_frequency
 
 log = logging.getLogger("cronjobs.registry")
 

@@ -21,7 +21,7 @@ class MisbehaveExecute(CronJobHandler):
     def handle(self, payload, job):
         do = payload.get("do")
         if do == "facts":  # how this job process runs jobs (tests/test_lean_start.py)
-            from cronjobs.jobprocess import preloaded
+            from cronjobs.worker.jobprocess import preloaded
 
             with open("/proc/self/comm") as comm:
                 name = comm.read().strip()

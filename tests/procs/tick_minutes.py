@@ -11,7 +11,7 @@ import sys
 from datetime import datetime
 
 from cronjobs.app import current
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
 
 app = current()
 app.handlers.registered_handlers()

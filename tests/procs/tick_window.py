@@ -12,8 +12,8 @@ import sys
 from datetime import datetime, timedelta
 
 from cronjobs.app import current
-from cronjobs.models import cronjob_queue
-from cronjobs.scheduler import tick
+from cronjobs.schedule.scheduler import tick
+from cronjobs.store.models import cronjob_queue
 
 start, end = (datetime.fromisoformat(arg) for arg in sys.argv[1:3])
 app = current()

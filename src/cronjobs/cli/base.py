@@ -45,7 +45,7 @@ class Group(click.Group):
             except Exception as exc:
                 if not _is_driver_error(exc):
                     raise
-                from ..db import our_error  # lazy: CLI start-up time
+                from ..store.db import our_error  # lazy: CLI start-up time
 
                 raise our_error(exc) from exc
         except StoreError as exc:

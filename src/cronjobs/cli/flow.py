@@ -91,8 +91,8 @@ def pause(queue: str | None, job_type: str | None, task: str | None, duration: s
     from datetime import timedelta
 
     from .. import store
-    from ..db import run_in_transaction
     from ..limits import check_flow_reason
+    from ..store.db import run_in_transaction
 
     scope, name = _target(queue, job_type, task)
     seconds = parse_duration(duration) if duration is not None else None
@@ -114,7 +114,7 @@ def pause(queue: str | None, job_type: str | None, task: str | None, duration: s
 @_targets("resume")
 def resume(queue: str | None, job_type: str | None, task: str | None) -> None:
     """Lift the pause of a queue, a job type or a task; its rows start in their order."""
-    from .. import operator  # lazy: CLI start-up time
+    from ..actions import operator  # lazy: CLI start-up time
 
     scope, name = _target(queue, job_type, task)
     lifted = operator.resume(_app(), scope, name)
@@ -130,7 +130,7 @@ def unblock(block_id: int | None, job_type: str | None, key: str | None) -> None
     """Lift a block (a flood wait) before it ends: by its id (`cronjobs limits`; an id
     that names no live block is an error) or by --type and --key (none left: said, exit
     0, as `resume` of what is not paused)."""
-    from .. import operator  # lazy: CLI start-up time
+    from ..actions import operator  # lazy: CLI start-up time
 
     if (block_id is None) == (job_type is None) or (key is not None and job_type is None):
         raise click.UsageError("give a block id, or --type (with --key for one key)")
@@ -155,7 +155,7 @@ def limits(as_json: bool) -> None:
     the due rows they hold now, per queue, type and reason: rate-limited (beyond the
     starts a rate limit admits now), limited (a full concurrency limit), paused, blocked."""
     from .. import store
-    from ..flowstate import HELD_ORDER, held_now, held_totals, limit_text
+    from ..flow.state import HELD_ORDER, held_now, held_totals, limit_text
 
     app = _app()
     now = app.clock.now()
@@ -195,7 +195,7 @@ def configured_limits(app) -> list[dict]:
     "rate_limit" ("30/s" or None), "limit_key" (the field, "limit_key()" or None)}`; a
     type with a LIMIT_KEY alone too (it limits nothing, but its flood-wait blocks are per
     key), as `list-handlers` and the dashboard show it."""
-    from ..flowstate import type_limits
+    from ..flow.state import type_limits
 
     rows = [{"scope": "type", "name": t.type, "concurrency": t.concurrency,
              "rate_limit": t.rate_limit, "limit_key": t.limit_key}

@@ -71,9 +71,9 @@ def list_handlers(as_json: bool, wide: bool) -> None:
     column)."""
     from registry import class_name  # lazy: CLI start-up time
 
-    from ..flowstate import type_limits  # lazy: CLI start-up time
-    from ..slots import describe, expand
-    from ..taskrows import type_limits_text
+    from ..flow.state import type_limits  # lazy: CLI start-up time
+    from ..schedule.slots import describe, expand
+    from ..schedule.taskrows import type_limits_text
 
     app = _app(database=False)
     registry = app.handlers

@@ -141,8 +141,8 @@ def get(job_id: int, columns: str | None) -> None:
 @click.argument("job_id", type=JOB_ID)
 def run(job_id: int) -> None:
     """Run pending row JOB_ID here and now (bypasses the worker). Exit 1 unless completed."""
-    from ..executor import Executor  # lazy: CLI start-up time
-    from ..inline import InlineRunner
+    from ..job.executor import Executor  # lazy: CLI start-up time
+    from ..job.inline import InlineRunner
 
     report = InlineRunner(Executor(_app())).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
@@ -155,7 +155,7 @@ def stop(job_id: int) -> None:
     """Stop running row JOB_ID: its worker ends the job within a few seconds, the way
     MAX_RUNTIME does, and the row ends failed (reason `stopped`, not retried). The same
     action as the Workers page's Stop. Exit 2 when the row is not running."""
-    from .. import operator  # lazy: CLI start-up time
+    from ..actions import operator  # lazy: CLI start-up time
 
     row = operator.stop(_app(), job_id, who="cli")
     click.echo(f"job {job_id}: stop requested (attempt {row['attempts']} on worker "

@@ -68,7 +68,7 @@ def failed(job_type: str | None, retry: bool, quiet: bool) -> None:
 
 def _retry_all(app, job_type: str | None, quiet: bool) -> None:
     """`failed --retry`: the dashboard's bulk retry, run here in the foreground."""
-    from .. import bulk  # lazy: CLI start-up time
+    from ..actions import bulk  # lazy: CLI start-up time
     from .progress import Progress  # lazy: CLI start-up time
 
     started = bulk.start(app, "retry", bulk.Selection(Status.FAILED, job_type), who="cli")

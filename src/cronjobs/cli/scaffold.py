@@ -23,7 +23,7 @@ def new_handler(name: str, discover: bool, folder: str | None) -> None:
     The generated test passes as generated: python -m pytest FOLDER/test_NAME.py"""
     from ..app import current  # lazy: CLI start-up time
     from ..errors import ConfigError
-    from ..scaffold import files, write, write_pytest_ini
+    from .handlerfiles import files, write, write_pytest_ini
 
     contents = files(name, discover)  # check NAME before anything else
     if folder is None:

@@ -133,7 +133,7 @@ def check_line(app, number: int, job: dict) -> None:
     Raises:
         InvalidJob: `line N: <the reason dispatch gives>`.
     """
-    from ..dispatching import build_row  # lazy: CLI start-up time (with `--stdin` only)
+    from ..job.dispatching import build_row  # lazy: CLI start-up time (with `--stdin` only)
 
     options = {k: v for k, v in job.items() if k not in ("type", "payload")}
     try:
@@ -155,7 +155,7 @@ def check_parents(app, parents: dict[int, int]) -> None:
     """
     from sqlalchemy import select  # lazy: CLI start-up time (with `--stdin` only)
 
-    from ..models import cronjob_queue as q
+    from ..store.models import cronjob_queue as q
 
     ids, found = sorted(parents), set()
     with app.engine.connect() as conn:

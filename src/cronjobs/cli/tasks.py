@@ -19,7 +19,7 @@ def tick(now: str | None) -> None:
 
     Exit status 1 when a task's slot could not be started (`skipped TASK: error (...)`;
     the other tasks' slots start all the same), 2 when a handler is invalid."""
-    from ..scheduler import tick as do_tick  # lazy: CLI start-up time
+    from ..schedule.scheduler import tick as do_tick  # lazy: CLI start-up time
 
     at = _parse_time(now, "--now")
     app = _app()
@@ -54,13 +54,13 @@ def scheduler() -> None:
     ticks")."""
     import logging  # lazy: CLI start-up time
 
-    from ..scheduler import run_forever
-    from ..worker import Signals
+    from ..schedule.scheduler import run_forever
+    from ..worker.loop import Signals
 
     app = _app()
     app.handlers.load()  # a bad handler: one line and exit 2 before anything starts
     signals = Signals("scheduler: stopping; no new ticks",
-                      logging.getLogger("cronjobs.scheduler"), urgent=None)
+                      logging.getLogger("cronjobs.schedule.scheduler"), urgent=None)
     run_forever(app, signals.install().stop)
 
 
@@ -87,7 +87,7 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     pauses that hold it (`cronjobs pause`). On a terminal the table fits its width
     (--wide: every column)."""
     if ctx.invoked_subcommand is None:
-        from ..taskrows import cli_row, task_rows  # lazy: CLI start-up time
+        from ..schedule.taskrows import cli_row, task_rows  # lazy: CLI start-up time
 
         found = task_rows(_app())
         if as_json:
@@ -102,7 +102,7 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
 @click.argument("task")
 def tasks_enable(task: str) -> None:
     """Turn TASK's kill switch on."""
-    from ..tasks import set_enabled  # lazy: CLI start-up time
+    from ..schedule.tasks import set_enabled  # lazy: CLI start-up time
 
     set_enabled(task, True, app=_app())
     click.echo(f"{task}: enabled")
@@ -112,7 +112,7 @@ def tasks_enable(task: str) -> None:
 @click.argument("task")
 def tasks_disable(task: str) -> None:
     """Turn TASK's kill switch off (the scheduler skips it)."""
-    from ..tasks import set_enabled  # lazy: CLI start-up time
+    from ..schedule.tasks import set_enabled  # lazy: CLI start-up time
 
     set_enabled(task, False, app=_app())
     click.echo(f"{task}: disabled")
@@ -131,6 +131,6 @@ def tasks_run(task: str, again: bool, force: bool) -> None:
     still pending, unless --again; while its scheduled run (or a row of that run's
     family) is pending or running and its OVERLAP is skip, unless --force (logged);
     refused for a disabled or unavailable task."""
-    from ..manual import run_now  # lazy: CLI start-up time
+    from ..schedule.manual import run_now  # lazy: CLI start-up time
 
     click.echo(run_now(task, again=again, force=force, app=_app()).id)

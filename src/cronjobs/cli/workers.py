@@ -55,9 +55,9 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
     if burst:
         _burst_usage(processes, max_jobs, memory_limit, time_limit)
     from .. import logs  # lazy: CLI start-up time
-    from ..children import run_children
-    from ..tasks import unknown_sections
-    from ..worker import Limits, connections_needed, run_worker
+    from ..schedule.tasks import unknown_sections
+    from ..worker.children import run_children
+    from ..worker.loop import Limits, connections_needed, run_worker
 
     app = _app(pool_size=connections_needed(slots) if processes == 1 else None)
     names = app.queues() if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
@@ -65,7 +65,7 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
         raise click.BadParameter(f"no queue names in {queues!r}", param_hint="--queues")
     _import_for_workers(None if burst else app.settings.broker_url)
     if processes == 1:  # a copy of this process, before it connects or starts a thread
-        from ..runner import start_fork_server
+        from ..worker.runner import start_fork_server
 
         start_fork_server(fork=True)
     _check_tables(app)
@@ -94,8 +94,8 @@ def _import_for_workers(broker_url: str | None) -> None:
 
     import psutil  # noqa: F401  (the heartbeat's memory figure)
 
-    from .. import jobprocess  # noqa: F401
     from ..broker import import_client
+    from ..worker import jobprocess  # noqa: F401
 
     if broker_url is not None:
         import_client(broker_url)
@@ -106,8 +106,8 @@ def _check_tables(app) -> None:
     before any worker starts: its loop would fail at the first claim, and a supervisor (or
     `--processes N`) would start it again forever. A database that cannot be reached now
     is left to the worker, which waits for it."""
-    from ..db import run_in_transaction
     from ..errors import DatabaseUnavailable
+    from ..store.db import run_in_transaction
 
     try:  # cronjob_stop: the newest table (migration 0011)
         run_in_transaction(app.engine, lambda conn: conn.exec_driver_sql(
@@ -124,8 +124,8 @@ def _child_worker(names: list[str], slots: int, limits, shutdown_timeout: float,
     here too."""
     from .. import logs
     from ..errors import CronjobsError
-    from ..runner import start_fork_server
-    from ..worker import connections_needed, run_worker
+    from ..worker.loop import connections_needed, run_worker
+    from ..worker.runner import start_fork_server
 
     try:
         app = _app(pool_size=connections_needed(slots))
@@ -153,7 +153,7 @@ def _burst_usage(processes: int, max_jobs: int | None, memory_limit: float | Non
 def _run_burst(app, names: list[str], slots: int, shutdown_timeout: float,
                isolation: str) -> None:
     """Run the burst, print its one-line summary and exit with its status."""
-    from ..burst import run_burst  # lazy: CLI start-up time
+    from ..worker.burst import run_burst  # lazy: CLI start-up time
 
     code, report = run_burst(app, names, slots, shutdown_timeout=shutdown_timeout,
                              isolation=isolation)
@@ -176,7 +176,7 @@ def workers(as_json: bool) -> None:
 
     Exit status 1 when a handler's queue has no live worker or pending rows sit in a
     queue that no live worker consumes."""
-    from ..heartbeat import view  # lazy: CLI start-up time
+    from ..worker.heartbeat import view  # lazy: CLI start-up time
 
     seen = view(_app())
     if as_json:
@@ -217,7 +217,7 @@ def serve(host: str | None, port: int | None, slots: int | None, threads: int | 
     """Scheduler + worker + web front in one process (the embedded mode)."""
     from ..migrate import upgrade  # lazy: CLI start-up time
     from ..serve import serve as run
-    from ..worker import connections_needed
+    from ..worker.loop import connections_needed
 
     slots = _slots(slots, threads, 4)
     app = _app(create=True, pool_size=connections_needed(slots))

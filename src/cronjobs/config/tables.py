@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from ..flowrules import check_concurrency, parse_rate
-from ..slots import check_frequency
+from ..flow.rules import check_concurrency, parse_rate
+from ..schedule.slots import check_frequency
 from .urls import check_http_url
 
 

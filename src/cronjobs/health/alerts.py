@@ -27,7 +27,7 @@ from sqlalchemy import Connection
 
 from .. import limits, store
 from ..app import App
-from ..db import run_in_transaction
+from ..store.db import run_in_transaction
 from . import alertstate, alerttext
 from .alertstate import Policy
 from .check import STATUSES, HealthReport, Problem

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from .. import heartbeat, store
+from .. import store
 from ..app import App
-from ..flowstate import held_now, held_text, held_totals, limit_text
-from ..scheduler import slot_error
-from ..slots import current_slot
-from ..tasks import task_infos
+from ..flow.state import held_now, held_text, held_totals, limit_text
+from ..schedule.scheduler import slot_error
+from ..schedule.slots import current_slot
+from ..schedule.tasks import task_infos
+from ..worker import heartbeat
 from .check import Check
 
 

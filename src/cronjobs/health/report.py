@@ -21,8 +21,8 @@ from sqlalchemy import Engine
 
 from .. import limits
 from ..app import App
-from ..db import classify, our_error
 from ..errors import migrate_first, names_missing_table
+from ..store.db import classify, our_error
 from .check import Check, CheckFn, HealthReport, worst
 from .checks import ALL
 

@@ -1,7 +1,7 @@
 """Operator actions on rows (dashboard buttons, bulk operations): retry, cancel, delete.
 
 Each takes a list of ids (or one id) and changes only the rows still in the state it
-expects; a bulk operation (`cronjobs.bulk`) calls one per batch."""
+expects; a bulk operation (`cronjobs.actions.bulk`) calls one per batch."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from datetime import datetime
 from sqlalchemy import Connection, bindparam, select
 
 from .. import limits
-from ..models import cronjob_queue as q
-from ..models import cronjob_runtime as rt
 from ..status import FINAL, Status
+from .models import cronjob_queue as q
+from .models import cronjob_runtime as rt
 
 
 def retry_failed(conn: Connection, ids: list[int], now: datetime,

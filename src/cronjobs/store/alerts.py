@@ -14,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
-from ..models import cronjob_alert as a
+from .models import cronjob_alert as a
 from .sql import insert_ignore
 
 MESSAGE_CHARS = 2_000  # a problem's message is one line; cut so any row fits

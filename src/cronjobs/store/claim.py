@@ -35,9 +35,9 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 
 from ..errors import StoreError
-from ..models import cronjob_queue as q
 from .flow import HOLDS_STORED_SQL, claim_hold_sql, hold_params, holds_end_in
 from .limiter import Budget, FlowControl, count_budget, exclude_sql, log_starts
+from .models import cronjob_queue as q
 from .sql import (
     bind,
     decode_times,

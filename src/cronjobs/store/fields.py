@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, func, select
 
-from ..models import cronjob_queue as q
+from .models import cronjob_queue as q
 
 if TYPE_CHECKING:  # only SQLite's paths use it, and its dialect has imported it
     import sqlite3

@@ -18,8 +18,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
 
 from ..errors import OutcomesFenced
-from ..models import cronjob_queue as q
 from .jobs import count_children
+from .models import cronjob_queue as q
 from .sql import bind, name, ph, unindexed
 
 TABLE = q.name

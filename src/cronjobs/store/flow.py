@@ -43,11 +43,11 @@ from sqlalchemy.sql import ColumnElement
 from .. import limits
 from ..clock import SystemClock
 from ..errors import InvalidJob
-from ..models import UtcDateTime
-from ..models import cronjob_block as b
-from ..models import cronjob_flow_start as fs
-from ..models import cronjob_pause as p
-from ..models import cronjob_queue as q
+from .models import UtcDateTime
+from .models import cronjob_block as b
+from .models import cronjob_flow_start as fs
+from .models import cronjob_pause as p
+from .models import cronjob_queue as q
 from .sql import bind, database_now, db_now, due, insert_ignore, now_sql, ph
 
 SCOPES = ("queue", "type", "task")

@@ -25,10 +25,10 @@ from datetime import datetime
 from sqlalchemy import Connection, and_, func, not_, or_, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..models import cronjob_queue as q
 from ..status import Status
 from .flow import blocked, paused
 from .limiter import FlowControl, count_budget, queue_room
+from .models import cronjob_queue as q
 from .sql import due
 from .sql import name as dialect_of
 

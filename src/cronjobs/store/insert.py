@@ -1,6 +1,6 @@
 """Inserting job rows: one (under the idempotency-key rules) or many.
 
-The rows come from `cronjobs.dispatching.build_row`. One insert per dispatched job is on
+The rows come from `cronjobs.job.dispatching.build_row`. One insert per dispatched job is on
 the hot path, so the statements are driver SQL per dialect (see `store.claim`); a batch
 without keys is one multi-row statement on MariaDB and PostgreSQL (~20,000 rows/s against
 ~10,000 through Core's insertmanyvalues) and Core's multi-row insert on SQLite.
@@ -16,11 +16,11 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from ..db import is_duplicate_key, our_error
 from ..errors import InvalidJob
-from ..models import cronjob_queue as q
 from ..status import Status
+from .db import is_duplicate_key, our_error
 from .jobs import select_by_key
+from .models import cronjob_queue as q
 from .sql import bind, name, ph
 
 TABLE = q.name

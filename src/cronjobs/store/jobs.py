@@ -8,8 +8,8 @@ from collections.abc import Collection, Iterable, Sequence
 from sqlalchemy import Connection, func, select
 
 from ..errors import InvalidJob
-from ..models import cronjob_queue as q
 from ..status import Status
+from .models import cronjob_queue as q
 from .sql import locking_read
 
 JOB_COLUMNS = tuple(c.name for c in q.columns)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
-from ..models import cronjob_queue as q
+from .models import cronjob_queue as q
 from .sql import lease_sql, lease_value, name, ph
 
 TABLE = q.name

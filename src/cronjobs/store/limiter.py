@@ -58,10 +58,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ..flowrules import Limits
-from ..models import cronjob_flow_start as fs
-from ..models import cronjob_limiter as lim
-from ..models import cronjob_queue as q
+from ..flow.rules import Limits
+from .models import cronjob_flow_start as fs
+from .models import cronjob_limiter as lim
+from .models import cronjob_queue as q
 from .rates import NO_KEY, RateState, prune_starts, rate_states, spacing
 from .sql import db_now, insert_ignore, lock_sql, ph
 

@@ -8,9 +8,9 @@ from sqlalchemy import Connection, and_, case, exists, func, or_, select
 from sqlalchemy import alias as aliased  # Core: the same SQL as the ORM's, without the ORM
 
 from .. import limits
-from ..models import cronjob_queue as q
-from ..models import cronjob_slot
 from ..status import Reason, Status
+from .models import cronjob_queue as q
+from .models import cronjob_slot
 from .sql import db_now, due, skip_locked
 
 

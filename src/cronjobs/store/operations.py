@@ -15,8 +15,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, case, select
 
-from ..models import cronjob_operation as op
-from ..models import cronjob_operation_batch as ob
+from .models import cronjob_operation as op
+from .models import cronjob_operation_batch as ob
 from .sql import db_now, insert_ignore
 
 OPERATION_COLUMNS = ("id", "action", "selection", "status", "total_rows", "done_rows",

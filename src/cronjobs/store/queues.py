@@ -12,8 +12,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
-from ..models import cronjob_queue as q
 from ..status import Status
+from .models import cronjob_queue as q
 from .sql import due
 from .views import COUNT_CAP, capped_count
 

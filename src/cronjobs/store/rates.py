@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ..flowrules import Rate
-from ..models import cronjob_flow_start as fs
+from ..flow.rules import Rate
+from .models import cronjob_flow_start as fs
 from .sql import bind, decode_times, lease_sql, lease_value, name, now_sql, ph
 
 NO_KEY = ""  # the start log's key of a keyless row or of a limit without keys

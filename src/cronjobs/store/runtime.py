@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, or_, select
 
-from ..models import cronjob_runtime as rt
-from ..models import cronjob_slot
 from ..status import Ended, Status
+from .models import cronjob_runtime as rt
+from .models import cronjob_slot
 from .sql import bind, insert_ignore, name, ph
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select
 
-from ..models import cronjob_secret
+from .models import cronjob_secret
 from .sql import insert_ignore
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, false, func, literal, select
 
-from ..models import cronjob_queue as q
+from .models import cronjob_queue as q
 from .views import error_key, hidden_types
 
 TITLE_WINDOW = 100_000  # ids read per statement for a title filter

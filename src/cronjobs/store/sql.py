@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql import ColumnElement, Insert
 
-from ..models import UtcDateTime
+from .models import UtcDateTime
 
 # The due condition on `cronjob_queue` (`{now}`: the placeholder of the claiming instant).
 _DUE = "status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {now})"

@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, DateTime, Integer, bindparam, case, cast, func, literal_column
 from sqlalchemy import select as sa_select
 
-from ..models import cronjob_queue as q
 from ..status import Status
 from . import queues, views
+from .models import cronjob_queue as q
 from .sql import name as dialect_name
 from .workers import list_workers
 

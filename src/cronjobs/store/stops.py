@@ -13,9 +13,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection, and_, or_, select, tuple_
 
-from ..models import cronjob_queue as q
-from ..models import cronjob_stop as s
 from ..status import Status
+from .models import cronjob_queue as q
+from .models import cronjob_stop as s
 from .sql import name as dialect_name
 
 RUNNING_SHOWN = 200  # running rows the Workers page lists (oldest first)

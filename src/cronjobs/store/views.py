@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, case, func, literal, select
 
-from ..models import STATUSES, cronjob_slot
-from ..models import cronjob_queue as q
-from ..models import cronjob_runtime as rt
 from ..status import FINAL, Status
+from .models import STATUSES, cronjob_slot
+from .models import cronjob_queue as q
+from .models import cronjob_runtime as rt
 
 COUNT_CAP = 10_000
 SEARCH_WINDOW = 100_000  # ids looked at per page of a title search

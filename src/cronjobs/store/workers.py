@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
-from ..models import cronjob_queue as q
-from ..models import cronjob_worker as w
+from .models import cronjob_queue as q
+from .models import cronjob_worker as w
 from .sql import db_now
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from flask import Blueprint, Response, abort, current_app, jsonify, url_for
 
 from .. import limits, store
-from ..taskrows import task_rows
+from ..schedule.taskrows import task_rows
 from .fields import FIELDS
 from .jobs import queue_filters
 from .view import cronjobs_app, head_bytes

@@ -8,7 +8,8 @@ from __future__ import annotations
 from flask import Blueprint, abort, render_template, request
 from flask_babel import gettext as _
 
-from .. import bulk, store
+from .. import store
+from ..actions import bulk
 from ..status import Status
 from .operations import group_selection, start_operation
 from .view import ROW_ID_MAX, cronjobs_app

@@ -13,9 +13,10 @@ from datetime import timedelta
 from flask import Blueprint, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
-from .. import limits, operator, store
+from .. import limits, store
+from ..actions import operator
 from ..errors import InvalidJob
-from ..flowstate import held_now, queue_limits, type_limits
+from ..flow.state import held_now, queue_limits, type_limits
 from .view import cronjobs_app, handler_registry
 
 bp = Blueprint("flow", __name__)

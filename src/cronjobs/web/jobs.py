@@ -7,12 +7,13 @@ from datetime import datetime, timedelta
 
 from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 
-from .. import limits, operator, store
-from ..flowstate import pauses_holding, untaken, waits_for
+from .. import limits, store
+from ..actions import operator
+from ..flow.state import pauses_holding, untaken, waits_for
 from ..handler import stage_of
-from ..heartbeat import LIVE_SECONDS
-from ..models import STATUSES
 from ..status import Status
+from ..store.models import STATUSES
+from ..worker.heartbeat import LIVE_SECONDS
 from .fields import page_row
 from .view import cronjobs_app, handler_registry, render_summary
 

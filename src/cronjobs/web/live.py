@@ -12,7 +12,7 @@ from datetime import datetime
 
 from flask import Blueprint, jsonify, render_template
 
-from ..models import STATUSES
+from ..store.models import STATUSES
 from .jobs import JOB_POLL_SECONDS, job_page, queue_filters, queue_links, queue_page
 
 bp = Blueprint("live", __name__)

@@ -34,12 +34,13 @@ from prometheus_client.core import (
     Metric,
 )
 
-from .. import heartbeat, store
+from .. import store
 from ..app import App
-from ..flowstate import held_now
+from ..flow.state import held_now
 from ..status import Status
 from ..status import family as reason_family
 from ..store import stats
+from ..worker import heartbeat
 from .view import handler_registry
 
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600)

@@ -21,9 +21,10 @@ from flask import Blueprint, abort, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 from werkzeug.datastructures import MultiDict
 
-from .. import bulk, store
+from .. import store
+from ..actions import bulk
+from ..actions.selection import Selection
 from ..errors import OperationRunning
-from ..selection import Selection
 from ..status import Status
 from .jobs import queue_filters
 from .view import ROW_ID_MAX, cronjobs_app

@@ -18,9 +18,9 @@ from flask import Blueprint, current_app, jsonify, render_template
 from flask_babel import gettext as _
 
 from .. import store
-from ..flowstate import held_by_queue, held_now, untaken
-from ..heartbeat import LIVE_SECONDS
+from ..flow.state import held_by_queue, held_now, untaken
 from ..store import stats
+from ..worker.heartbeat import LIVE_SECONDS
 from . import charts
 from .view import cronjobs_app
 

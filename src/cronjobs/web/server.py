@@ -12,8 +12,8 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from .. import store
 from ..app import App
-from ..db import run_in_transaction
 from ..errors import ConfigError, StoreError
+from ..store.db import run_in_transaction
 from . import create_app
 
 log = logging.getLogger("cronjobs.web")
@@ -127,7 +127,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def run_dashboard(app: App, host: str, port: int, *, signals=None) -> int:
     """`cronjobs dashboard`: serve the pages until SIGTERM/SIGINT; returns 0."""
-    from ..worker import Signals  # lazy: `cronjobs dashboard` alone loads no worker code
+    from ..worker.loop import Signals  # lazy: `cronjobs dashboard` alone loads no worker code
 
     signals = signals or Signals("dashboard: stopping; no new requests",
                                  log, urgent=None).install()

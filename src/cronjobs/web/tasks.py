@@ -15,13 +15,13 @@ from flask_babel import gettext as _
 
 from .. import limits, store
 from ..errors import InvalidJob, TaskRefused, TaskRunning
-from ..flowstate import TaskFlow, task_flows
+from ..flow.state import TaskFlow, task_flows
 from ..handler import stage_of
-from ..manual import new_request_token, run_now
-from ..slots import current_slot, describe, fires_after, is_cron
+from ..schedule.manual import new_request_token, run_now
+from ..schedule.slots import current_slot, describe, fires_after, is_cron
+from ..schedule.taskrows import TaskRow, task_rows
+from ..schedule.tasks import set_enabled
 from ..status import Status
-from ..taskrows import TaskRow, task_rows
-from ..tasks import set_enabled
 from . import charts
 from .view import cronjobs_app, handler_registry, page_now
 

@@ -18,8 +18,8 @@ from werkzeug.routing import IntegerConverter
 
 from .. import limits
 from ..app import App
-from ..db import classify, driver_message
 from ..errors import CronjobsError, DatabaseRefused, JobNotFound, StoreError
+from ..store.db import classify, driver_message
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; "

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, url_for
 
-from .. import operator, store
+from .. import store
+from ..actions import operator
 from ..errors import JobStateError
-from ..heartbeat import LIVE_SECONDS, parse_job_slots
 from ..status import Status
 from ..store import stats
 from ..store.stops import RUNNING_SHOWN
+from ..worker.heartbeat import LIVE_SECONDS, parse_job_slots
 from .view import cronjobs_app
 
 bp = Blueprint("workers", __name__)

@@ -1,0 +1,381 @@
+"""Dispatching: check a new job, insert its row, ring its queue once the row is committed.
+
+Every new row is made here: the public API (`cronjobs.queue.dispatch`,
+`submit`, `dispatch_many`), a running handler's children (`JobContext.dispatch_child`),
+the scheduler's slots and manual runs. So the rules live in one place:
+
+- `build_row` checks every argument (limits from `cronjobs.limits`) and the type: a type
+  no handler of this process is registered for is refused (`InvalidJob`, with a "did you
+  mean" hint), unless the caller says `known_type=False` or the type matches a pattern of
+  `CRONJOBS_REMOTE_TYPES` (a type that only another codebase's workers run). It computes
+  the derived columns of a row (its queue). What the handler that runs the row decides
+  is left unset: `max_attempts` (unless the caller gives it) is set at claim time by the
+  claiming worker (`store.claim_jobs`), as is the lease.
+- `insert_row` inserts one row under the idempotency-key rules (a taken key gives the
+  holder's row); `insert_rows` many, in one statement when no row has a key.
+- The broker hears of a row only after its transaction committed (`send`,
+  `send_after_commit` for a caller's Session), and a batch rings each queue at most
+  `DOORBELLS_PER_QUEUE` times (`doorbells`). A failed send is logged, never raised: the
+  row is the truth, and the worker's sweep rings its queue again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError
+
+from .. import limits, store
+from ..app import App
+from ..clock import as_utc
+from ..errors import InvalidJob
+from ..flow import rules as flowrules
+from ..status import Status
+from ..store.db import run_in_transaction
+
+if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
+    from sqlalchemy.orm import Session
+
+log = logging.getLogger("cronjobs.queue")
+
+DOORBELLS_PER_QUEUE = 16
+_SESSION_KEY = "cronjobs_pending_sends"
+_LISTENING = "cronjobs_listening"
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """The answer of `submit()`.
+
+    Attributes:
+        id: the row id (new or existing).
+        created: True when this call inserted the row.
+        status: the row's status (`pending` for a new row).
+        payload_matches: False when the key's existing row holds a different payload.
+    """
+
+    id: int
+    created: bool
+    status: str
+    payload_matches: bool
+
+
+def submit(app: App, type: str, payload: dict | None = None, *,
+           session: Session | None = None, **options: Any) -> Dispatched:
+    """Insert one job row and ring its queue after the commit (see `queue.submit`).
+
+    Args:
+        app: the App whose database and broker are used.
+        type, payload: the job.
+        session: the caller's Session: the row is written in its transaction and the
+            message waits for its commit (nothing is sent on rollback).
+        options: the keyword arguments of `build_row`.
+
+    Raises:
+        InvalidJob: see `build_row`; a missing parent.
+    """
+    values = build_row(app, type, payload, **options)
+    if session is not None:
+        row, created = insert_row(session.connection(), values)
+        if created:
+            send_after_commit(session, app, row["id"], values["queue"], values["scheduled_at"])
+    else:
+        # One statement (and a read when the key is taken): it commits itself. SQLite's
+        # new row goes straight to the driver; a taken key or an error takes the general path.
+        row, taken = (store.insert_new_sqlite(app.engine, values)
+                      if app.engine.dialect.name == "sqlite" else (None, False))
+        created = row is not None
+        if row is None:
+            row, created = run_in_transaction(
+                app.autocommit_engine, lambda conn: insert_row(conn, values, taken=taken))
+        if created:
+            send(app, row["id"], values["queue"], delay(app, values["scheduled_at"]))
+    return Dispatched(row["id"], created, row["status"], row["payload"] == values["payload"])
+
+
+def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = None) -> list[int]:
+    """Insert many rows in one transaction and ring their queues (see `queue.dispatch_many`).
+
+    Args:
+        jobs: dicts with `type` and the keyword arguments of `build_row`.
+
+    Raises:
+        InvalidJob: any row is invalid (nothing is inserted then).
+    """
+    rows = []
+    for spec in (dict(j) for j in jobs):
+        if "type" not in spec:
+            raise InvalidJob(f"dispatch_many: every job needs a 'type', got {spec!r:.200}")
+        rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
+    if session is not None:
+        ids = insert_rows(session.connection(), rows)
+        for job_id, values in doorbells(ids, rows):
+            send_after_commit(session, app, job_id, values["queue"], values["scheduled_at"])
+        return ids
+    ids = run_in_transaction(app.engine, lambda conn: insert_rows(conn, rows))
+    for job_id, values in doorbells(ids, rows):
+        send(app, job_id, values["queue"], delay(app, values["scheduled_at"]), wait=True)
+    return ids
+
+
+def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str | None = None,
+              parent_id: int | None = None, priority: int = 5,
+              scheduled_at: datetime | None = None, title: str | None = None,
+              max_attempts: int | None = None, queue: str | None = None,
+              known_type: bool = True, root_id: int | None = None) -> dict:
+    """Check dispatch arguments and return the column values of a new row.
+
+    Args:
+        max_attempts: attempts of this row (>= 1); None leaves it unset, and the worker
+            that claims the row sets its handler's MAX_ATTEMPTS (the handler that runs
+            the row decides, not this process's registry).
+        known_type: False accepts a type no handler of this process is registered for
+            (one that another codebase's workers run); see `check_type`.
+        root_id: the first row of the new row's family (a handler's `dispatch` passes
+            its own row's root); default `parent_id`. Ignored without `parent_id`.
+
+    Raises:
+        InvalidJob: naming the bad argument and its value.
+    """
+    cls = _handler_of(app, type, known_type)
+    payload_json = _payload_json(payload)
+    if title is not None:
+        limits.check_name(title, "title", limits.TITLE_MAX_CHARS, allow_empty=True)
+    if idempotency_key is not None:
+        limits.check_key(idempotency_key)
+    if queue is not None:
+        limits.check_queue(queue)
+    if not isinstance(priority, int) or isinstance(priority, bool) \
+            or not -2**31 <= priority < 2**31:
+        raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
+    if max_attempts is not None and (not isinstance(max_attempts, int)
+                                     or isinstance(max_attempts, bool)
+                                     or not 1 <= max_attempts < 2**31):
+        raise InvalidJob(f"max attempts must be an integer from 1 to 2**31-1, "
+                         f"got {max_attempts!r}")
+    _check_id(parent_id, "parent id")
+    _check_id(root_id, "root id")
+    scheduled_at = _scheduled_utc(scheduled_at)
+    now = app.clock.now()
+    return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
+            "limit_key": limit_key_of(cls, payload),
+            "priority": priority, "payload": payload_json, "attempts": 0,
+            "max_attempts": max_attempts, "idempotency_key": idempotency_key,
+            "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
+            "title": title, "scheduled_at": scheduled_at,
+            "created_at": now, "updated_at": now}
+
+
+def _scheduled_utc(value: object) -> datetime | None:
+    """`scheduled_at` as naive UTC (None stays None).
+
+    Raises:
+        InvalidJob: not a datetime, or an aware one with no UTC datetime (next to year 1
+            or 9999).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidJob(f"scheduled_at must be a datetime, got {value!r}")
+    try:
+        return as_utc(value)
+    except OverflowError:
+        raise InvalidJob(f"scheduled_at is out of range in UTC, got {value!r}") from None
+
+
+def _check_id(value: object, what: str) -> None:
+    """Raise InvalidJob unless `value` is None or a row id (1 to 2**63 - 1)."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                              or not 1 <= value < 2**63):
+        raise InvalidJob(f"{what} must be a positive integer, got {value!r}")
+
+
+def limit_key_of(cls: type | None, payload: dict | None) -> str | None:
+    """The limit key of a new row of handler `cls` (its LIMIT_KEY field of `payload`, or
+    its `limit_key(payload)`); None without one.
+
+    Raises:
+        InvalidJob: the key is not text or a number, or is over 191 characters.
+    """
+    key = flowrules.key_of(cls, payload or {})
+    if key is not None:
+        limits.check_name(key, "limit key", limits.LIMIT_KEY_MAX_CHARS)
+    return key
+
+
+# A type no handler here knows (run by another codebase): a handler's TYPE, in ASCII names.
+REMOTE_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.(?:discover|execute)")
+
+
+def _handler_of(app: App, job_type: str, known_type: bool) -> type | None:
+    """The handler class of `job_type` here, or None for a remote type (`known_type=False`,
+    `--remote`, `remote_types`): another codebase's handler's TYPE, so of the same shape
+    (`REMOTE_TYPE`: dotted, ending in .discover or .execute), or no worker could ever run
+    the row.
+
+    Raises:
+        InvalidJob: a bad name, an unknown type (`check_type`), a remote type of
+            another shape.
+    """
+    limits.check_name(job_type, "job type", limits.TYPE_MAX_CHARS)
+    cls = app.resolve(job_type)
+    if cls is None and known_type:
+        check_type(app, job_type)
+    if cls is None and not REMOTE_TYPE.fullmatch(job_type):
+        raise InvalidJob(f"job type {job_type!r:.80} must be dotted names of letters, digits, "
+                         f"_ and - ending in .discover or .execute, as a handler's TYPE")
+    return cls
+
+
+def check_type(app: App, type: str) -> None:
+    """Refuse a type that no handler of this process is registered for, unless it matches
+    a pattern of the `remote_types` setting (`billing.*`: run by another codebase).
+
+    Raises:
+        InvalidJob: `unknown job type 'x' (did you mean 'y'?)`, one line.
+    """
+    if app.resolve(type) is not None or is_remote(app, type):
+        return
+    close = difflib.get_close_matches(type, list(app.handlers.registered_handlers()), n=1,
+                                      cutoff=0.8)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise InvalidJob(f"unknown job type {type!r}{hint}: no handler is registered for it here "
+                     f"(see `cronjobs list-handlers`); for a type that another codebase runs, "
+                     f"pass known_type=False (CLI --remote) or list it in "
+                     f"CRONJOBS_REMOTE_TYPES")
+
+
+def is_remote(app: App, type: str) -> bool:
+    """True when `type` matches a pattern of the `remote_types` setting (fnmatch, case
+    sensitive: `billing.*`, `*.export.execute`)."""
+    return any(fnmatchcase(type, pattern) for pattern in app.settings.remote_types)
+
+
+def _payload_json(payload: Any) -> str:
+    payload = {} if payload is None else payload
+    if not isinstance(payload, dict):
+        raise InvalidJob(f"payload must be a JSON object (dict), got "
+                         f"{payload.__class__.__name__}: {payload!r:.80}")
+    limits.check_json_depth(payload, "payload")
+    try:
+        payload_json = json.dumps(payload, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidJob("payload is not JSON-serialisable: nested too deeply") from None
+    limits.check_json_size(payload_json, "payload", limits.PAYLOAD_MAX_BYTES)
+    return payload_json
+
+
+def insert_row(conn, values: dict, *, taken: bool = False) -> tuple[dict, bool]:
+    """Insert one row (`build_row`'s values) in the caller's transaction, or find the row
+    that holds its idempotency key (read first when `taken`: see `store.insert_job`).
+
+    Returns:
+        `(row, created)`: `row` has `id`, `status`, `payload`; `created` is False when the
+        key was taken (see `store.insert_job` for concurrent inserters).
+
+    Raises:
+        InvalidJob: a missing parent, or another constraint the database refused.
+    """
+    try:
+        return store.insert_job(conn, values, taken=taken)
+    except IntegrityError as exc:
+        if values["parent_id"] is not None:
+            raise InvalidJob(f"parent job {values['parent_id']} does not exist") from None
+        raise InvalidJob(f"the database refused the job: {exc.orig}") from None
+
+
+def insert_rows(conn, rows: list[dict]) -> list[int]:
+    """Insert many rows in the caller's transaction; their ids in input order. When any row
+    has an idempotency key they are inserted one by one (a taken key gives its holder's
+    id), else in one statement.
+
+    Raises:
+        InvalidJob: a row the database refused (the caller's transaction keeps none).
+    """
+    if any(r["idempotency_key"] for r in rows):
+        return [insert_row(conn, r)[0]["id"] for r in rows]
+    try:
+        return store.insert_jobs(conn, rows)
+    except IntegrityError as exc:
+        raise InvalidJob(f"dispatch_many refused by the database: {exc.orig}") from None
+
+
+def insert_batch(conn, rows: list[dict]) -> list[int]:
+    """Insert rows in one statement, keys or not (the scheduler's slots, whose keys its
+    slot claims decided); their ids in input order.
+
+    Raises:
+        IntegrityError: a key was taken after all, or a parent is missing.
+    """
+    return store.insert_jobs(conn, rows)
+
+
+def doorbells(ids: list[int], rows: list[dict]) -> list[tuple[int, dict]]:
+    """The messages a batch needs: a message rings its queue (a worker's loop then claims
+    rows for all its idle slots and goes on while batches come back full), so a batch
+    sends at most `DOORBELLS_PER_QUEUE` messages per queue — enough to wake that many idle
+    workers — and one per row that is due later (its own delay)."""
+    sent: dict[str, int] = {}
+    bells = []
+    for job_id, values in zip(ids, rows, strict=True):
+        if values["scheduled_at"] is not None:
+            bells.append((job_id, values))
+            continue
+        count = sent.get(values["queue"], 0)
+        if count < DOORBELLS_PER_QUEUE:
+            sent[values["queue"]] = count + 1
+            bells.append((job_id, values))
+    return bells
+
+
+def send(app: App, job_id: int, queue: str, delay_seconds: float = 0, *,
+         wait: bool = False) -> None:
+    """Ring `queue` for row `job_id` (its transaction has committed): `Broker.ring`, in
+    the background for a network broker, or `Broker.send` before returning when `wait`
+    (a batch's few doorbells, already at most 16 per queue). A failure is logged, not
+    raised: the row is the truth, and the sweep rings its queue again."""
+    try:
+        (app.broker.send if wait else app.broker.ring)(job_id, queue, delay_seconds)
+    except Exception as exc:  # the row is the truth; the sweep will resend it
+        log.warning("could not send job %s to queue %s (%s); the sweep will resend it",
+                    job_id, queue, exc)
+
+
+def send_after_commit(session: Session, app: App, job_id: int, queue: str,
+                      scheduled_at: datetime | None = None) -> None:
+    """`send` once `session` commits (delayed until `scheduled_at`, naive UTC, if given);
+    nothing when it rolls back."""
+    pending = session.info.setdefault(_SESSION_KEY, [])
+    pending.append((app, job_id, queue, scheduled_at))
+    if session.info.get(_LISTENING):
+        return
+    session.info[_LISTENING] = True
+
+    def after_commit(sess: Session) -> None:
+        for app_, id_, queue_, at in sess.info.pop(_SESSION_KEY, []):
+            send(app_, id_, queue_, delay(app_, at))
+
+    def after_rollback(sess: Session) -> None:
+        sess.info.pop(_SESSION_KEY, None)
+
+    # Listeners stay for the session's life (removing them inside the event is unsafe).
+    event.listen(session, "after_commit", after_commit)
+    event.listen(session, "after_rollback", after_rollback)
+
+
+def delay(app: App, scheduled_at: datetime | None) -> float:
+    """Seconds from the App's clock until `scheduled_at` (naive UTC); 0 for None or past."""
+    if scheduled_at is None:
+        return 0.0
+    return max(0.0, (scheduled_at - app.clock.now()).total_seconds())

@@ -1,0 +1,357 @@
+"""The scheduler: `tick(now)` starts each due task once per slot; `run_forever` ticks each minute.
+
+Exactly once per slot, with any number of schedulers: a run needs the unique
+`cronjob_slot(task, slot)` record, inserted in the same transaction as the job row. A
+scheduler that loses the race gets "already claimed" and logs at DEBUG only. Missed slots
+are coalesced: a tick runs the latest slot once and logs how many fire instants were
+skipped. Slots are ordered by their instants (`slots.slot_start`), never by their keys: a
+cron fire in the second pass of a repeated DST hour has a key of its own
+(`202610250215+0100`) that sorts before the first pass's `202610250230` but comes later.
+
+One task never stops the others: a slot whose job row cannot be made (the handler's
+`limit_key` raises on the slot's payload `{"slot": key}`, say) is recorded as skipped with
+reason `error` (`overlap.record`, logged at ERROR once per slot; health's scheduler check
+fails while it is the task's latest slot), and every other due slot of the tick starts. A
+handler the worker would refuse (`CONCURRENCY = 0`, ...) stops the scheduler before its
+first tick (`run_forever`), as it stops `cronjobs worker` and `cronjobs tick`.
+
+The task list and its kill switch (`TaskInfo`, `task_infos`, `set_enabled`) live in
+`cronjobs.schedule.tasks`; they are re-exported here, where code written before that split looks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import store
+from ..app import App, current
+from ..clock import as_utc
+from ..errors import CronjobsError, DatabaseRefused
+from ..job import dispatching
+from ..store.db import run_in_transaction
+from . import overlap
+from .slots import Slot, current_slot, is_cron, slot_start, slots_between
+from .tasks import TaskInfo, set_enabled, task_infos
+
+__all__ = ["TaskInfo", "TickReport", "run_forever", "set_enabled", "task_infos", "tick"]
+
+log = logging.getLogger("cronjobs.schedule.scheduler")
+_clock_back_warned: set[str] = set()  # non-empty while this process's clock is behind
+
+
+@dataclass
+class TickReport:
+    """What one tick did.
+
+    Attributes:
+        now: the tick's instant (naive UTC).
+        started: `(task, slot key, job id)` for each run started by this tick.
+        skipped: task -> reason (`disabled`, `unavailable`, `already-run`: the current slot
+            is the task's last one, as in the second pass of a repeated DST hour for a
+            fixed-time cron line; `lost-race`: another scheduler claimed the slot;
+            `not-yet`: a new cron task waits for its next fire time; `older-slot`: the
+            slot began before the task's last one — the clock went back, or a late tick);
+            and the overlap policy's (`cronjobs.schedule.overlap`): `running` (the previous run's
+            family is still going: slot skipped and recorded), `buffered` (the slot waits
+            as the task's buffered run, or is skipped because one waits already),
+            `skipped` (the current slot was recorded as skipped by an earlier tick); `paused`
+            (the task is paused: `cronjobs pause --task`; the slot is recorded as skipped);
+            `error`: the slot's job row could not be made (`errors` says why; the slot is
+            recorded as skipped).
+        errors: task -> the one-line error of each `error` skip of this tick.
+        buffered: the tasks of `skipped` whose `buffered` slot is the one that waits (it
+            starts when the previous run's family ends), not one dropped.
+    """
+
+    now: datetime
+    started: list[tuple[str, str, int]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    buffered: set[str] = field(default_factory=set)
+
+
+def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
+    """Start every due task whose slot has not run yet.
+
+    Args:
+        now: the instant to tick for (aware, or naive UTC); default the app's clock.
+
+    Returns:
+        A `TickReport`.
+    """
+    app = app or current()
+    now = as_utc(now) if now is not None else app.clock.now()
+    report = TickReport(now)
+    due, paused = overlap.hold_paused(app, _due(app, now, report), now)
+    due, held = overlap.hold_back(app, due)
+    rows, failed = _slot_rows(app, due)
+    due = [(info, slot) for info, slot in due if info.task in rows]
+    held += paused + failed
+    overlap.record(app, held, now)
+    for h in held:
+        report.skipped[h.info.task] = h.decision.reason
+        if h.decision.detail is not None:
+            report.errors[h.info.task] = h.decision.detail
+        if h.decision.action in (overlap.BUFFER, overlap.WAIT):
+            report.buffered.add(h.info.task)
+    started = _start_all(app, due, rows, now, report)
+    for info, slot in due:
+        job_id = started.get(info.task)
+        if job_id is None:
+            report.skipped.setdefault(info.task, "lost-race")
+            continue
+        last = info.runtime["last_slot"]
+        skipped = info.runtime.get("last_skipped_slot")
+        if last is not None and skipped is not None and len(skipped) == len(last):
+            last = max(last, skipped)  # a slot recorded as skipped was not missed
+        if last is not None:
+            missed = slots_between(info.frequency, last, slot, app.settings.timezone)
+            if missed:
+                more = "+" if missed >= 1000 and is_cron(info.frequency) else ""
+                log.info("task %s: %d%s missed slot(s) after %s coalesced into %s", info.task,
+                         missed, more, last, slot.key)
+        if info.runtime.get("buffered_slot"):
+            log.info("task %s: buffered slot %s started as job %s (slot %s)", info.task,
+                     info.runtime["buffered_slot"], job_id, slot.key)
+        report.started.append((info.task, slot.key, job_id))
+    if _clock_back_warned and not any(r == "older-slot" for r in report.skipped.values()):
+        _clock_back_warned.clear()  # the clock is ahead again: a new jump back is said again
+    return report
+
+
+def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Slot]]:
+    """The tasks whose current slot may start now, with that slot; the others are noted in
+    `report.skipped` with the reason."""
+    due: list[tuple[TaskInfo, Slot]] = []
+    for info in task_infos(app, full=False):
+        if not info.frequency:
+            continue
+        try:
+            reason, slot = _skip_reason(app, info, now)
+        except Exception as exc:  # e.g. a frequency stored by hand that no slot fits
+            report.skipped[info.task] = "error"
+            report.errors[info.task] = _one_line(exc)
+            _log_slotless_error(info.task, report.errors[info.task])
+            continue
+        if reason is None:
+            due.append((info, slot))
+        else:
+            report.skipped[info.task] = reason
+    return due
+
+
+def _skip_reason(app: App, info: TaskInfo, now: datetime) -> tuple[str | None, Slot | None]:
+    """`(reason, slot)`: why the task's current slot does not start now (None: it does)."""
+    if not info.enabled:
+        return "disabled", None
+    if not info.available:
+        return "unavailable", None
+    slot = current_slot(info.frequency, now, app.settings.timezone)
+    last = info.runtime["last_slot"]
+    if last == slot.key:
+        return "already-run", slot
+    if _older_than_last(app, info, slot, app.settings.timezone):
+        return "older-slot", slot
+    if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
+        return "not-yet", slot  # a new cron task waits for its next fire time
+    return None, slot
+
+
+def _older_than_last(app: App, info: TaskInfo, slot: Slot, tz: str) -> bool:
+    """True when `slot` began before the task's last started slot (compared as instants:
+    keys of a repeated DST hour do not sort in time); such a slot is never started (a newer
+    one ran). When this host's clock is behind the last run too (an NTP
+    step back, or another scheduler host ahead), say so once, at WARNING, until the clock
+    is ahead again; otherwise (a late tick) only at DEBUG."""
+    last = info.runtime["last_slot"]
+    last_at = slot_start(info.frequency, last, tz) if last else None
+    if last_at is None or slot.at >= last_at:
+        return False
+    last_run = info.runtime["last_run_at"]
+    if last_run is not None and app.clock.now() < last_run:
+        if not _clock_back_warned:
+            log.warning("the clock went back: it is %s UTC here, but task %s already ran slot "
+                        "%s at %s UTC (this host's clock, or another scheduler's, is off); no "
+                        "task starts a slot older than its last one, so runs resume when the "
+                        "clock passes it again", app.clock.now().isoformat(" ", "seconds"),
+                        info.task, last, last_run.isoformat(" ", "seconds"))
+        _clock_back_warned.add(info.task)
+    else:
+        log.debug("task %s: slot %s is older than its last slot %s (a late tick); skipped",
+                  info.task, slot.key, last)
+    return True
+
+
+def _slot_rows(app: App, due: list[tuple[TaskInfo, Slot]]
+               ) -> tuple[dict[str, dict], list[overlap.Held]]:
+    """The job row of each due slot: `(task -> row, held)`, where `held` has an `error`
+    skip for each slot whose row could not be made (the others still start)."""
+    rows: dict[str, dict] = {}
+    failed: list[overlap.Held] = []
+    for info, slot in due:
+        try:
+            rows[info.task] = _slot_row(app, info, slot)
+        except Exception as exc:  # the handler's code (limit_key) or its names: this slot only
+            failed.append(overlap.Held(info, slot, overlap.Decision(
+                overlap.SKIP, "error", _one_line(exc)), None))
+    return rows, failed
+
+
+def slot_error(app: App, info: TaskInfo, slot_key: str) -> str | None:
+    """Why the job row of `info`'s slot `slot_key` cannot be made (one line), or None when
+    it can now (health: the text of a slot recorded as skipped for `error`)."""
+    try:
+        _slot_row(app, info, Slot(slot_key, app.clock.now(), app.clock.now()))
+    except Exception as exc:
+        return _one_line(exc)
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line of at most 300 characters (our errors say what failed; anything
+    else is named by its class)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if not isinstance(exc, CronjobsError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text[:300]
+
+
+_slotless_logged: dict[str, str] = {}  # task -> the error last logged for it (no slot to record)
+
+
+def _log_slotless_error(task: str, error: str) -> None:
+    """Log an error that left a task without a slot at all (nothing can be recorded), once
+    per task and error text in this process."""
+    if _slotless_logged.get(task) != error:
+        _slotless_logged[task] = error
+        log.error("task %s: no slot can be computed: %s", task, error)
+
+
+def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
+               now: datetime, report: TickReport) -> dict[str, int]:
+    """Start the due slots of one tick in one transaction: claim every slot record, insert
+    the jobs of the slots won (`rows`: task -> its slot's job row), note the runs; then
+    ring each queue once. Returns task -> job id for the slots this scheduler won (a lost
+    slot logs at DEBUG only)."""
+    due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
+
+    def claim_and_insert(conn) -> dict[str, int]:
+        won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in due], now)
+        mine = [(info, slot) for info, slot in due if info.task in won]
+        ids = dispatching.insert_batch(conn, [rows[info.task] for info, _ in mine])
+        store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
+                                 for (info, slot), job_id in zip(mine, ids, strict=True)], now)
+        return {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
+
+    if not due:
+        return {}
+    try:
+        started = run_in_transaction(app.engine, claim_and_insert)
+    except DatabaseRefused:  # e.g. a job row already holds a slot's key: one by one
+        return _start_each(app, due, rows, now, report)
+    rung: set[str] = set()
+    for info, slot in due:
+        job_id = started.get(info.task)
+        if job_id is None:
+            log.debug("task %s slot %s already claimed by another scheduler", info.task,
+                      slot.key)
+            continue
+        log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
+                 extra={"trace_id": job_id})
+        queue = rows[info.task]["queue"]
+        if queue not in rung:  # a message rings its queue: the worker claims all due rows
+            rung.add(queue)
+            dispatching.send(app, job_id, queue)
+    return started
+
+
+def _start_each(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
+                now: datetime, report: TickReport) -> dict[str, int]:
+    """Start the due slots one transaction each (after the tick's batch was refused): a
+    slot the database refuses is an `error` of that task alone, tried again next tick."""
+    started = {}
+    for info, slot in due:
+        try:
+            job_id = _start(app, info, slot, rows[info.task], now)
+        except DatabaseRefused as exc:
+            report.skipped[info.task] = "error"
+            report.errors[info.task] = _one_line(exc)
+            log.error("task %s slot %s not started: the database refused it: %s", info.task,
+                      slot.key, report.errors[info.task])
+            continue
+        if job_id is not None:
+            started[info.task] = job_id
+    return started
+
+
+def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
+    """The job row of one slot of a task (its key makes a second row of the slot a no-op).
+
+    Raises:
+        InvalidJob: the row cannot be made (the handler's `limit_key` raised, ...).
+    """
+    return dispatching.build_row(app, info.type, {"slot": slot.key},
+                                 title=f"{info.task} {slot.key}",
+                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+
+
+def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) -> int | None:
+    def claim_and_insert(conn) -> int | None:
+        if not store.claim_slot(conn, info.task, slot.key, now):
+            return None
+        row, _ = dispatching.insert_row(conn, values)
+        store.record_run(conn, info.task, slot=slot.key, job_id=row["id"], now=now,
+                         next_run_at=slot.next_at)
+        return row["id"]
+
+    job_id = run_in_transaction(app.engine, claim_and_insert)
+    if job_id is not None:
+        log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
+                 extra={"trace_id": job_id})
+        dispatching.send(app, job_id, values["queue"])
+    return job_id
+
+
+def run_forever(app: App, stop: threading.Event | None = None, *, background: bool = False) -> Any:
+    """Tick at second 0 of every minute with APScheduler until `stop` is set.
+
+    The handlers are loaded first: a handler the worker would refuse stops the scheduler
+    here, before its first tick, instead of failing every tick of every task.
+
+    Args:
+        background: start a BackgroundScheduler and return it instead of blocking.
+
+    Raises:
+        HandlerError, DuplicateHandlerType: a bad or conflicting handler class.
+    """
+    app.handlers.load()
+    # lazy: CLI start-up time (`cronjobs tick` and the dashboard's task pages need no APScheduler)
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    scheduler = BackgroundScheduler(timezone="UTC")
+
+    def safe_tick() -> None:
+        try:
+            report = tick(app=app)
+            if report.started:
+                log.info("tick %s: started %s", report.now.strftime("%H:%M"),
+                         ", ".join(f"{t}#{j}" for t, _, j in report.started))
+        except Exception:
+            log.exception("tick failed; the next tick will try again")
+
+    scheduler.add_job(safe_tick, CronTrigger(second=0, timezone="UTC"), max_instances=1,
+                      coalesce=True, misfire_grace_time=50, id="cronjobs-tick")
+    scheduler.start()
+    log.info("scheduler started: ticking at second 0 of every minute (UTC)")
+    safe_tick()  # do not wait up to a minute for the first tick
+    if background:
+        return scheduler
+    stop = stop or threading.Event()
+    stop.wait()
+    scheduler.shutdown(wait=True)
+    return None

@@ -1,0 +1,170 @@
+"""One row builder for the task list: `cronjobs tasks` and the dashboard's Tasks page both
+use it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from .. import store
+from ..app import App
+from ..flow.state import TaskFlow, TypeLimits, task_flows
+from .overlap import policy_of
+from .slots import current_slot, describe
+from .tasks import task_infos
+
+NOT_INSTALLED = "module not installed"  # what a task whose handler is not available() shows
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A task as an operator sees it. Times are naive UTC.
+
+    Attributes:
+        task: the task name.
+        type: the type the scheduler (and Run now) starts; `types`: all its types.
+        frequency: the effective frequency (None: started by hand or by code only).
+        frequency_from: `handler`, `settings` (`[tasks.x]`) or `database` (an override in
+            `cronjob_runtime.frequency`); `handler_frequency` is the class's FREQUENCY.
+        source: `built-in`, `plugin` or `folder` (where the handler class came from).
+        enabled / available / destructive: kill switch, `available()`, DESTRUCTIVE.
+        last_run_at, last_job_id, last_status: the last *scheduled* run.
+        next_run_at: when the next slot begins.
+        last_manual_at, last_manual_job_id, last_manual_status: the last manual run.
+        overlap: the handler's OVERLAP (`skip`, `buffer_one`, `allow`).
+        skipped_count: slots that started nothing (overlap, pause), all time.
+        last_skipped_slot, last_skipped_at, last_skip_reason: the last of them, when it
+            was skipped and why (`running`, `buffered`, `paused`, `error`).
+        buffered_slot: the slot a `buffer_one` task keeps waiting behind its running run.
+        limits: its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY in words ("at most 2
+            running per chat_id; 30/s"), "" when none is limited.
+        paused_by: the live pauses holding it ("task x", "queue default", "type t"),
+            "" when none does.
+    """
+
+    task: str
+    type: str
+    types: tuple[str, ...]
+    frequency: str | None
+    frequency_from: str | None
+    handler_frequency: str | None
+    source: str
+    enabled: bool
+    available: bool
+    destructive: bool
+    last_run_at: datetime | None
+    last_job_id: int | None
+    last_status: str | None
+    next_run_at: datetime | None
+    last_manual_at: datetime | None
+    last_manual_job_id: int | None
+    last_manual_status: str | None
+    overlap: str = "skip"
+    skipped_count: int = 0
+    last_skipped_slot: str | None = None
+    last_skipped_at: datetime | None = None
+    last_skip_reason: str | None = None
+    buffered_slot: str | None = None
+    limits: str = ""
+    paused_by: str = ""
+
+    def as_dict(self) -> dict:
+        """The row as a dict (JSON-friendly apart from datetimes)."""
+        return asdict(self)
+
+
+def source_kind(source: str | None) -> str:
+    """`built-in`, `plugin` or `folder` from the registry's source text of a handler."""
+    if not source:
+        return "plugin"
+    if source.startswith("builtin"):
+        return "built-in"
+    if source.startswith(("entry point", "register()")):
+        return "plugin"
+    return "folder"
+
+
+def task_rows(app: App) -> list[TaskRow]:
+    """Every registered task, sorted by name (creates missing runtime rows, like the scheduler)."""
+    registry = app.handlers
+    now = app.clock.now()
+    infos = task_infos(app)
+    with app.engine.connect() as conn:
+        manual = store.views.job_statuses(
+            conn, [i.runtime.get("last_manual_job_id") for i in infos])
+        pauses = store.list_pauses(conn, store.flow.flow_now(conn, app.clock))
+    flows = task_flows(app, {i.task: tuple(registry.task_types(i.task)) for i in infos}, pauses)
+    rows = []
+    for info in infos:
+        rt = info.runtime
+        handler_frequency = info.handler.FREQUENCY
+        if rt.get("frequency"):
+            origin = "database"
+        elif app.settings.task(info.task).frequency:
+            origin = "settings"
+        else:
+            origin = "handler" if handler_frequency else None
+        next_run = rt.get("next_run_at")
+        if next_run is None and info.frequency and info.enabled:
+            next_run = current_slot(info.frequency, now, app.settings.timezone).next_at
+        rows.append(TaskRow(
+            task=info.task, type=info.type, types=tuple(registry.task_types(info.task)),
+            frequency=info.frequency, frequency_from=origin, handler_frequency=handler_frequency,
+            source=source_kind(registry.handler_source(info.type)), enabled=info.enabled,
+            available=info.available, destructive=bool(getattr(info.handler, "DESTRUCTIVE", False)),
+            last_run_at=rt.get("last_run_at"), last_job_id=rt.get("last_job_id"),
+            last_status=rt.get("last_status"), next_run_at=next_run if info.enabled else None,
+            last_manual_at=rt.get("last_manual_at"),
+            last_manual_job_id=rt.get("last_manual_job_id"),
+            last_manual_status=manual.get(rt.get("last_manual_job_id")),
+            overlap=policy_of(info.handler), skipped_count=rt.get("skipped_count") or 0,
+            last_skipped_slot=rt.get("last_skipped_slot"),
+            last_skipped_at=rt.get("last_skipped_at"),
+            last_skip_reason=rt.get("last_skip_reason"), buffered_slot=rt.get("buffered_slot"),
+            limits=limits_text(flows[info.task]), paused_by=", ".join(
+                f"{p['scope']} {p['name']}" for p in flows[info.task].pauses)))
+    return rows
+
+
+def limits_text(flow: TaskFlow) -> str:
+    """A task's limits in words, one clause per limited type: "at most 2 running per
+    chat_id, 30/s" ("" when no type of it is limited)."""
+    parts = [type_limits_text(t) for t in flow.limited]
+    if len(parts) > 1:
+        parts = [f"{t.type}: {text}" for t, text in zip(flow.limited, parts, strict=True)]
+    return "; ".join(parts)
+
+
+def type_limits_text(t: TypeLimits) -> str:
+    """One type's limits in words: "at most 2 running, 30/s per chat_id"; a LIMIT_KEY
+    alone (it limits nothing, but a `RetryLater(block="key")` blocks per key): "key
+    chat_id"; "" when it has none."""
+    words = [f"at most {t.concurrency} running" if t.concurrency else "", t.rate_limit or ""]
+    text = ", ".join(w for w in words if w)
+    if t.limit_key:
+        return f"{text} per {t.limit_key}" if text else f"key {t.limit_key}"
+    return text
+
+
+def cli_row(row: TaskRow) -> dict:
+    """The columns of `cronjobs tasks` (empty string for None)."""
+    def text(value) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, datetime):
+            return value.strftime("%Y-%m-%d %H:%M:%S")
+        return str(value)
+
+    frequency = describe(row.frequency)
+    if row.frequency_from in ("settings", "database"):
+        frequency += "*"
+    return {"task": row.task, "type": row.type, "frequency": frequency, "enabled": str(row.enabled),
+            "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
+            "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
+            "last_status": text(row.last_status), "next_run_at": text(row.next_run_at),
+            "last_manual_at": text(row.last_manual_at),
+            "manual_job": text(row.last_manual_job_id),
+            "manual_status": text(row.last_manual_status), "overlap": row.overlap,
+            "skipped": str(row.skipped_count), "last_skipped": text(row.last_skipped_slot),
+            "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot),
+            "limits": row.limits, "paused": row.paused_by}

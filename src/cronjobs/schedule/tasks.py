@@ -1,0 +1,140 @@
+"""The task list and its kill switch: every registered task with its effective frequency,
+its switch and its runtime row, as the scheduler, manual runs, the task rows of
+`cronjobs tasks` and the dashboard, and the health checks see it.
+
+A task is the handler of a scheduled type (`a.b.discover` -> task `a-b`); its frequency
+comes from the database (`cronjob_runtime.frequency`), the settings (`[tasks.x]`) or the
+handler's `FREQUENCY`, in that order; its switch lives in `cronjob_runtime.enabled`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .. import store
+from ..app import App, current
+from ..config.sources import did_you_mean
+from ..errors import HandlerNotFound
+from ..store.db import run_in_transaction
+
+log = logging.getLogger("cronjobs.schedule.scheduler")
+_warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
+
+_TICK_COLUMNS = ("frequency", "enabled", "last_slot", "last_run_at", "last_job_id",
+                 "last_skipped_slot", "buffered_slot")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as the scheduler sees it (merged from handler, settings and runtime row).
+
+    Attributes:
+        task: the task name (`http-uptime`).
+        type: the type the scheduler starts (`http.uptime.discover`).
+        handler: the handler class of `type`.
+        frequency: the effective frequency (None: started by hand or by code only).
+        enabled: the kill switch (`cronjob_runtime.enabled`).
+        available: the handler's `available()` (False when it raised).
+        runtime: the task's `cronjob_runtime` row (the columns read).
+    """
+
+    task: str
+    type: str
+    handler: type
+    frequency: str | None
+    enabled: bool
+    available: bool
+    runtime: dict
+
+
+def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
+    """Every registered task with its effective frequency, switch and availability.
+
+    Creates the runtime row of a task seen for the first time (enabled unless the
+    settings say otherwise or the handler is DESTRUCTIVE).
+
+    Args:
+        app: the App whose handlers and database to read.
+        full: read every column of the runtime rows; False reads what a tick needs.
+
+    Returns:
+        A `TaskInfo` per registered task, sorted by task name.
+    """
+    registry = app.handlers
+    columns = None if full else _TICK_COLUMNS
+    with app.engine.connect() as conn:
+        runtimes = store.list_runtimes(conn, columns)
+    known = registry.tasks()
+    for line in unknown_sections(app):
+        if line not in _warned:
+            _warned.add(line)
+            log.warning("%s", line)
+    missing = [(task, job_type) for task, job_type in known.items() if task not in runtimes]
+    if missing:  # tasks seen for the first time: one statement for all of them
+        _add_runtimes(app, missing)
+        with app.engine.connect() as conn:
+            runtimes = store.list_runtimes(conn, columns)
+    infos = []
+    for task, job_type in known.items():
+        cls = registry.resolve_handler(job_type)
+        runtime = runtimes[task]
+        frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
+        infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
+                              _available(cls), runtime))
+    return infos
+
+
+def unknown_sections(app: App) -> list[str]:
+    """The settings' `[tasks.x]` sections that name no registered task and `[queues.x]`
+    sections that name no queue of a registered handler (nor the default queue), one
+    warning line each, with a "did you mean" hint. A queue section is only warned of, not
+    refused: rows dispatched with `queue="x"` by code still obey it."""
+    tasks, queues = sorted(app.handlers.tasks()), app.queues()
+    lines = [f"[tasks.{name}] in the settings names no registered task"
+             f"{did_you_mean(name, tasks)} (tasks: {', '.join(tasks)})"
+             for name in sorted(set(app.settings.tasks) - set(tasks))]
+    lines += [f"[queues.{name}] in the settings names no queue of a registered handler"
+              f"{did_you_mean(name, queues)} (queues: {', '.join(queues)}); its limits apply "
+              f"only to rows dispatched to queue {name!r}"
+              for name in sorted(set(app.settings.queues) - set(queues))]
+    return lines
+
+
+def _add_runtimes(app: App, missing: list[tuple[str, str]]) -> None:
+    """Write the runtime rows of tasks seen for the first time (`(task, type)` pairs): the
+    switch from the settings, else on unless the handler is DESTRUCTIVE."""
+    new = []
+    for task, job_type in missing:
+        cls, cfg = app.handlers.resolve_handler(job_type), app.settings.task(task)
+        enabled = cfg.enabled if cfg.enabled is not None else not getattr(cls, "DESTRUCTIVE",
+                                                                           False)
+        new.append((task, job_type, enabled))
+    now = app.clock.now()
+    run_in_transaction(app.engine, lambda c: store.ensure_runtimes(c, new, now))
+
+
+def _available(cls: type) -> bool:
+    try:
+        return bool(cls.available())
+    except Exception as exc:  # a broken precondition check means "not available"
+        log.warning("%s.available() raised %s: %s", cls.__name__, type(exc).__name__, exc)
+        return False
+
+
+def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
+    """Flip the kill switch of `task` in `cronjob_runtime`.
+
+    Args:
+        task: a task name (`http-uptime`).
+        enabled: True lets the scheduler start it; False makes every tick skip it
+            (`disabled`) and refuses manual runs.
+
+    Raises:
+        HandlerNotFound: no registered handler belongs to `task`.
+    """
+    app = app or current()
+    if task not in app.handlers.tasks():
+        raise HandlerNotFound(f"unknown task {task!r}")
+    task_infos(app)
+    run_in_transaction(app.engine, lambda c: store.set_enabled(c, task, enabled, app.clock.now()))
