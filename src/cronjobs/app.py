@@ -19,7 +19,7 @@ import registry
 
 from .clock import SystemClock
 from .config import Settings
-from .store.engines import make_engine, sqlite_autocommit
+from .store.engines import autocommit_needs_pool, autocommit_view, make_engine
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -50,7 +50,8 @@ class App:
         self._engine = engine or make_engine(self._settings.database_url,
                                              **({"pool_size": pool_size} if pool_size else {}))
         self._side_engines: dict[str, Engine] = {}
-        self._autocommit: Engine | None = None  # PostgreSQL's and SQLite's `autocommit_engine`
+        # PostgreSQL's and SQLite's `autocommit_engine`; False: none on this backend
+        self._autocommit: Engine | bool | None = None
         self._handlers = handlers if handlers is not None else registry.for_settings(self._settings)
         self._broker: Broker | None = None
         self._lock = threading.Lock()
@@ -138,15 +139,12 @@ class App:
         (`side_engine("autocommit")`). An App given its engine on MySQL/MariaDB: `engine`
         itself, the statement in a transaction.
         """
-        dialect = self.engine.dialect.name
-        if dialect in ("postgresql", "sqlite"):
-            with self._lock:
-                if self._autocommit is None:
-                    self._autocommit = (
-                        sqlite_autocommit(self.engine) if dialect == "sqlite"
-                        else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        with self._lock:
+            if self._autocommit is None:
+                self._autocommit = autocommit_view(self.engine) or False
+            if self._autocommit is not False:
                 return self._autocommit
-        if dialect in ("mysql", "mariadb"):
+        if autocommit_needs_pool(self.engine):
             return self.side_engine("autocommit", autocommit=True)
         return self.engine
 

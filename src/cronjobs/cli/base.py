@@ -130,6 +130,7 @@ def _app(create: bool = False, database: bool = True, pool_size: int | None = No
     from .. import logs  # lazy: CLI start-up time
     from ..app import App, current, use
     from ..errors import ConfigError
+    from ..store.engines import sqlite_file
 
     if pool_size is None:
         app = current()
@@ -138,11 +139,11 @@ def _app(create: bool = False, database: bool = True, pool_size: int | None = No
         use(app)
     logs.setup(app.settings.log_level)
     url = app.engine.url
-    if (database and url.get_backend_name() == "sqlite"
-            and url.database not in (None, "", ":memory:")):
+    database_file = sqlite_file(url) if database else None
+    if database_file is not None:
         from pathlib import Path  # lazy: CLI start-up time
 
-        path = Path(url.database)
+        path = Path(database_file)
         if not create and not path.exists():
             raise ConfigError(f"database file {str(path.resolve())!r} does not exist; run "
                               f"`cronjobs migrate` first (CRONJOBS_DATABASE_URL={url})")

@@ -1,5 +1,5 @@
-"""The database and broker URLs cronjobs accepts, and what to write instead of the URLs
-hosting services print."""
+"""The broker and uptime-check URLs cronjobs accepts, and the database URLs (`store.urls`,
+where every dialect is named), re-exported for the settings."""
 
 from __future__ import annotations
 
@@ -9,17 +9,15 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from ..store.urls import DATABASE_SCHEME_FOR, SUPPORTED_DATABASE_SCHEMES, check_database_url
+
+__all__ = ["AMQP_SCHEMES", "DATABASE_SCHEME_FOR", "MEMORY_BROKER", "REDIS_SCHEMES",
+           "SUPPORTED_DATABASE_SCHEMES", "check_broker_url", "check_database_url",
+           "check_http_url", "hide_password"]
+
 MEMORY_BROKER = "memory://"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 AMQP_SCHEMES = ("amqp://", "amqps://")
-
-# The drivers cronjobs speaks (its hot path is driver SQL for PyMySQL, psycopg 3 and
-# sqlite3), and what to write instead of the URLs hosting services print.
-SUPPORTED_DATABASE_SCHEMES = frozenset({"sqlite", "sqlite+pysqlite", "mysql+pymysql",
-                                        "mariadb+pymysql", "postgresql+psycopg"})
-DATABASE_SCHEME_FOR = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
-                       "mysql": "mysql+pymysql", "mariadb": "mariadb+pymysql",
-                       "sqlite": "sqlite"}
 
 
 def check_broker_url(value: str) -> str:
@@ -60,34 +58,6 @@ def check_http_url(value: str) -> str:
     if port == 0:
         raise ValueError(f"{value!r:.120} names port 0, which nothing can listen on")
     return value
-
-
-def check_database_url(value: str) -> str:
-    """`value` when it is a SQLAlchemy URL of a database and driver cronjobs speaks.
-
-    Raises:
-        ValueError: not a URL; a SQLite URL with a host; another database; a known
-            database with another driver (the message gives the URL to write instead).
-    """
-    try:
-        url = make_url(value)
-    except ArgumentError:
-        raise ValueError(f"not a database URL: {value!r} (e.g. sqlite:///cronjobs.db, "
-                         f"mysql+pymysql://user:pw@host/db)") from None
-    scheme = url.drivername
-    if scheme.startswith("sqlite") and (url.host or url.port):
-        raise ValueError(f"SQLite URL {value!r} names a host: write sqlite:///file.db for a "
-                         f"file in the working folder, sqlite:////abs/path.db for an "
-                         f"absolute path")
-    if scheme in SUPPORTED_DATABASE_SCHEMES:
-        return value
-    backend = scheme.split("+")[0]
-    use = DATABASE_SCHEME_FOR.get(backend)
-    if use is None:
-        raise ValueError(f"unsupported database {scheme!r} in {url!r}: use sqlite:///..., "
-                         f"mysql+pymysql://... or postgresql+psycopg://...")
-    raise ValueError(f"database URL {url!r} names the driver {scheme!r}, which cronjobs "
-                     f"does not use: write it as {url.set(drivername=use)!r}")
 
 
 def hide_password(url: str) -> str:

@@ -14,6 +14,7 @@ from ..flow.state import held_now, held_text, held_totals, limit_text
 from ..schedule.scheduler import slot_error
 from ..schedule.slots import current_slot
 from ..schedule.tasks import task_infos
+from ..store.engines import backend_name, sqlite_file
 from ..worker import heartbeat
 from .check import Check
 
@@ -24,8 +25,8 @@ def database(app: App, check: Check) -> None:
     with app.engine.connect() as conn:
         store.views.ping(conn)
     ms = (time.monotonic() - started) * 1000
-    check.data = {"response_ms": round(ms, 1), "backend": app.engine.dialect.name}
-    check.message = f"{app.engine.dialect.name} answered in {ms:.0f} ms"
+    check.data = {"response_ms": round(ms, 1), "backend": backend_name(app.engine)}
+    check.message = f"{backend_name(app.engine)} answered in {ms:.0f} ms"
 
 
 def broker(app: App, check: Check) -> None:
@@ -266,8 +267,8 @@ def resources(app: App, check: Check) -> None:
 
     s = app.settings
     url = app.engine.url
-    path = Path(url.database).resolve().parent if url.get_backend_name() == "sqlite" \
-        and url.database not in (None, "", ":memory:") else Path(s.log_dir or ".")
+    database_file = sqlite_file(url)
+    path = Path(database_file).resolve().parent if database_file else Path(s.log_dir or ".")
     disk = psutil.disk_usage(str(path)).percent
     memory = psutil.virtual_memory().percent
     check.data = {"disk_percent": disk, "disk_path": str(path), "memory_percent": memory}

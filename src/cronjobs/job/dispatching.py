@@ -91,8 +91,7 @@ def submit(app: App, type: str, payload: dict | None = None, *,
     else:
         # One statement (and a read when the key is taken): it commits itself. SQLite's
         # new row goes straight to the driver; a taken key or an error takes the general path.
-        row, taken = (store.insert_new_sqlite(app.engine, values)
-                      if app.engine.dialect.name == "sqlite" else (None, False))
+        row, taken = store.insert_new_direct(app.engine, values)
         created = row is not None
         if row is None:
             row, created = run_in_transaction(

@@ -44,7 +44,7 @@ from .flow import (
     resume,
     unblock,
 )
-from .insert import insert_job, insert_jobs, insert_new_sqlite
+from .insert import insert_job, insert_jobs, insert_new_direct, insert_new_sqlite
 from .jobs import JOB_COLUMNS, count_children, get_job, live_in_families, select_by_key
 from .leases import renew_leases
 from .limiter import FlowControl
@@ -77,7 +77,8 @@ __all__ = [
     "JOB_COLUMNS", "Claim", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs",
     "count_children",
     "delete_job", "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs",
-    "insert_new_sqlite", "renew_leases", "select_by_key", "due_pending", "pending_by_queue",
+    "insert_new_direct", "insert_new_sqlite", "renew_leases", "select_by_key", "due_pending",
+    "pending_by_queue",
     "prune", "prune_slots", "count_prunable",
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
     "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.pool import NullPool, QueuePool
 
 from .. import limits
@@ -198,3 +198,36 @@ def _setup_sqlite(engine: Engine, timeout: float | None = None) -> None:
     def _on_begin(conn):
         if not conn.get_execution_options().get(SQLITE_AUTOCOMMIT):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def backend_name(engine: Engine) -> str:
+    """The database behind `engine`, as health and the logs name it: `sqlite`, `mysql`,
+    `mariadb` or `postgresql`."""
+    return engine.dialect.name
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The file of an SQLite database URL; None for an in-memory SQLite database and for
+    every other backend."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return url.database
+
+
+def autocommit_view(engine: Engine) -> Engine | None:
+    """`engine` seen in autocommit mode without a pool of its own, where the driver allows
+    it: PostgreSQL (psycopg switches on the client) and SQLite (`sqlite_autocommit`). None
+    on MySQL/MariaDB, whose switch is a statement: there, a pool of autocommit connections
+    (`autocommit_needs_pool`)."""
+    name = engine.dialect.name
+    if name == "sqlite":
+        return sqlite_autocommit(engine)
+    if name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return None
+
+
+def autocommit_needs_pool(engine: Engine) -> bool:
+    """True where autocommit needs connections of its own (MySQL/MariaDB: `SET autocommit`
+    is a statement, so a pool whose connections are made in that mode)."""
+    return engine.dialect.name in ("mysql", "mariadb")

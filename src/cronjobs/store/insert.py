@@ -57,6 +57,14 @@ def insert_job(conn: Connection, values: dict, *, taken: bool = False) -> tuple[
     raise InvalidJob(f"idempotency key {key!r} kept changing hands; giving up")
 
 
+def insert_new_direct(engine: Engine, values: dict) -> tuple[dict | None, bool]:
+    """A new row written straight through the driver where that pays (SQLite:
+    `insert_new_sqlite`); `(None, False)` elsewhere: the caller takes the general path."""
+    if engine.dialect.name != "sqlite":
+        return None, False
+    return insert_new_sqlite(engine, values)
+
+
 def insert_new_sqlite(engine: Engine, values: dict) -> tuple[dict | None, bool]:
     """SQLite: insert one row in a statement that commits itself, on the pool's driver
     connection: no SQLAlchemy connection, transaction or result objects, ~35 % of a keyed
