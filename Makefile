@@ -16,6 +16,10 @@ VENV_NEWEST := .venv$(subst .,,$(NEWEST))
 BIN_NEWEST := $(VENV_NEWEST)/bin
 STAMP_NEWEST := $(VENV_NEWEST)/.installed
 PYTEST := python -m pytest -p no:cacheprovider
+# `make bench`'s venv: the package and the bench extra, no test tools.
+BENCH_VENV := .venv-bench
+BENCH_BIN := $(BENCH_VENV)/bin
+BENCH_STAMP := $(BENCH_VENV)/.installed
 # The core subset: the tests marked `core`, collected from the files that mark them only
 # (collecting every file would import the bench's tools, not installed there).
 CORE_TESTS = -m core $(shell grep -l 'pytest\.mark\.core' tests/test_*.py)
@@ -60,6 +64,13 @@ $(STAMP_NEWEST): $(BIN_NEWEST)/python pyproject.toml
 	$(BIN_NEWEST)/python -m compileall -q src > /dev/null
 	touch $(STAMP_NEWEST)
 
+$(BENCH_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_BIN)/pip install --quiet --upgrade pip
+	$(BENCH_BIN)/pip install --quiet -e ".[bench]"
+	$(BENCH_BIN)/python -m compileall -q src > /dev/null
+	touch $(BENCH_STAMP)
+
 ## run: install (the package alone, no test or bench tools), migrate the embedded SQLite
 ## database, start scheduler + worker + dashboard
 run: $(RUN_STAMP)
@@ -87,9 +98,11 @@ test-faults: $(STAMP) services
 
 ## bench: the benchmark suite (< 12 min): figures against same-run baselines, PASS/MISS,
 ## bench/results/latest.json and a dated copy in bench/results/runs/ (docs/performance.md);
-## one section: make bench BENCH_ARGS="--only peers"
-bench: $(STAMP) services
-	$(BIN)/python -m bench $(BENCH_ARGS)
+## one section: make bench BENCH_ARGS="--only peers". It runs in a venv of its own with the
+## package and the bench extra only (.venv-bench): what a user installs, without the test
+## tools (the test extra brings `cryptography`, which PyMySQL imports when it finds it)
+bench: $(BENCH_STAMP) services
+	$(BENCH_BIN)/python -m bench $(BENCH_ARGS)
 
 services:
 	bash scripts/services.sh
@@ -103,4 +116,4 @@ docs-reference: $(STAMP)
 	$(BIN)/python scripts/gen_reference.py
 
 clean:
-	rm -rf $(VENV) $(VENV_NEWEST) site cronjobs.db cronjobs.db-wal cronjobs.db-shm
+	rm -rf $(VENV) $(BENCH_VENV) $(VENV_NEWEST) site cronjobs.db cronjobs.db-wal cronjobs.db-shm
