@@ -26,8 +26,8 @@ def _run(code: str) -> str:
 DIALECTS = """
 import sys
 import sqlalchemy as sa
-from cronjobs.engines import make_engine
-from cronjobs.models import cronjob_queue
+from cronjobs.store.engines import make_engine
+from cronjobs.store.models import cronjob_queue
 engine = make_engine({url!r})
 sa.select(cronjob_queue).compile(dialect=engine.dialect)
 with engine.connect() as conn:

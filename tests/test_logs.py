@@ -68,7 +68,7 @@ BURST_FROM_CODE = """
 import sys
 from cronjobs import queue
 from cronjobs.app import App
-from cronjobs.burst import run_burst
+from cronjobs.worker.burst import run_burst
 from cronjobs.config import Settings
 app = App(Settings.load(log_level="INFO", database_url=sys.argv[1],
                         handler_paths=tuple(sys.argv[2:])))

@@ -21,6 +21,7 @@ from cronjobs import queue
 from cronjobs.worker.loop import WorkerProcess
 from test_worker_e2e import _stop, _tail, wait_for
 
+pytestmark = pytest.mark.core  # the core subset (make test-core)
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 PROBE = "probe.version.execute"
 
@@ -29,8 +30,6 @@ import os
 import sys
 
 from cronjobs import CronJobHandler
-
-pytestmark = pytest.mark.core  # the core subset (make test-core)
 
 VERSION = {version}
 
