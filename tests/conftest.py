@@ -75,18 +75,99 @@ def backend(request) -> str:
     return request.param
 
 
-@pytest.fixture
-def db_url(backend: str, tmp_path: Path):
-    """URL of a fresh, migrated database with the `test_effects` table."""
-    url, drop = new_database(backend, tmp_path)
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+def _migrate(url: str) -> None:
+    """Migrate the database at `url` (Alembic, every revision) and add `test_effects`."""
     from cronjobs.store.engines import make_engine
 
     migrated = make_engine(url)
     upgrade(migrated)
     migrated.dispose()
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     effects.metadata.create_all(engine)
     engine.dispose()
+
+
+class _Template:
+    """A database migrated once per test process and backend, copied for each test: the
+    same tables, indexes, keys and rows as `_migrate` makes (a copy of what the
+    migrations made, not a second description of the schema), without running the
+    migrations again per test (their DDL is most of a MariaDB test's set-up).
+    `tests/test_migrations.py` runs the migrations themselves."""
+
+    def __init__(self, backend: str, folder: Path):
+        self.backend = backend
+        self.url, self.drop = new_database(backend, folder)
+        _migrate(self.url)
+        self.name = self.url.split("/")[-1].split("?")[0] if backend == "mariadb" else None
+        if backend == "postgresql":
+            self.name = self.url.split("%3D")[-1]
+            self.ddl = self._postgres_ddl()
+        if backend == "mariadb":
+            self.ddl, self.rows = self._mariadb_ddl()
+
+    def copy(self, tmp_path: Path) -> tuple[str, callable]:
+        """A new database of this backend with the template's schema and rows."""
+        url, drop = new_database(self.backend, tmp_path)
+        if self.backend == "sqlite":
+            import shutil
+
+            shutil.copyfile(self.url.removeprefix("sqlite:///"), url.removeprefix("sqlite:///"))
+            return url, drop
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        with engine.begin() as conn:
+            if self.backend == "mariadb":
+                conn.exec_driver_sql("SET FOREIGN_KEY_CHECKS = 0")
+                for statement in self.ddl:
+                    conn.exec_driver_sql(statement)
+                for table in self.rows:
+                    conn.exec_driver_sql(f"INSERT INTO {table} SELECT * FROM {self.name}.{table}")
+                conn.exec_driver_sql("SET FOREIGN_KEY_CHECKS = 1")
+            else:
+                schema = url.split("%3D")[-1]
+                conn.exec_driver_sql(self.ddl.replace(f"{self.name}.", f"{schema}."))
+                conn.exec_driver_sql(f"INSERT INTO {schema}.alembic_version "
+                                     f"SELECT * FROM {self.name}.alembic_version")
+        engine.dispose()
+        return url, drop
+
+    def _mariadb_ddl(self) -> tuple[list[str], list[str]]:
+        engine = sa.create_engine(self.url, poolclass=sa.pool.NullPool)
+        with engine.connect() as conn:
+            tables = [r[0] for r in conn.exec_driver_sql("SHOW TABLES")]
+            ddl = [conn.exec_driver_sql(f"SHOW CREATE TABLE `{t}`").one()[1] for t in tables]
+            rows = [t for t in tables
+                    if conn.exec_driver_sql(f"SELECT COUNT(*) FROM `{t}`").scalar()]
+        engine.dispose()
+        return ddl, rows
+
+    def _postgres_ddl(self) -> str:
+        dump = subprocess.run(
+            ["pg_dump", "--schema-only", "--no-owner", "--no-privileges", "-n", self.name,
+             "-h", "127.0.0.1", "-p", "5432", "-U", "postgres", "test"],
+            capture_output=True, text=True, check=True, timeout=60).stdout
+        keep = [line for line in dump.splitlines()
+                if not line.startswith(("--", "SET ", "SELECT pg_catalog.set_config", "\\"))
+                and not line.startswith(f"CREATE SCHEMA {self.name}")]
+        return "\n".join(keep)
+
+
+_TEMPLATES: dict[str, _Template] = {}
+
+
+@pytest.fixture(scope="session")
+def _templates(tmp_path_factory):
+    """Per backend, the template database of this test process (made on first use)."""
+    yield _TEMPLATES
+    for template in _TEMPLATES.values():
+        template.drop()
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path, _templates, tmp_path_factory):
+    """URL of a fresh, migrated database with the `test_effects` table."""
+    if backend not in _templates:
+        _templates[backend] = _Template(backend, tmp_path_factory.mktemp("template"))
+    url, drop = _templates[backend].copy(tmp_path)
     yield url
     drop()
 
