@@ -139,11 +139,14 @@ class App:
         (`side_engine("autocommit")`). An App given its engine on MySQL/MariaDB: `engine`
         itself, the statement in a transaction.
         """
-        with self._lock:
-            if self._autocommit is None:
-                self._autocommit = autocommit_view(self.engine) or False
-            if self._autocommit is not False:
-                return self._autocommit
+        view = self._autocommit  # decided once: a keyed dispatch asks at every call
+        if view is None:
+            with self._lock:
+                if self._autocommit is None:
+                    self._autocommit = autocommit_view(self.engine) or False
+                view = self._autocommit
+        if view is not False:
+            return view
         if autocommit_needs_pool(self.engine):
             return self.side_engine("autocommit", autocommit=True)
         return self.engine
