@@ -51,8 +51,10 @@ from .sql import (
 )
 
 TABLE = q.name
-# What a claim reads: every column but the stored result (a job never needs it to run).
-CLAIM_COLUMNS = tuple(c.name for c in q.columns if c.name != "result_payload")
+# What a claim reads: every column but the stored result and traceback (a job never
+# needs them to run).
+CLAIM_COLUMNS = tuple(c.name for c in q.columns
+                      if c.name not in ("result_payload", "traceback"))
 # What the claim's UPDATE sets: not read by the candidate SELECT (`_take` fills them in),
 # which spares the driver decoding four times and two texts per row.
 SET_BY_CLAIM = ("status", "started_at", "finished_at", "worker_id", "updated_at", "locked_until")

@@ -106,6 +106,10 @@ cronjob_queue = Table(
     # descendants; NULL on a row without parent), set at dispatch: the overlap check of a
     # scheduled task asks "is any row of this family pending or running" from the index.
     Column("root_id", Id, nullable=True),
+    # Migration 0013: a handler's traceback (its last part, `limits.TRACEBACK_MAX_CHARS`)
+    # and the failure's group (`fingerprint`: exception type and normalised text, hashed).
+    Column("traceback", Text, nullable=True),
+    Column("fingerprint", String(40), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_finished", "status", "finished_at", "type"),  # 0003: + type
@@ -157,6 +161,32 @@ cronjob_slot = Table(
     Column("job_id", BigInteger, nullable=True),
     Column("claimed_at", UtcDateTime, nullable=False),
     Index("ix_cronjob_slot_claimed", "claimed_at"),
+)
+
+# One row per completion of a family (migration 0013): a root row and every row under
+# it (`root_id`). `generation` counts the completions of one root (1; 2 after failed rows
+# were retried and finished again ...). Written, with the callback rows it starts, in the
+# transaction that finishes the family's last row (`cronjobs.family.settle`).
+cronjob_family = Table(
+    "cronjob_family",
+    metadata,
+    Column("root_id", Id, primary_key=True, autoincrement=False),
+    Column("generation", Integer, primary_key=True, autoincrement=False),
+    Column("outcome", String(16), nullable=False),  # success | failure | cancelled
+    Column("counts", Text, nullable=False),  # JSON: status -> rows, at completion
+    Column("completed_at", UtcDateTime, nullable=False),
+    Index("ix_cronjob_family_completed", "completed_at"),
+)
+
+# A row that waits for others (migration 0013): `job_id` starts once `depends_on_id` has
+# finished (a root row: its whole family). Deleted with the waiting row.
+cronjob_dependency = Table(
+    "cronjob_dependency",
+    metadata,
+    Column("job_id", Id, ForeignKey("cronjob_queue.id", ondelete="CASCADE",
+                                    name="fk_cronjob_dependency_job"), primary_key=True),
+    Column("depends_on_id", Id, primary_key=True, autoincrement=False),
+    Index("ix_cronjob_dependency_on", "depends_on_id"),
 )
 
 # One row per live worker process, refreshed every heartbeat.
