@@ -1,0 +1,144 @@
+"""A family's statements: the completion decision's reads and locks, its record, its counts.
+
+A family is a root row (no parent) and every row whose `root_id` is the root. Whether it
+has completed is decided in each transaction that finishes one of its rows
+(`cronjobs.family.settle`), with three statements here, in this order:
+
+1. `running_witness`: another running row of the family that no transaction holds, locked
+   (`FOR UPDATE SKIP LOCKED`): its own finish waits for this transaction's commit, so it
+   will see this transaction's rows finished. Found: the family goes on; done.
+2. else `lock_root`: the root row locked (`FOR UPDATE`, waiting): the transactions that
+   found no witness decide one after the other;
+3. `unfinished`: a plain read (READ COMMITTED: everything committed so far). None left
+   and the root finished: the family is complete (`record_completion`).
+
+`running_witness` runs once per family per finishing batch; the root is locked only by a
+batch whose family had no free running row left (its last rows, or a moment when every
+running row was being finished), so finishing children do not queue on the root.
+SQLite has one writer at a time: the locks are left out and the plain read decides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import Connection, func, select
+
+from ..status import Status
+from .models import cronjob_family as fam
+from .models import cronjob_queue as q
+from .sql import insert_ignore, lock_sql, name, ph
+
+TABLE = q.name
+UNFINISHED = (Status.PENDING.value, Status.RUNNING.value)
+
+
+def _ids(ids: Iterable[int]) -> str:
+    return ", ".join(str(int(i)) for i in ids)
+
+
+def roots_with_children(conn: Connection, ids: Iterable[int]) -> set[int]:
+    """Of row ids `ids` (parentless rows), those that have at least one row under them.
+    One indexed read (`root_id`)."""
+    ids = sorted({int(i) for i in ids})
+    if not ids:
+        return set()
+    sql = f"SELECT DISTINCT root_id FROM {TABLE} WHERE root_id IN ({_ids(ids)})"
+    return {int(r[0]) for r in conn.exec_driver_sql(sql)}
+
+
+def running_witness(conn: Connection, root_id: int, own: Iterable[int]) -> int | None:
+    """A `running` row of family `root_id`, not in `own` (this transaction's rows) and not
+    locked by another transaction, locked until this one ends; None when there is none.
+    On SQLite (one writer) any running row not in `own`."""
+    dialect = name(conn)
+    own_ids = _ids(own) or "0"
+    sql = (f"SELECT id FROM {TABLE} WHERE root_id = {ph(dialect, 'root')} "
+           f"AND status = 'running' AND id NOT IN ({own_ids}) "
+           f"ORDER BY id LIMIT 1{lock_sql(dialect, skip=True)}")
+    row = conn.exec_driver_sql(sql, {"root": int(root_id)}).first()
+    return None if row is None else int(row[0])
+
+
+def lock_root(conn: Connection, root_id: int) -> dict | None:
+    """Lock the root row (waiting for its holder) and return its `id`, `type`, `queue`,
+    `status`, `payload`, `outcome_reason`, `finished_at`; None when it is gone."""
+    dialect = name(conn)
+    sql = (f"SELECT id, type, queue, status, payload, outcome_reason, finished_at FROM {TABLE} "
+           f"WHERE id = {ph(dialect, 'root')}{lock_sql(dialect, skip=False)}")
+    row = conn.exec_driver_sql(sql, {"root": int(root_id)}).mappings().first()
+    return None if row is None else dict(row)
+
+
+def unfinished(conn: Connection, root_id: int) -> bool:
+    """True while a row of family `root_id` (not the root) is `pending` or `running` (a
+    plain read: what is committed, and this transaction's own writes)."""
+    dialect = name(conn)
+    sql = (f"SELECT 1 FROM {TABLE} WHERE root_id = {ph(dialect, 'root')} "
+           f"AND status IN ('pending', 'running') LIMIT 1")
+    return conn.exec_driver_sql(sql, {"root": int(root_id)}).first() is not None
+
+
+def counts(conn: Connection, root_id: int) -> list[tuple[str, str | None, int]]:
+    """The rows under root `root_id` (not the root, not its callbacks) per status and
+    outcome reason: `[(status, reason or None, rows)]`."""
+    rows = conn.execute(select(q.c.status, q.c.outcome_reason, func.count())
+                        .where(q.c.root_id == root_id)
+                        .group_by(q.c.status, q.c.outcome_reason))
+    return [(str(status), reason, int(n)) for status, reason, n in rows]
+
+
+def last_generation(conn: Connection, root_id: int) -> int:
+    """The generation of the family's last completion (0: never completed)."""
+    value = conn.execute(select(func.max(fam.c.generation))
+                         .where(fam.c.root_id == root_id)).scalar()
+    return int(value or 0)
+
+
+def record_completion(conn: Connection, root_id: int, generation: int, outcome: str,
+                      status_counts: dict[str, int], now: datetime) -> bool:
+    """Record completion number `generation` of family `root_id` (`outcome`: success,
+    failure or cancelled; `status_counts`: status -> rows; `now` naive UTC). Returns False
+    when that generation was recorded already (nothing written)."""
+    stmt = insert_ignore(conn, fam, ["root_id", "generation"]).values(
+        root_id=root_id, generation=generation, outcome=outcome,
+        counts=json.dumps(status_counts, sort_keys=True), completed_at=now)
+    return conn.execute(stmt).rowcount == 1
+
+
+def completions(conn: Connection, root_id: int) -> list[dict]:
+    """Every recorded completion of family `root_id`, oldest first: `generation`,
+    `outcome`, `counts` (decoded), `completed_at`."""
+    rows = conn.execute(select(fam).where(fam.c.root_id == root_id)
+                        .order_by(fam.c.generation)).mappings()
+    return [dict(r, counts=json.loads(r["counts"])) for r in rows]
+
+
+def callbacks(conn: Connection, root_id: int) -> list[dict]:
+    """The callback rows of family `root_id` (`parent_id` the root, key `family:...`):
+    `id`, `type`, `status`, `idempotency_key`, `finished_at`, oldest first."""
+    rows = conn.execute(select(q.c.id, q.c.type, q.c.status, q.c.idempotency_key,
+                               q.c.finished_at)
+                        .where(q.c.parent_id == root_id, q.c.root_id.is_(None),
+                               q.c.idempotency_key.like(f"family:{int(root_id)}:%"))
+                        .order_by(q.c.id)).mappings()
+    return [dict(r) for r in rows]
+
+
+def times(conn: Connection, root_id: int) -> dict:
+    """The first start and the last finish among the rows under root `root_id`:
+    `{"first_started_at", "last_finished_at"}` (naive UTC, None when none)."""
+    row = conn.execute(select(func.min(q.c.started_at), func.max(q.c.finished_at))
+                       .where(q.c.root_id == root_id)).first()
+    return {"first_started_at": row[0], "last_finished_at": row[1]}
+
+
+def root_row(conn: Connection, root_id: int) -> dict | None:
+    """Row `root_id`'s `id`, `type`, `status`, `root_id`, `parent_id`, `created_at`,
+    `started_at`, `finished_at`; None when it is gone."""
+    row = conn.execute(select(q.c.id, q.c.type, q.c.status, q.c.root_id, q.c.parent_id,
+                              q.c.created_at, q.c.started_at, q.c.finished_at)
+                       .where(q.c.id == root_id)).mappings().first()
+    return None if row is None else dict(row)
