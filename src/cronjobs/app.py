@@ -19,6 +19,7 @@ import registry
 
 from .clock import SystemClock
 from .config import Settings
+from .handler import CALLBACK_KINDS, STAGES, callback_class, callback_kinds
 from .store.engines import autocommit_needs_pool, autocommit_view, make_engine
 
 if TYPE_CHECKING:
@@ -73,8 +74,19 @@ class App:
 
     # -- handlers -------------------------------------------------------------------
     def resolve(self, job_type: str) -> type | None:
-        """The handler class registered for `job_type`, or None."""
-        return self.handlers.resolve_handler(job_type)
+        """The handler class registered for `job_type`, or None. A family callback's
+        type (`acme.sync.complete`) resolves to the class that runs the root handler's
+        `on_complete` (`handler.callback_class`) when `acme.sync.discover` (or
+        `.execute`) defines it."""
+        cls = self.handlers.resolve_handler(job_type)
+        if cls is None:
+            base, _, kind = job_type.rpartition(".")
+            if kind in CALLBACK_KINDS and base:
+                for stage in STAGES:
+                    root = self.handlers.resolve_handler(f"{base}.{stage}")
+                    if root is not None and kind in callback_kinds(root):
+                        return callback_class(root, kind)
+        return cls
 
     def queues(self) -> list[str]:
         """Every queue a registered handler uses, plus the default queue, sorted."""

@@ -14,6 +14,9 @@ STAGES = ("discover", "execute")
 FREQUENCIES = ("minute", "hour", "day", "month")
 # a scheduled handler's OVERLAP (cronjobs.schedule.overlap)
 OVERLAPS = ("skip", "buffer_one", "allow")
+# What a family's completion can start (`on_complete`, `on_success`, `on_failure` of the
+# root's handler), each a row of type `<root type without its stage>.<kind>`.
+CALLBACK_KINDS = ("complete", "success", "failure")
 MAX_RETRY_LATER_SECONDS = 366 * 24 * 3600
 BLOCKS = (None, "key", "type")  # what a RetryLater may block besides its row
 
@@ -172,6 +175,19 @@ class CronJobHandler:
             block="key")` blocks the row's key (docs/handlers.md, "Limits").
         EXAMPLE_PAYLOAD: a payload this handler takes (a dict), shown as the example in
             the dashboard's Run now box of its task; None (the default): `{}`.
+        MIN_SUCCESS_RATIO: the share of the rows under a root (0.0 to 1.0) that must
+            complete for its family to count as a success (`on_success` rather than
+            `on_failure`; a task's last success); 1.0 (the default): every one.
+
+    Family callbacks: a handler whose rows dispatch children may define
+    `on_complete(self, family, job)`, `on_success(self, family, job)` and
+    `on_failure(self, family, job)`. When the root row has finished and every row under it
+    has finished too (retries included), its family is complete: `on_complete` runs, and
+    `on_success` or `on_failure`, each as a row of its own (type
+    `<TYPE without its stage>.complete`, `.success`, `.failure`) with this class's
+    retries, MAX_RUNTIME and queue. `family` is a `cronjobs.family.view.Family` (counts,
+    reasons, times, failures, `generation`); `job` is the callback's own row. Return as
+    from `handle()`.
         error / gateway_error / message: set one before returning `False` to give the
             row its error text.
     """
@@ -188,6 +204,7 @@ class CronJobHandler:
     LIMIT_KEY: ClassVar[str | None] = None
     OVERLAP: ClassVar[str] = "skip"
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
+    MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
 
     error: str | None = None
     gateway_error: str | None = None
@@ -246,6 +263,40 @@ def task_name(job_type: str) -> str:
     if stage in STAGES and base:
         return base.replace(".", "-")
     return job_type.replace(".", "-")
+
+
+def callback_kinds(cls: type) -> tuple[str, ...]:
+    """The family callbacks handler class `cls` defines (`complete`, `success`,
+    `failure`, in that order)."""
+    return tuple(kind for kind in CALLBACK_KINDS if callable(getattr(cls, f"on_{kind}", None)))
+
+
+def callback_type(root_type: str, kind: str) -> str:
+    """The type of callback `kind` of a family whose root has type `root_type`
+    (`acme.sync.discover`, `complete` -> `acme.sync.complete`)."""
+    return f"{root_type.rpartition('.')[0] or root_type}.{kind}"
+
+
+_CALLBACK_CLASSES: dict[tuple[type, str], type] = {}
+
+
+def callback_class(cls: type, kind: str) -> type:
+    """The handler class that runs callback `kind` of `cls`'s families: `cls` itself
+    (its settings, retries, MAX_RUNTIME, queue, limits) whose `handle()` reads the family
+    and calls `on_<kind>(family, job)`. One class per `(cls, kind)`."""
+    made = _CALLBACK_CLASSES.get((cls, kind))
+    if made is None:
+        def handle(self, payload: dict, job: Job) -> bool | dict:
+            family = self.context.family(int(payload["family"]),
+                                         generation=payload.get("generation"))
+            return getattr(self, f"on_{kind}")(family, job)
+
+        made = type(f"{cls.__name__}_{kind}", (cls,), {
+            "TYPE": callback_type(cls.TYPE or "", kind), "FREQUENCY": None,
+            "handle": handle, "__module__": cls.__module__,
+            "__doc__": f"Runs {cls.__name__}.on_{kind} for a completed family."})
+        _CALLBACK_CLASSES[(cls, kind)] = made
+    return made
 
 
 def stage_of(job_type: str) -> str:

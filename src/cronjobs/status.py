@@ -67,6 +67,7 @@ class Reason(StrEnum):
     INVALID_RETURN = "invalid_return"  # handle() returned something it may not
     LEASE_EXPIRED = "lease_expired"  # recover-stale took the row of a lost worker
     STOPPED = "stopped"  # an operator stopped the running job (dashboard Stop, `cronjobs stop`)
+    FAMILY_CANCELLED = "cancelled.family"  # an operator cancelled the row's whole family
 
 
 def family(reason: str | None) -> str | None:

@@ -4,11 +4,12 @@ running it (the serve URL)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from ..app import App
+from ..family.view import read_family
 from ..handler import Job
 from . import dispatching
 
@@ -53,6 +54,20 @@ class JobContext:
     def now(self) -> datetime:
         """The app clock's current time (naive UTC)."""
         return self.app.clock.now()
+
+    def family(self, root_id: int, *, generation: int | None = None) -> Any:
+        """Family `root_id` as it is now (`cronjobs.family.view.Family`), read in a
+        transaction of its own; `generation` (a callback's) replaces the number of
+        completions recorded so far.
+
+        Raises:
+            LookupError: the root row is gone.
+        """
+        with self.app.engine.connect() as conn:
+            family = read_family(conn, root_id)
+        if family is None:
+            raise LookupError(f"family {root_id} is gone (its root row was deleted)")
+        return family if generation is None else replace(family, generation=int(generation))
 
     def dispatch_child(self, job_type: str, payload: dict, **options: Any) -> int:
         """Dispatch a job whose parent is the running row (the keyword arguments of

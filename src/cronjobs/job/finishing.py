@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
 from .. import limits, store
 from ..app import App
+from ..family.settle import Finished, Started, settle
 from ..handler import Job
-from ..status import Ended, Reason, Status
+from ..status import FINAL, Ended, Reason, Status
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
 from .outcome import Outcome, Policy, next_state, refused, unrecordable
 
@@ -41,6 +42,8 @@ class Finish:
         values: the columns to write, texts within their limits.
         duration_ms: how long the handler ran, milliseconds.
         now: the clock's time of the plan (naive UTC).
+        started: callback rows that writing this plan started (its family completed):
+            rung after the commit (`Executor.done`).
     """
 
     job: Job
@@ -50,6 +53,7 @@ class Finish:
     values: dict
     duration_ms: float
     now: datetime
+    started: list[Started] = field(default_factory=list)
 
     @property
     def ran(self) -> bool:
@@ -145,7 +149,24 @@ class OutcomeWriter:
         for plan, final in zip(plans, finals, strict=True):
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
                 write_block(conn, plan, self.app.clock)
+        self._settle(conn, plans, finals)
         return finals
+
+    def _settle(self, conn: Connection, plans: list[Finish], finals: list[str]) -> None:
+        """The families of the rows this transaction finished: complete ones start their
+        callbacks (`family.settle`), noted on the plan of one of their rows."""
+        ended = [plan for plan, final in zip(plans, finals, strict=True)
+                 if final in FINAL or final == Ended.DELETED]
+        for plan in plans:
+            plan.started = []
+        if not ended:
+            return
+        started = settle(conn, self.app, [
+            Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key, task_run(p.job))
+            for p in ended], ended[0].now)
+        by_root = {p.job.root_id or p.job.id: p for p in ended}
+        for callback in started:
+            by_root.get(callback.root_id, ended[0]).started.append(callback)
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
         job, final = plan.job, plan.status
@@ -153,8 +174,8 @@ class OutcomeWriter:
             final = Ended.DELETED
         elif not store.finish_job(conn, job.id, job.attempts, plan.values):
             return Ended.LOST
-        if task_run(job):
-            store.update_task_status(conn, job.id, final, plan.now)
+        if task_run(job):  # its success is its family's (`family.settle`, just after)
+            store.update_task_status(conn, job.id, final, plan.now, success=False)
         return final
 
     def write_each(self, plans: list[Finish], *, give_up_seconds: float | None = 600,

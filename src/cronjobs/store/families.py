@@ -105,7 +105,8 @@ def record_completion(conn: Connection, root_id: int, generation: int, outcome: 
     stmt = insert_ignore(conn, fam, ["root_id", "generation"]).values(
         root_id=root_id, generation=generation, outcome=outcome,
         counts=json.dumps(status_counts, sort_keys=True), completed_at=now)
-    return conn.execute(stmt).rowcount == 1
+    # psycopg 3 drops an INSERT's rowcount (-1) unless SQLAlchemy is asked to keep it.
+    return conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1
 
 
 def completions(conn: Connection, root_id: int) -> list[dict]:
