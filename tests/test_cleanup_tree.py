@@ -1,7 +1,10 @@
-"""Cleanup never deletes a live row through the parent cascade.
+"""Cleanup never deletes a live row through the parent cascade, nor part of a family that
+is still going.
 
 A finished parent is kept until its whole subtree is finished and past retention; no row
-is deleted while it or any descendant is `pending` or `running`. On every backend.
+is deleted while it or any descendant is `pending` or `running`; no row of a family is
+deleted while a row of that family (or one of its callback rows) is `pending` or
+`running`, so the family's completion counts every row. On every backend.
 """
 
 from __future__ import annotations
@@ -48,16 +51,17 @@ def test_live_descendants_keep_their_finished_ancestors(make_app):
     assert queue.cleanup() == {"completed": 1, "failed": 0, "cancelled": 0}
     assert ids_left(app) == {discover, pending_child, running_child, done_child, grandchild}
 
-    # The grandchild finishes: its parent (done_child) may go once the grandchild is past
-    # retention; the discover row stays while two children are live.
+    # The grandchild finishes, past retention with its parent (done_child): both stay
+    # while two rows of their family are live (the family's completion counts them).
     set_row(app, grandchild, status="failed", finished_at=T0 - timedelta(days=31))
-    assert queue.cleanup() == {"completed": 1, "failed": 1, "cancelled": 0}
-    assert ids_left(app) == {discover, pending_child, running_child}
+    assert queue.cleanup() == {"completed": 0, "failed": 0, "cancelled": 0}
+    assert ids_left(app) == {discover, pending_child, running_child, done_child, grandchild}
 
-    # Both live children finish now: not past retention yet, so everything stays.
+    # Both live children finish now: the family is over, and the subtree past retention
+    # goes (the grandchild, then its parent); the two children are not past it yet.
     set_row(app, pending_child, status="completed", finished_at=T0)
     set_row(app, running_child, status="cancelled", finished_at=T0)
-    assert queue.cleanup() == {"completed": 0, "failed": 0, "cancelled": 0}
+    assert queue.cleanup() == {"completed": 1, "failed": 1, "cancelled": 0}
     assert ids_left(app) == {discover, pending_child, running_child}
 
     # One child is past retention, the other is not: the parent still waits.

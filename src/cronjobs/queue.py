@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from . import store
 from .app import App, current
 from .errors import InvalidJob
+from .family.settle import settle_rows
 from .job import dispatching
 from .job.dispatching import Dispatched, build_row
 from .status import Status
@@ -154,7 +155,14 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
     if not 0 <= minutes <= 1e9:  # also refuses NaN and infinity (timedelta overflow)
         raise InvalidJob(f"minutes must be between 0 and 1e9, got {minutes!r}")
     now = app.clock.now()
-    changed = run_in_transaction(app.engine, lambda c: store.rescue_stale(c, now, minutes))
+
+    def work(conn) -> tuple[list[dict], list]:
+        changed = store.rescue_stale(conn, now, minutes)
+        return changed, settle_rows(conn, app, changed, now)  # failed rows may end families
+
+    changed, started = run_in_transaction(app.engine, work)
+    for callback in started:
+        dispatching.send(app, callback.id, callback.queue)
     for row in changed:
         log.warning("recover-stale: job %s -> %s", row["id"], row["status"],
                     extra={"trace_id": row["id"]})

@@ -55,6 +55,7 @@ from ..errors import (
     SelectionTooLarge,
     StoreError,
 )
+from ..family.settle import settle_rows
 from ..job.dispatching import DOORBELLS_PER_QUEUE, send
 from ..status import FINAL, Status
 from ..store.db import retry_while_unavailable, run_in_transaction
@@ -271,6 +272,9 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
             raise
         if action.ring:
             _ring(app, changed)
+        for row in changed:
+            if row.get("callback"):  # a family completed: its callback rows
+                send(app, row["id"], row["queue"])
         if on_batch is not None:
             on_batch(operation)
         if operation["status"] != "running" or operation["owner"] != started.owner:
@@ -293,7 +297,11 @@ def _batch(conn: Connection, app: App, op_id: int, owner: str, action: Action,
     else:
         seq, ids = batch
         changed = action.apply(conn, ids, now, who)
-        if not store.operations.record_batch(conn, op_id, owner, seq, len(ids), len(changed),
+        if action.name == "cancel":  # cancelled rows may end their families
+            changed += [{"id": c.id, "queue": c.queue, "callback": True}
+                        for c in settle_rows(conn, app, changed, now)]
+        cancelled = sum(1 for row in changed if not row.get("callback"))
+        if not store.operations.record_batch(conn, op_id, owner, seq, len(ids), cancelled,
                                              LEASE_SECONDS, now):
             raise _Lost()
     return changed, store.operations.get_operation(conn, op_id)

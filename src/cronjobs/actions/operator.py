@@ -10,9 +10,11 @@ import logging
 from .. import store
 from ..app import App
 from ..errors import JobNotFound, JobStateError
+from ..family.settle import settle_rows
 from ..handler import task_name
 from ..job import dispatching
-from ..status import Status
+from ..status import Reason, Status
+from ..store import families
 from ..store.db import run_in_transaction
 
 log = logging.getLogger("cronjobs.actions.operator")
@@ -42,10 +44,16 @@ def cancel(app: App, job_id: int, who: str = "operator") -> None:
         JobStateError: the row is not `pending` (a running row is never cut off from here).
     """
     now = app.clock.now()
-    if not run_in_transaction(app.engine,
-                              lambda c: store.actions.cancel_pending(c, [job_id], now, who)):
+
+    def work(conn) -> tuple[list, list]:
+        changed = store.actions.cancel_pending(conn, [job_id], now, who)
+        return changed, settle_rows(conn, app, changed, now)
+
+    changed, started = run_in_transaction(app.engine, work)
+    if not changed:
         _refuse(app, job_id, Status.PENDING, "cancelled")
     log.info("job %s cancelled by %s", job_id, who, extra={"trace_id": job_id})
+    _ring(app, started)
 
 
 def stop(app: App, job_id: int, who: str = "operator") -> dict:
@@ -74,6 +82,51 @@ def stop(app: App, job_id: int, who: str = "operator") -> dict:
     log.info("job %s: stop requested by %s (attempt %s on worker %s)", job_id, who,
              row["attempts"], row["worker_id"], extra={"trace_id": job_id})
     return row
+
+
+def cancel_family(app: App, job_id: int, *, who: str = "operator") -> dict:
+    """Cancel the family of row `job_id` (its root and every row under it): pending rows
+    end `cancelled` (reason `cancelled.family`, no attempt used), running ones are asked to
+    stop (as Stop does; they end `failed`, reason `stopped`, within about a second). The
+    family then completes with the outcome `cancelled` and runs its callbacks, once its
+    last running row has ended.
+
+    Returns:
+        `{"root": id, "cancelled": rows cancelled, "stopping": rows asked to stop}`.
+
+    Raises:
+        JobNotFound: no such row.
+    """
+    now = app.clock.now()
+
+    def work(conn) -> tuple[dict, list]:
+        row = store.get_job(conn, job_id, ["id", "root_id"])
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        root_id = row["root_id"] or row["id"]
+        stopping = [r for r in (store.stops.request_stop(conn, i, now, who)
+                                for i in families.ids_in(conn, root_id, Status.RUNNING))
+                    if r is not None and r["status"] == Status.RUNNING]
+        pending = families.ids_in(conn, root_id, Status.PENDING)
+        changed = []
+        for start in range(0, len(pending), 1000):
+            changed += store.actions.cancel_pending(conn, pending[start:start + 1000], now,
+                                                    who, reason=Reason.FAMILY_CANCELLED)
+        families.mark_cancelled(conn, root_id, Reason.FAMILY_CANCELLED)
+        started = settle_rows(conn, app, changed, now)
+        return {"root": root_id, "cancelled": len(changed), "stopping": len(stopping)}, started
+
+    done, started = run_in_transaction(app.engine, work)
+    log.info("family %s cancelled by %s: %s rows cancelled, %s asked to stop", done["root"],
+             who, done["cancelled"], done["stopping"], extra={"trace_id": done["root"]})
+    _ring(app, started)
+    return done
+
+
+def _ring(app: App, started: list) -> None:
+    """Ring the queues of callback rows a completion started (after the commit)."""
+    for callback in started:
+        dispatching.send(app, callback.id, callback.queue)
 
 
 def resume(app: App, scope: str, name: str) -> bool:

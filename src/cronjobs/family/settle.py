@@ -124,6 +124,16 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) 
     return started
 
 
+def settle_rows(conn: Connection, app: App, changed: list[dict], now: datetime) -> list[Started]:
+    """`settle` for rows an operator or recover-stale changed (`store.actions
+    .cancel_pending`, `store.rescue_stale`: dicts with `id`, `type`, `root_id`,
+    `idempotency_key` and, where it may not be final, `status`); rows put back to
+    `pending` are not finished and are left out."""
+    return settle(conn, app, [
+        Finished(int(r["id"]), r["type"], r["root_id"], r.get("idempotency_key"))
+        for r in changed if r.get("status", Status.CANCELLED) in FINAL], now)
+
+
 def _has_callbacks(app: App, job_type: str) -> bool:
     cls = app.resolve(job_type)
     return cls is not None and bool(callback_kinds(cls))

@@ -84,6 +84,8 @@ def submit(app: App, type: str, payload: dict | None = None, *,
         InvalidJob: see `build_row`; a missing parent.
     """
     values = build_row(app, type, payload, **options)
+    if values["parent_id"] is not None and options.get("root_id") is None:
+        _join_family(app, [values], session)
     if session is not None:
         row, created = insert_row(session.connection(), values)
         if created:
@@ -110,11 +112,15 @@ def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = Non
     Raises:
         InvalidJob: any row is invalid (nothing is inserted then).
     """
-    rows = []
+    rows: list[dict] = []
+    outside: list[dict] = []  # rows with a parent whose family root is to be read
     for spec in (dict(j) for j in jobs):
         if "type" not in spec:
             raise InvalidJob(f"dispatch_many: every job needs a 'type', got {spec!r:.200}")
         rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
+        if rows[-1]["parent_id"] is not None and spec.get("root_id") is None:
+            outside.append(rows[-1])
+    _join_family(app, outside, session)
     if session is not None:
         ids = insert_rows(session.connection(), rows)
         for job_id, values in doorbells(ids, rows):
@@ -124,6 +130,22 @@ def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = Non
     for job_id, values in doorbells(ids, rows):
         send(app, job_id, values["queue"], delay(app, values["scheduled_at"]), wait=True)
     return ids
+
+
+def _join_family(app: App, rows: list[dict], session: Session | None) -> None:
+    """Set `root_id` of rows dispatched with a parent from outside a handler to the
+    parent's family root (its `root_id`, or the parent itself when it has none), read
+    from the database: a child of a child belongs to the first row's family."""
+    parents = sorted({r["parent_id"] for r in rows})
+    if not parents:
+        return
+    if session is not None:
+        roots = store.family_roots(session.connection(), parents)
+    else:
+        with app.engine.connect() as conn:
+            roots = store.family_roots(conn, parents)
+    for row in rows:
+        row["root_id"] = roots.get(row["parent_id"], row["parent_id"])
 
 
 def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str | None = None,

@@ -51,7 +51,7 @@ def retry_failed(conn: Connection, ids: list[int], now: datetime,
 
 
 def cancel_pending(conn: Connection, ids: list[int], now: datetime,
-                   who: str = "operator") -> list[dict]:
+                   who: str = "operator", reason: str | None = None) -> list[dict]:
     """Cancel the rows of `ids` that are still `pending` (a running row is not touched:
     stopping a job is another action). Each gets `finished_at`, a process-log line naming
     `who`, and keeps its row (`cancelled`, to be seen; `cleanup` removes it after its
@@ -60,12 +60,17 @@ def cancel_pending(conn: Connection, ids: list[int], now: datetime,
     Locked first in id order, then one executemany, as `retry_failed` (keep `ids` under
     1,000).
 
+    Args:
+        reason: the rows' `outcome_reason` (`status.Reason`; None: an operator's own
+            cancel, no reason).
+
     Returns:
-        `[{id, queue}]` of the rows cancelled.
+        `[{id, queue, type, root_id, idempotency_key}]` of the rows cancelled.
     """
     if not ids:
         return []
-    rows = conn.execute(select(q.c.id, q.c.queue, q.c.process_logs)
+    rows = conn.execute(select(q.c.id, q.c.queue, q.c.type, q.c.root_id, q.c.idempotency_key,
+                               q.c.process_logs)
                         .where(q.c.id.in_(ids), q.c.status == Status.PENDING)
                         .order_by(q.c.id).with_for_update()).mappings().all()
     if not rows:
@@ -74,13 +79,15 @@ def cancel_pending(conn: Connection, ids: list[int], now: datetime,
     line = limits.log_line(f"[{stamp}] cancelled by {who}") + "\n"
     conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status == Status.PENDING)
                  .values(status=Status.CANCELLED, finished_at=now, updated_at=now,
-                         locked_until=None, process_logs=bindparam("b_log")),
+                         locked_until=None, outcome_reason=reason,
+                         process_logs=bindparam("b_log")),
                  [{"b_id": r["id"], "b_log": limits.bounded_log(r["process_logs"], line)}
                   for r in rows])
     changed = [r["id"] for r in rows]
     conn.execute(rt.update().where(rt.c.last_job_id.in_(changed)).values(
         last_status=Status.CANCELLED, updated_at=now))
-    return [{"id": r["id"], "queue": r["queue"]} for r in rows]
+    return [{"id": r["id"], "queue": r["queue"], "type": r["type"], "root_id": r["root_id"],
+             "idempotency_key": r["idempotency_key"]} for r in rows]
 
 
 def delete_finished(conn: Connection, ids: list[int], now: datetime,

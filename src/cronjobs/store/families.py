@@ -143,3 +143,19 @@ def root_row(conn: Connection, root_id: int) -> dict | None:
                               q.c.created_at, q.c.started_at, q.c.finished_at)
                        .where(q.c.id == root_id)).mappings().first()
     return None if row is None else dict(row)
+
+
+def ids_in(conn: Connection, root_id: int, status: str) -> list[int]:
+    """The ids of the family's rows (the root and every row under it) in `status`,
+    ascending."""
+    stmt = (select(q.c.id).where((q.c.root_id == root_id) | (q.c.id == root_id),
+                                 q.c.status == status).order_by(q.c.id))
+    return [int(r[0]) for r in conn.execute(stmt)]
+
+
+def mark_cancelled(conn: Connection, root_id: int, reason: str) -> None:
+    """Note on a finished root row that its family was cancelled (`outcome_reason`,
+    when it has none), so the family's completion says `cancelled`."""
+    conn.execute(q.update().where(q.c.id == root_id, q.c.outcome_reason.is_(None),
+                                  q.c.status.in_(("completed", "failed", "cancelled")))
+                 .values(outcome_reason=reason))

@@ -36,6 +36,13 @@ def select_by_key(conn: Connection, key: str) -> dict | None:
     return dict(row) if row else None
 
 
+def family_roots(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
+    """The family root of each existing row of `ids`: its `root_id`, or the row itself
+    when it has none. One read by primary key."""
+    return {int(i): int(r or i) for i, r in conn.execute(
+        select(q.c.id, q.c.root_id).where(q.c.id.in_(list(ids))))}
+
+
 def count_children(conn: Connection, job_id: int) -> int:
     """Number of rows whose parent is `job_id`."""
     return conn.execute(select(func.count()).select_from(q)

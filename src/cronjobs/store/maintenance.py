@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, and_, case, exists, func, or_, select
+from sqlalchemy import Connection, and_, case, exists, func, or_, select, union
 from sqlalchemy import alias as aliased  # Core: the same SQL as the ORM's, without the ORM
 
 from .. import limits
@@ -30,10 +30,11 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
         now: the injected clock's time, for `updated_at`, `scheduled_at` and the log line.
 
     Returns:
-        `[{id, queue, status}]` for each row changed (`status` is the new status).
+        `[{id, queue, status, type, root_id, idempotency_key}]` for each row changed
+        (`status` is the new status).
     """
-    stmt = (select(q.c.id, q.c.queue, q.c.attempts, q.c.max_attempts, q.c.worker_id,
-                   q.c.process_logs)
+    stmt = (select(q.c.id, q.c.queue, q.c.type, q.c.root_id, q.c.idempotency_key,
+                   q.c.attempts, q.c.max_attempts, q.c.worker_id, q.c.process_logs)
             .where(q.c.status == Status.RUNNING, q.c.locked_until < db_now(conn, -minutes * 60))
             .order_by(q.c.id).limit(limit))
     changed = []
@@ -56,7 +57,9 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
         result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == Status.RUNNING,
                                                q.c.attempts == row["attempts"]).values(**values))
         if result.rowcount == 1:
-            changed.append({"id": row["id"], "queue": row["queue"], "status": status})
+            changed.append({"id": row["id"], "queue": row["queue"], "status": status,
+                            "type": row["type"], "root_id": row["root_id"],
+                            "idempotency_key": row["idempotency_key"]})
     return changed
 
 
@@ -133,6 +136,7 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
                 select(q.c.parent_id).distinct()
                 .where(q.c.parent_id.between(min(ids), max(ids))))}
             ids = [i for i in ids if i not in parents]
+            ids = _outside_busy_families(conn, ids)
             if ids:
                 conn.execute(q.delete().where(q.c.id.in_(ids)))
         counts[status.value] = len(ids)
@@ -164,10 +168,37 @@ def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
     kept = kept.union(select(up.c.parent_id).where(up.c.id == kept.c.id,
                                                    up.c.parent_id.is_not(None)))
     rows = conn.execute(select(q.c.status, func.count()).where(
-        past(q), q.c.id.not_in(select(kept.c.id))).group_by(q.c.status))
+        past(q), q.c.id.not_in(select(kept.c.id)),
+        or_(q.c.root_id.is_(None), q.c.root_id.not_in(_busy_roots()))).group_by(q.c.status))
     counts = {Status.COMPLETED.value: 0, Status.FAILED.value: 0, Status.CANCELLED.value: 0}
     counts.update({str(status): n for status, n in rows})
     return counts
+
+
+def _busy_roots(roots: list[int] | None = None):
+    """SELECT of the roots whose family is not over: the root or a row under it is
+    pending or running, or one of its callback rows (`parent_id` the root, no `root_id`,
+    key `family:...`) is; limited to `roots` when given."""
+    live = q.c.status.in_((Status.PENDING, Status.RUNNING))
+    parts = [select(q.c.id.label("root")).where(live),
+             select(q.c.root_id).where(live, q.c.root_id.is_not(None)),
+             select(q.c.parent_id).where(live, q.c.root_id.is_(None),
+                                         q.c.idempotency_key.like("family:%"))]
+    if roots is not None:
+        parts = [parts[0].where(q.c.id.in_(roots)), parts[1].where(q.c.root_id.in_(roots)),
+                 parts[2].where(q.c.parent_id.in_(roots))]
+    return union(*parts)
+
+
+def _outside_busy_families(conn: Connection, ids: list[int]) -> list[int]:
+    """Of finished rows `ids`, those not in a family that is still going (a row under a
+    root whose family or callbacks have not finished stays: its completion counts it)."""
+    roots = {r[0]: r[1] for r in conn.execute(
+        select(q.c.id, q.c.root_id).where(q.c.id.in_(ids), q.c.root_id.is_not(None)))}
+    if not roots:
+        return ids
+    busy = {r[0] for r in conn.execute(_busy_roots(sorted(set(roots.values()))))}
+    return [i for i in ids if roots.get(i) not in busy]
 
 
 def prune_slots(conn: Connection, now: datetime, days: float = 400) -> int:
