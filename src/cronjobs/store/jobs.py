@@ -52,9 +52,10 @@ def count_children(conn: Connection, job_id: int) -> int:
 def live_in_families(conn: Connection, root_ids: Sequence[int],
                      families: Collection[int] | None = None) -> dict[int, int]:
     """One `pending` or `running` row of each family in `root_ids` (the root itself first,
-    else its lowest live descendant: a row whose `root_id` is the root).
+    else its lowest live descendant: a row whose `root_id` is the root; else a live
+    callback row of its completion: `parent_id` the root, no `root_id`).
 
-    At most two statements per 500 roots whatever the table's size: the roots by primary
+    At most three statements per 500 roots whatever the table's size: the roots by primary
     key, then `ix_cronjob_queue_root_status` (root_id, status, id) for the others that are
     in `families`, which reads only the index entries of their live descendants (nothing
     for a family that has ended, 20,000 entries for a fan-out with 20,000 rows still to
@@ -70,8 +71,9 @@ def live_in_families(conn: Connection, root_ids: Sequence[int],
     """
     roots = sorted({int(r) for r in root_ids})
     live: dict[int, int] = {}
-    hint = " FORCE INDEX (ix_cronjob_queue_root_status)" if conn.dialect.name in (
-        "mysql", "mariadb") else ""
+    mysql = conn.dialect.name in ("mysql", "mariadb")
+    hint = " FORCE INDEX (ix_cronjob_queue_root_status)" if mysql else ""
+    by_parent = " FORCE INDEX (ix_cronjob_queue_parent)" if mysql else ""
     for start in range(0, len(roots), _FAMILIES_PER_STATEMENT):
         chunk = roots[start:start + _FAMILIES_PER_STATEMENT]
         # the status is filtered here: with it in the WHERE, MariaDB may read every live
@@ -89,6 +91,12 @@ def live_in_families(conn: Connection, root_ids: Sequence[int],
                 f"SELECT root_id, MIN(id) FROM cronjob_queue{hint} WHERE root_id IN "
                 f"({', '.join(map(str, rest))}) AND status IN ('pending', 'running') "
                 f"GROUP BY root_id"))
+        rest = [r for r in rest if r not in live]
+        if rest:  # a family's callback rows (parent the root, no root_id) are its end
+            live.update((root, job_id) for root, job_id in conn.exec_driver_sql(
+                f"SELECT parent_id, MIN(id) FROM cronjob_queue{by_parent} WHERE parent_id IN "
+                f"({', '.join(map(str, rest))}) AND root_id IS NULL "
+                f"AND status IN ('pending', 'running') GROUP BY parent_id"))
     return live
 
 
