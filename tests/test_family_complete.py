@@ -5,6 +5,7 @@ callback rows' contents (`family.counts`), run inline (`testing.drain`) on every
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 import sqlalchemy as sa
@@ -179,3 +180,48 @@ def test_retrying_failed_children_after_completion_starts_a_new_generation(app):
     assert keys == [f"family:{root}:1:complete", f"family:{root}:1:failure",
                     f"family:{root}:2:complete", f"family:{root}:2:success"]
     assert [s.get("generation") for s in SEEN if s["kind"] == "complete"] == [1, 2]
+
+
+def test_cancelling_a_family_cancels_pending_rows_and_completes_it_cancelled(app):
+    root = dispatch_root(app, children=4)
+    from cronjobs.testing import drain as run
+    run(app, limit=1)  # the discover: 4 children pending
+    done = operator.cancel_family(app, root, who="test")
+    assert done == {"root": root, "cancelled": 4, "stopping": 0}
+    with app.engine.connect() as conn:
+        rows = conn.execute(sa.select(cronjob_queue.c.status, cronjob_queue.c.outcome_reason,
+                                      cronjob_queue.c.attempts)
+                            .where(cronjob_queue.c.root_id == root)).all()
+    assert {tuple(r) for r in rows} == {("cancelled", "cancelled.family", 0)}
+    assert [(c["generation"], c["outcome"]) for c in completions(app, root)] == [
+        (1, "cancelled")]
+    run(app)
+    assert [s["kind"] for s in SEEN] == ["complete", "failure"]
+    assert SEEN[0]["counts"] == {"cancelled": 4}
+
+
+def test_cancelling_the_last_pending_child_completes_the_family(app):
+    root = dispatch_root(app, children=2)
+    from cronjobs.testing import drain as run
+    run(app, limit=2)  # the discover and one child
+    with app.engine.connect() as conn:
+        [last] = [r[0] for r in conn.execute(sa.select(cronjob_queue.c.id).where(
+            cronjob_queue.c.root_id == root, cronjob_queue.c.status == "pending"))]
+    operator.cancel(app, last, who="test")
+    [done] = completions(app, root)
+    assert done["outcome"] == "failure"  # one of two children completed: below 1.0
+    assert json.loads(done["counts"]) == {"cancelled": 1, "completed": 1}
+
+
+def test_recover_stale_failing_the_last_child_completes_the_family(app):
+    from cronjobs import queue
+    root = dispatch_root(app, children=1)
+    from cronjobs.testing import drain as run
+    run(app, limit=1)
+    with app.engine.begin() as conn:  # the child was claimed by a worker that died
+        conn.execute(cronjob_queue.update().where(cronjob_queue.c.root_id == root).values(
+            status="running", attempts=1, max_attempts=1, worker_id="gone:1",
+            locked_until=datetime(2000, 1, 1)))
+    assert queue.recover_stale(0, app=app) == 1
+    [done] = completions(app, root)
+    assert done["outcome"] == "failure" and json.loads(done["counts"]) == {"failed": 1}

@@ -150,6 +150,12 @@ class {base}Discover(CronJobHandler):
                 for target in targets]
         return {{"success": True, "result": {{"dispatched": len(jobs), "jobs": jobs}}}}
 
+    def on_complete(self, family, job):
+        """Runs once, as a row of its own (`{name}.complete`), when this run and every
+        job it dispatched have finished (retries included)."""
+        return {{"success": True, "result": {{"counts": family.counts,
+                                            "seconds": family.duration_seconds}}}}
+
     @staticmethod
     def render_summary(result):
         return summary_table([("Jobs dispatched", result.get("dispatched"))])
@@ -204,5 +210,8 @@ def test_scheduler_starts_discover_which_fans_out(tmp_path):
     assert discover["status"] == "completed", discover["error"]
     children = json.loads(discover["result_payload"])["jobs"]
     assert [queue.get(child)["status"] for child in children] == ["completed", "completed"]
+    [callback] = [c for c in queue.children(discover["id"]) if c["type"] == "{name}.complete"]
+    assert callback["status"] == "completed", callback["error"]
+    assert json.loads(callback["result_payload"])["counts"] == {{"completed": 2}}
     app.close()
 '''
