@@ -55,6 +55,7 @@ from ..errors import (
     SelectionTooLarge,
     StoreError,
 )
+from ..family import depends
 from ..job.dispatching import DOORBELLS_PER_QUEUE, send
 from ..status import FINAL, Status
 from ..store.db import retry_while_unavailable, run_in_transaction
@@ -93,7 +94,10 @@ class Action:
 ACTIONS = {
     "retry": Action("retry", "retried", store.actions.retry_failed, (Status.FAILED,),
                     ring=True),
-    "cancel": Action("cancel", "cancelled", store.actions.cancel_pending, (Status.PENDING,)),
+    # the rows released by a cancel (waiting for a cancelled row, `allow_failed`) are
+    # rung by the workers' sweep
+    "cancel": Action("cancel", "cancelled", depends.cancel_rows,
+                     store.actions.CANCELLABLE),
     "delete": Action("delete", "deleted", store.actions.delete_finished, FINAL,
                      newest_first=True),
 }

@@ -10,8 +10,10 @@ import logging
 from .. import store
 from ..app import App
 from ..errors import JobNotFound, JobStateError
+from ..family import depends
 from ..handler import task_name
 from ..job import dispatching
+from ..job.finishing import ring
 from ..status import Status
 from ..store.db import run_in_transaction
 
@@ -34,17 +36,25 @@ def retry(app: App, job_id: int, who: str = "operator") -> None:
 
 
 def cancel(app: App, job_id: int, who: str = "operator") -> None:
-    """Cancel pending row `job_id`: it stays, `cancelled`, with a log line naming `who`
-    (a task whose last run it is shows `cancelled`).
+    """Cancel pending (or waiting) row `job_id`: it stays, `cancelled`, with a log line
+    naming `who` (a task whose last run it is shows `cancelled`); the rows waiting for it
+    are cancelled, or released when they allow a failed dependency.
 
     Raises:
         JobNotFound: no such row.
-        JobStateError: the row is not `pending` (a running row is never cut off from here).
+        JobStateError: the row is not `pending` or `waiting` (a running row is never cut
+            off from here).
     """
     now = app.clock.now()
-    if not run_in_transaction(app.engine,
-                              lambda c: store.actions.cancel_pending(c, [job_id], now, who)):
-        _refuse(app, job_id, Status.PENDING, "cancelled")
+
+    def transaction(conn) -> tuple[list[dict], list[tuple[int, str]]]:
+        released: list[tuple[int, str]] = []
+        return depends.cancel_rows(conn, [job_id], now, who, released), released
+
+    changed, released = run_in_transaction(app.engine, transaction)
+    if not changed:
+        _refuse(app, job_id, "pending or waiting", "cancelled")
+    ring(app, released)
     log.info("job %s cancelled by %s", job_id, who, extra={"trace_id": job_id})
 
 

@@ -19,9 +19,11 @@ from sqlalchemy import Connection
 
 from .. import limits, store
 from ..app import App
+from ..family import depends
 from ..handler import Job
 from ..status import Ended, Reason, Status
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
+from .dispatching import send
 from .outcome import Outcome, Policy, next_state, refused, unrecordable
 
 log = logging.getLogger("cronjobs.worker.loop")
@@ -85,6 +87,16 @@ def write_block(conn: Connection, plan: Finish, clock) -> dict:
                        reason=plan.outcome.block_reason or f"RetryLater from job {job.id}")
 
 
+def ring(app: App, released: list[tuple[int, str]]) -> None:
+    """After the commit: ring the queue of each row a finish made `pending` (a queue once
+    per 16 rows: a doorbell wakes a worker, which claims every due row)."""
+    sent: dict[str, int] = {}
+    for job_id, queue in released:
+        sent[queue] = sent.get(queue, 0) + 1
+        if sent[queue] <= 16:
+            send(app, job_id, queue)
+
+
 class OutcomeWriter:
     """Plans and writes the end of runs for one worker (or one caller of the executor).
 
@@ -121,13 +133,21 @@ class OutcomeWriter:
         values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
         return Finish(job, result, move.status, move.delay_seconds, values, duration_ms, now)
 
-    def write(self, conn: Connection, plans: list[Finish]) -> list[str]:
+    def write(self, conn: Connection, plans: list[Finish],
+              released: list[tuple[int, str]] | None = None) -> list[str]:
         """Write `plans` in the caller's transaction; returns their final statuses, in
         order: the planned status, `Ended.DELETED` for a cancelled childless row, or
         `Ended.LOST` when the run no longer held the row (nothing written).
 
         The common plans (not a cancel, not a task's run) share one statement when there
-        are several (`store.finish_many`); the others are written one by one.
+        are several (`store.finish_many`); the others are written one by one. Then the
+        rows waiting for the finished ones are released or cancelled
+        (`family.depends.after_finish`: one indexed read when none waits).
+
+        Args:
+            released: the rows made `pending` by this write are appended here, `(id,
+                queue)`: ring them once the caller's transaction has committed
+                (`dispatching.send`); None: the sweep rings their queues.
 
         Raises:
             OutcomesFenced: one of the common plans' runs lost its row: roll the
@@ -145,6 +165,12 @@ class OutcomeWriter:
         for plan, final in zip(plans, finals, strict=True):
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
                 write_block(conn, plan, self.app.clock)
+        settled = depends.after_finish(
+            conn, [(p.job.id, f) for p, f in zip(plans, finals, strict=True)],
+            plans[0].now if plans else self.app.clock.now(),
+            roots=[p.job.id for p in plans if p.job.parent_id is None])
+        if released is not None:
+            released += settled.released
         return finals
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
@@ -179,9 +205,15 @@ class OutcomeWriter:
             DatabaseRefused: the database refused even the `refused` write.
         """
         def write(plan: Finish) -> str:
-            return retry_while_unavailable(
-                lambda: run_in_transaction(self.app.engine, lambda c: self.write(c, [plan])[0]),
+            def transaction(conn: Connection) -> tuple[str, list[tuple[int, str]]]:
+                released: list[tuple[int, str]] = []
+                return self.write(conn, [plan], released)[0], released
+
+            final, released = retry_while_unavailable(
+                lambda: run_in_transaction(self.app.engine, transaction),
                 f"finishing job {plan.job.id}", give_up_seconds=give_up_seconds, stop=stop)
+            ring(self.app, released)
+            return final
 
         done = []
         for plan in plans:

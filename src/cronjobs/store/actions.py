@@ -14,6 +14,8 @@ from ..status import FINAL, Status
 from .models import cronjob_queue as q
 from .models import cronjob_runtime as rt
 
+CANCELLABLE = (Status.PENDING, Status.WAITING)  # what an operator's cancel takes
+
 
 def retry_failed(conn: Connection, ids: list[int], now: datetime,
                  who: str = "operator") -> list[dict]:
@@ -52,10 +54,11 @@ def retry_failed(conn: Connection, ids: list[int], now: datetime,
 
 def cancel_pending(conn: Connection, ids: list[int], now: datetime,
                    who: str = "operator") -> list[dict]:
-    """Cancel the rows of `ids` that are still `pending` (a running row is not touched:
-    stopping a job is another action). Each gets `finished_at`, a process-log line naming
-    `who`, and keeps its row (`cancelled`, to be seen; `cleanup` removes it after its
-    retention); a task whose last run it is shows `cancelled`.
+    """Cancel the rows of `ids` that are still `pending` or `waiting` (for their
+    dependencies; a running row is not touched: stopping a job is another action). Each
+    gets `finished_at`, a process-log line naming `who`, and keeps its row (`cancelled`,
+    to be seen; `cleanup` removes it after its retention); a task whose last run it is
+    shows `cancelled`.
 
     Locked first in id order, then one executemany, as `retry_failed` (keep `ids` under
     1,000).
@@ -66,13 +69,13 @@ def cancel_pending(conn: Connection, ids: list[int], now: datetime,
     if not ids:
         return []
     rows = conn.execute(select(q.c.id, q.c.queue, q.c.process_logs)
-                        .where(q.c.id.in_(ids), q.c.status == Status.PENDING)
+                        .where(q.c.id.in_(ids), q.c.status.in_(CANCELLABLE))
                         .order_by(q.c.id).with_for_update()).mappings().all()
     if not rows:
         return []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     line = limits.log_line(f"[{stamp}] cancelled by {who}") + "\n"
-    conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status == Status.PENDING)
+    conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status.in_(CANCELLABLE))
                  .values(status=Status.CANCELLED, finished_at=now, updated_at=now,
                          locked_until=None, process_logs=bindparam("b_log")),
                  [{"b_id": r["id"], "b_log": limits.bounded_log(r["process_logs"], line)}
