@@ -145,9 +145,13 @@ def _log(row: dict, now: datetime, text: str) -> str:
 
 def release(conn: Connection, rows_: list[dict], now: datetime) -> None:
     """Make the locked `waiting` rows of `rows_` (`lock_waiting`'s) `pending`, due now,
-    with a process-log line saying what they waited for (`row["after"]`, ids)."""
+    with a process-log line saying what they waited for (`row["after"]`, ids); a task
+    whose last run one is (`AFTER`) shows `pending`."""
     if not rows_:
         return
+    conn.execute(rt.update().where(rt.c.last_job_id.in_([r["id"] for r in rows_]),
+                                   rt.c.last_status == Status.WAITING).values(
+        last_status=Status.PENDING, updated_at=now))
     conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status == Status.WAITING)
                  .values(status=Status.PENDING, updated_at=now, process_logs=bindparam("b_log")),
                  [{"b_id": r["id"], "b_log": _log(r, now, "dependencies finished ("
