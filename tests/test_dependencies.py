@@ -13,6 +13,7 @@ from datetime import datetime
 import pytest
 import sqlalchemy as sa
 
+from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import InvalidJob
@@ -22,7 +23,6 @@ from cronjobs.job.inline import InlineRunner
 from cronjobs.store.db import run_in_transaction
 from cronjobs.store.models import cronjob_queue
 from cronjobs.testing import drain
-from conftest import cli_env, run_cli
 
 T0 = datetime(2026, 3, 2, 9, 0, 5)
 
@@ -237,36 +237,50 @@ def run_cli_input(args, env, text):
                           capture_output=True, text=True, timeout=60)
 
 
+def finish_racing(app, job_id: int, now, gate: threading.Barrier, results: dict) -> None:
+    """Finish dependency `job_id` in a transaction of its own, then (after the other
+    racer has written its own, neither committed) settle its dependents."""
+    from cronjobs.status import Status
+
+    with app.engine.connect() as conn, conn.begin():
+        conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == job_id)
+                     .values(status=Status.COMPLETED, finished_at=now))
+        gate.wait(5)  # both dependencies written, neither committed
+        results[job_id] = depends.after_finish(conn, [(job_id, Status.COMPLETED)], now)
+
+
 @pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
 def test_two_dependencies_finishing_at_once_release_the_row_exactly_once(app):
     """Two transactions, each finishing one dependency, racing: the row locks serialise
     them and one of them (exactly one) releases the dependent."""
-    from cronjobs.status import Status
-    from cronjobs.store import dependencies as deps
-
     for _ in range(10):
         a = queue.dispatch("dep.step.execute", {}, app=app)
         b = queue.dispatch("dep.step.execute", {}, app=app)
         c = queue.dispatch("dep.step.execute", {}, depends_on=[a, b], app=app)
-        now = app.clock.now()
-        gate = threading.Barrier(2)
-        results: dict[int, depends.Settled] = {}
-
-        def finish(job_id: int) -> None:
-            with app.engine.connect() as conn, conn.begin():
-                conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == job_id)
-                             .values(status=Status.COMPLETED, finished_at=now))
-                gate.wait(5)  # both dependencies written, neither committed
-                results[job_id] = depends.after_finish(conn, [(job_id, Status.COMPLETED)], now)
-
-        threads = [threading.Thread(target=finish, args=(i,)) for i in (a, b)]
+        gate, results = threading.Barrier(2), {}
+        threads = [threading.Thread(target=finish_racing,
+                                    args=(app, i, app.clock.now(), gate, results))
+                   for i in (a, b)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(30)
-        released = [r for s in results.values() for r in s.released]
-        assert released == [(c, "dep")]
+        assert sorted(results) == [a, b]
+        assert [r for s in results.values() for r in s.released] == [(c, "dep")]
         assert row(app, c)["status"] == "pending"
-        with app.engine.connect() as conn:
-            assert deps.dependents_of(conn, [a, b]) == [(c, a), (c, b)] or \
-                sorted(deps.dependents_of(conn, [a, b])) == [(c, a), (c, b)]
+
+
+def test_the_sweep_releases_a_waiting_row_a_finish_did_not_decide(app):
+    """The safety net: a row whose dependency finished without deciding it (here the
+    dependency is marked finished by hand, as a missed decision would leave it)."""
+    from cronjobs.worker.sweep import release_waiting
+
+    a = queue.dispatch("dep.step.execute", {}, app=app)
+    c = queue.dispatch("dep.step.execute", {}, depends_on=[a], app=app)
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == a)
+                     .values(status="completed", finished_at=T0))
+    assert row(app, c)["status"] == "waiting"
+    assert release_waiting(app) == [(c, "dep")]
+    assert row(app, c)["status"] == "pending"
+    assert release_waiting(app) == []

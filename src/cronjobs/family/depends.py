@@ -335,10 +335,16 @@ def cancel_rows(conn: Connection, ids: list[int], now: datetime, who: str = "ope
 
 
 def release_ready(conn: Connection, now: datetime, limit: int = 100) -> Settled:
-    """The safety net (the worker's periodic duties): decide the oldest `waiting` rows
-    (at most `limit`) whose dependencies have all finished; a release the finishing
-    transactions missed (a cascade deeper than `MAX_CASCADE`) is made here."""
-    return _cascade(conn, set(deps.waiting_rows(conn, limit)), now, {})
+    """The safety net (the worker's sweep): release or cancel the oldest `waiting` rows (at
+    most `limit` looked at) whose dependencies have all finished — a decision the
+    finishing transactions missed (a cascade deeper than `MAX_CASCADE`, a row whose
+    dependency's family completed while it was being dispatched). Plain reads first; only
+    the rows found ready are locked. One indexed read when no row waits."""
+    ids = deps.waiting_rows(conn, limit)
+    if not ids:
+        return Settled()
+    still = waiting_for(conn, ids)
+    return _cascade(conn, {i for i in ids if i not in still}, now, {})
 
 
 def waiting_for(conn: Connection, job_ids: Iterable[int]) -> dict[int, list[int]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, or_, select
 
 from .. import limits
 from ..status import FINAL, Status
@@ -75,7 +75,9 @@ def cancel_pending(conn: Connection, ids: list[int], now: datetime,
         return []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     line = limits.log_line(f"[{stamp}] cancelled by {who}") + "\n"
-    conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status.in_(CANCELLABLE))
+    # (no IN list here: an expanding parameter cannot go with executemany)
+    conn.execute(q.update().where(q.c.id == bindparam("b_id"),
+                                  or_(*[q.c.status == s for s in CANCELLABLE]))
                  .values(status=Status.CANCELLED, finished_at=now, updated_at=now,
                          locked_until=None, process_logs=bindparam("b_log")),
                  [{"b_id": r["id"], "b_log": limits.bounded_log(r["process_logs"], line)}
