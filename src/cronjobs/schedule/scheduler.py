@@ -30,7 +30,7 @@ from typing import Any
 from .. import store
 from ..app import App, current
 from ..clock import as_utc
-from ..errors import CronjobsError, DatabaseRefused
+from ..errors import CronjobsError, DatabaseRefused, InvalidJob
 from ..family import depends
 from ..job import dispatching
 from ..status import Status
@@ -86,6 +86,9 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
 
     Returns:
         A `TickReport`.
+
+    Raises:
+        ConfigError: an AFTER naming no registered task, or a cycle of AFTERs.
     """
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
@@ -320,9 +323,12 @@ def _start_after(app: App, conn, info: TaskInfo, slot: Slot, values: dict, other
         return None, "after"
     if not store.claim_slot(conn, info.task, slot.key, now):
         return None, None
-    values = dispatching.admitted(app, conn, values, [first], allow_failed=True)
+    try:
+        values = dispatching.admitted(app, conn, values, [first], allow_failed=True)
+    except InvalidJob:  # `other`'s run is gone (a cancelled row deleted): it has ended
+        first = None
     row, created = dispatching.insert_row(conn, values)
-    if created:
+    if created and first is not None:
         depends.record(conn, row["id"], [first], True)
     store.record_run(conn, info.task, slot=slot.key, job_id=row["id"], now=now,
                      next_run_at=slot.next_at)
