@@ -178,7 +178,8 @@ def cli_row(row: TaskRow) -> dict:
             "next_run_at": text(row.next_run_at),
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),
-            "manual_status": text(row.last_manual_status), "overlap": row.overlap,
+            "manual_status": text(row.last_manual_status), "after": row.after,
+            "overlap": row.overlap,
             "skipped": str(row.skipped_count), "last_skipped": text(row.last_skipped_slot),
             "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot),
-            "limits": row.limits, "paused": row.paused_by, "after": row.after}
+            "limits": row.limits, "paused": row.paused_by}
