@@ -284,3 +284,24 @@ def test_the_sweep_releases_a_waiting_row_a_finish_did_not_decide(app):
     assert release_waiting(app) == [(c, "dep")]
     assert row(app, c)["status"] == "pending"
     assert release_waiting(app) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_queue_and_job_pages_say_what_a_row_waits_for(make_app):
+    from dashboard_helpers import BEARER, TOKEN, web_client
+
+    app = make_app(clock=FrozenClock(T0), handler_paths=(), dashboard_token=TOKEN)
+    app.handlers.register(Step.TYPE, Step)
+    a = queue.dispatch("dep.step.execute", {}, app=app)
+    b = queue.dispatch("dep.step.execute", {}, app=app)
+    c = queue.dispatch("dep.step.execute", {}, depends_on=[a, b], app=app)
+    client = web_client(app)
+    listing = client.get("/queue?status=waiting", headers=BEARER).get_data(as_text=True)
+    assert f'<tr data-id="{c}" data-status="waiting">' in listing
+    assert f"waiting for {a}, {b}" in listing
+    job = client.get(f"/jobs/{c}", headers=BEARER).get_data(as_text=True)
+    assert f'waiting for <a href="/jobs/{a}">#{a}</a>, <a href="/jobs/{b}">#{b}</a>' in job
+    assert f'action="/jobs/{c}/cancel"' in job  # a waiting row can be cancelled
+    InlineRunner(Executor(app)).run_id(a)
+    job = client.get(f"/jobs/{c}", headers=BEARER).get_data(as_text=True)
+    assert f'waiting for <a href="/jobs/{b}">#{b}</a></span>' in job
