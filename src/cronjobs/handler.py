@@ -160,6 +160,10 @@ class CronJobHandler:
             pending or running: `"skip"` (the default: start nothing, record the skipped
             slot), `"buffer_one"` (one run waits and starts when the running one ends),
             `"allow"` (start anyway). See `cronjobs.schedule.overlap`.
+        AFTER: the name of another task (`"acme-sync"`): each slot of this task starts
+            only once that task's run of the same slot (its whole family) has ended,
+            whatever its outcome; the slot's row waits (`waiting`) meanwhile. None (the
+            default): no order. `[tasks.<task>] after` in the settings overrides it.
         DESTRUCTIVE: True for work that deletes records or sends data out: the task
             ships disabled, and while its switch is off every run of its types (scheduled,
             manual or dispatched) ends `cancelled` with reason `disabled` without calling
@@ -203,6 +207,7 @@ class CronJobHandler:
     RATE_LIMIT: ClassVar[str | None] = None
     LIMIT_KEY: ClassVar[str | None] = None
     OVERLAP: ClassVar[str] = "skip"
+    AFTER: ClassVar[str | None] = None
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
 

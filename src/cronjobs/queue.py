@@ -37,7 +37,8 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
              scheduled_at: datetime | None = None, title: str | None = None,
              max_attempts: int | None = None, queue: str | None = None,
              known_type: bool = True, session: Session | None = None,
-             app: App | None = None) -> int:
+             app: App | None = None, depends_on: Iterable[int] | None = None,
+             allow_failed: bool = False) -> int:
     """Add a job row and send its id to the broker; return the row id.
 
     Args:
@@ -60,6 +61,12 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             and runtime; pass `queue` if theirs is not the default).
         session: the caller's SQLAlchemy Session: the row is written in its transaction
             and the message is sent only after it commits (nothing on rollback).
+        depends_on: ids of rows that must finish first: the row is `waiting` until
+            they have (a family root: until its whole family has completed), then
+            `pending`. Refused when an id does not exist or would wait for this row
+            (its own family root).
+        allow_failed: False (default): a dependency that failed or was cancelled cancels
+            the row (reason `dependency_failed`, no attempt used); True: it runs anyway.
 
     Returns:
         The id of the new row, or of the row that already holds `idempotency_key`.
@@ -75,7 +82,8 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
     return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
                   priority=priority, scheduled_at=scheduled_at, title=title,
                   max_attempts=max_attempts, queue=queue, known_type=known_type,
-                  session=session, app=app).id
+                  session=session, app=app, depends_on=depends_on,
+                  allow_failed=allow_failed).id
 
 
 def submit(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
@@ -83,12 +91,15 @@ def submit(type: str, payload: dict | None = None, *, idempotency_key: str | Non
            scheduled_at: datetime | None = None, title: str | None = None,
            max_attempts: int | None = None, queue: str | None = None,
            known_type: bool = True, session: Session | None = None,
-           app: App | None = None) -> Dispatched:
-    """Like `dispatch()`, but tell new work from an existing row: returns `Dispatched`."""
+           app: App | None = None, depends_on: Iterable[int] | None = None,
+           allow_failed: bool = False) -> Dispatched:
+    """Like `dispatch()`, but tell new work from an existing row: returns `Dispatched`
+    (its `status` is `waiting` for a row that waits for its dependencies)."""
     return dispatching.submit(app or current(), type, payload, session=session,
                               idempotency_key=idempotency_key, parent_id=parent_id,
                               priority=priority, scheduled_at=scheduled_at, title=title,
-                              max_attempts=max_attempts, queue=queue, known_type=known_type)
+                              max_attempts=max_attempts, queue=queue, known_type=known_type,
+                              depends_on=depends_on, allow_failed=allow_failed)
 
 
 def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
@@ -99,9 +110,10 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
 
     Args:
         jobs: dicts with the keyword arguments of `dispatch` (`type` required;
-            `known_type: False` per row). When any row has an `idempotency_key`, the rows
-            are inserted one by one (in the same single transaction), so a taken key
-            gives the existing id as `dispatch` does.
+            `known_type: False`, `depends_on`, `allow_failed` per row; rows with
+            `depends_on` are inserted one by one, in the same transaction). When any
+            row has an `idempotency_key`, the rows are inserted one by one (in the same
+            single transaction), so a taken key gives the existing id as `dispatch` does.
         session: as in `dispatch`.
 
     Raises:
@@ -156,18 +168,19 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
         raise InvalidJob(f"minutes must be between 0 and 1e9, got {minutes!r}")
     now = app.clock.now()
 
-    def work(conn) -> tuple[list[dict], list]:
+    def rescue(conn) -> tuple[list[dict], list[tuple[int, str]]]:
         changed = store.rescue_stale(conn, now, minutes)
-        return changed, settle_rows(conn, app, changed, now)  # failed rows may end families
+        # a row that ended failed is a finish: the rows waiting for it, its family
+        return changed, settle_rows(conn, app, changed, now)
 
-    changed, started = run_in_transaction(app.engine, work)
-    for callback in started:
-        dispatching.send(app, callback.id, callback.queue)
+    changed, released = run_in_transaction(app.engine, rescue)
     for row in changed:
         log.warning("recover-stale: job %s -> %s", row["id"], row["status"],
                     extra={"trace_id": row["id"]})
         if row["status"] == Status.PENDING:
             dispatching.send(app, row["id"], row["queue"])
+    for job_id, queue in released:
+        dispatching.send(app, job_id, queue)
     return len(changed)
 
 

@@ -19,11 +19,15 @@ class Status(StrEnum):
     """The `status` column of `cronjob_queue` (and of `cronjob_runtime.last_status`).
 
     `pending` waits to be claimed (due when `scheduled_at` has passed or is empty);
-    `running` is held by one run under a lease; `completed`, `failed` and `cancelled`
-    are final (a failed row may be retried by an operator).
+    `waiting` waits for the rows it depends on (`depends_on`) to finish, and is never
+    claimed: the transaction that finishes its last dependency makes it `pending` (or
+    `cancelled`, for a failed dependency); `running` is held by one run under a lease;
+    `completed`, `failed` and `cancelled` are final (a failed row may be retried by an
+    operator).
     """
 
     PENDING = "pending"
+    WAITING = "waiting"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -31,6 +35,7 @@ class Status(StrEnum):
 
 
 FINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+UNFINISHED = (Status.PENDING, Status.WAITING, Status.RUNNING)
 
 
 class Ended(StrEnum):
@@ -68,6 +73,7 @@ class Reason(StrEnum):
     LEASE_EXPIRED = "lease_expired"  # recover-stale took the row of a lost worker
     STOPPED = "stopped"  # an operator stopped the running job (dashboard Stop, `cronjobs stop`)
     FAMILY_CANCELLED = "cancelled.family"  # an operator cancelled the row's whole family
+    DEPENDENCY_FAILED = "dependency_failed"  # a row it depends on failed: cancelled, not run
 
 
 def family(reason: str | None) -> str | None:

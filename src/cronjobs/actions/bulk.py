@@ -94,7 +94,8 @@ class Action:
 ACTIONS = {
     "retry": Action("retry", "retried", store.actions.retry_failed, (Status.FAILED,),
                     ring=True),
-    "cancel": Action("cancel", "cancelled", store.actions.cancel_pending, (Status.PENDING,)),
+    "cancel": Action("cancel", "cancelled", store.actions.cancel_pending,
+                     (Status.PENDING, Status.WAITING)),
     "delete": Action("delete", "deleted", store.actions.delete_finished, FINAL,
                      newest_first=True),
 }
@@ -273,7 +274,7 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
         if action.ring:
             _ring(app, changed)
         for row in changed:
-            if row.get("callback"):  # a family completed: its callback rows
+            if row.get("callback"):  # released by the cancel, or a family's callback
                 send(app, row["id"], row["queue"])
         if on_batch is not None:
             on_batch(operation)
@@ -297,9 +298,9 @@ def _batch(conn: Connection, app: App, op_id: int, owner: str, action: Action,
     else:
         seq, ids = batch
         changed = action.apply(conn, ids, now, who)
-        if action.name == "cancel":  # cancelled rows may end their families
-            changed += [{"id": c.id, "queue": c.queue, "callback": True}
-                        for c in settle_rows(conn, app, changed, now)]
+        if action.name == "cancel":  # rows waiting for them, their families (callbacks)
+            changed += [{"id": job_id, "queue": queue, "callback": True}
+                        for job_id, queue in settle_rows(conn, app, changed, now)]
         cancelled = sum(1 for row in changed if not row.get("callback"))
         if not store.operations.record_batch(conn, op_id, owner, seq, len(ids), cancelled,
                                              LEASE_SECONDS, now):

@@ -13,6 +13,7 @@ from ..errors import JobNotFound, JobStateError
 from ..family.settle import settle_rows
 from ..handler import task_name
 from ..job import dispatching
+from ..job.finishing import ring
 from ..status import Reason, Status
 from ..store import families
 from ..store.db import run_in_transaction
@@ -36,12 +37,14 @@ def retry(app: App, job_id: int, who: str = "operator") -> None:
 
 
 def cancel(app: App, job_id: int, who: str = "operator") -> None:
-    """Cancel pending row `job_id`: it stays, `cancelled`, with a log line naming `who`
-    (a task whose last run it is shows `cancelled`).
+    """Cancel pending (or waiting) row `job_id`: it stays, `cancelled`, with a log line
+    naming `who` (a task whose last run it is shows `cancelled`); the rows waiting for it
+    are cancelled, or released when they allow a failed dependency.
 
     Raises:
         JobNotFound: no such row.
-        JobStateError: the row is not `pending` (a running row is never cut off from here).
+        JobStateError: the row is not `pending` or `waiting` (a running row is never cut
+            off from here).
     """
     now = app.clock.now()
 
@@ -49,11 +52,11 @@ def cancel(app: App, job_id: int, who: str = "operator") -> None:
         changed = store.actions.cancel_pending(conn, [job_id], now, who)
         return changed, settle_rows(conn, app, changed, now)
 
-    changed, started = run_in_transaction(app.engine, work)
+    changed, released = run_in_transaction(app.engine, work)
     if not changed:
-        _refuse(app, job_id, Status.PENDING, "cancelled")
+        _refuse(app, job_id, "pending or waiting", "cancelled")
+    ring(app, released)
     log.info("job %s cancelled by %s", job_id, who, extra={"trace_id": job_id})
-    _ring(app, started)
 
 
 def stop(app: App, job_id: int, who: str = "operator") -> dict:
@@ -107,7 +110,8 @@ def cancel_family(app: App, job_id: int, *, who: str = "operator") -> dict:
         stopping = [r for r in (store.stops.request_stop(conn, i, now, who)
                                 for i in families.ids_in(conn, root_id, Status.RUNNING))
                     if r is not None and r["status"] == Status.RUNNING]
-        pending = families.ids_in(conn, root_id, Status.PENDING)
+        pending = sorted(families.ids_in(conn, root_id, Status.PENDING)
+                         + families.ids_in(conn, root_id, Status.WAITING))
         changed = []
         for start in range(0, len(pending), 1000):
             changed += store.actions.cancel_pending(conn, pending[start:start + 1000], now,
@@ -119,14 +123,8 @@ def cancel_family(app: App, job_id: int, *, who: str = "operator") -> dict:
     done, started = run_in_transaction(app.engine, work)
     log.info("family %s cancelled by %s: %s rows cancelled, %s asked to stop", done["root"],
              who, done["cancelled"], done["stopping"], extra={"trace_id": done["root"]})
-    _ring(app, started)
+    ring(app, started)
     return done
-
-
-def _ring(app: App, started: list) -> None:
-    """Ring the queues of callback rows a completion started (after the commit)."""
-    for callback in started:
-        dispatching.send(app, callback.id, callback.queue)
 
 
 def resume(app: App, scope: str, name: str) -> bool:

@@ -24,6 +24,11 @@ from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _parse_time, main
 @click.option("--title", help="Up to 255 characters.")
 @click.option("--max-attempts", type=MAX_ATTEMPTS,
               help="Override the handler's MAX_ATTEMPTS.")
+@click.option("--depends-on", "depends_on", metavar="IDS",
+              help="Comma-separated row ids (12,15): the job waits until they have finished "
+                   "(a family root: its whole family); a failed one cancels it.")
+@click.option("--allow-failed", is_flag=True,
+              help="With --depends-on: run even when a dependency failed or was cancelled.")
 @click.option("--remote", is_flag=True,
               help="JOB_TYPE is run by another codebase's workers: accept it although no "
                    "handler here knows it (as a type matching CRONJOBS_REMOTE_TYPES).")
@@ -37,7 +42,8 @@ from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _parse_time, main
 def dispatch(ctx: click.Context, job_type: str | None, payload: str,
              idempotency_key: str | None, parent_id: int | None, priority: int,
              scheduled_at: str | None, title: str | None, max_attempts: int | None,
-             remote: bool, from_stdin: bool, quiet: bool) -> None:
+             depends_on: str | None, allow_failed: bool, remote: bool, from_stdin: bool,
+             quiet: bool) -> None:
     """Add a job of a registered JOB_TYPE (or, with --remote, of a type another codebase
     runs); prints its row id.
 
@@ -47,7 +53,7 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
     \b
       {"type": "acme.sync.execute", "payload": {"user": 7}, "key": "sync-7",
        "priority": 3, "at": "2030-01-01T09:00Z", "title": "Sync user 7",
-       "parent": 12, "max_attempts": 5}
+       "parent": 12, "max_attempts": 5, "depends_on": [10, 11], "allow_failed": false}
 
     Every line is checked first: a bad one (not JSON, not an object, an unknown key or
     type, a payload too big or nested too deeply, ...) ends the command with exit
@@ -70,9 +76,28 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
         raise click.UsageError("Missing argument 'JOB_TYPE'.", ctx)
     if quiet:
         raise click.UsageError("--quiet goes with --stdin", ctx)
+    if allow_failed and not depends_on:
+        raise click.UsageError("--allow-failed goes with --depends-on", ctx)
     _dispatch_one(job_type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
                   priority=priority, scheduled_at=scheduled_at, title=title,
-                  max_attempts=max_attempts, remote=remote)
+                  max_attempts=max_attempts, remote=remote,
+                  depends_on=_ids(depends_on), allow_failed=allow_failed)
+
+
+def _ids(text: str | None) -> list[int] | None:
+    """`--depends-on 12,15` as `[12, 15]`.
+
+    Raises:
+        click.BadParameter: an item that is not a positive integer.
+    """
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    bad = [item for item in items if not item.isdigit() or int(item) < 1]
+    if bad or not items:
+        raise click.BadParameter(f"must be row ids separated by commas (12,15), got {text!r:.80}",
+                                 param_hint="--depends-on")
+    return [int(item) for item in items]
 
 
 def _refuse_with_stdin(ctx: click.Context, job_type: str | None) -> None:
@@ -82,7 +107,8 @@ def _refuse_with_stdin(ctx: click.Context, job_type: str | None) -> None:
                                f"{job_type!r} too", ctx)
     for param in ctx.command.params:
         if param.name in ("payload", "idempotency_key", "parent_id", "priority",
-                          "scheduled_at", "title", "max_attempts") \
+                          "scheduled_at", "title", "max_attempts", "depends_on",
+                          "allow_failed") \
                 and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
             raise click.UsageError(f"with --stdin each line carries its fields; "
                                    f"{param.opts[0]} cannot be given too", ctx)
@@ -134,6 +160,12 @@ def get(job_id: int, columns: str | None) -> None:
                 row[key] = json.loads(row[key])
             except (ValueError, RecursionError):  # stored as it came: shown as the text
                 pass
+    if row.get("status") == Status.WAITING:  # the dependencies it still waits for
+        from ..family import depends  # lazy: CLI start-up time
+        from ..store.db import run_in_transaction
+
+        row["waiting_for"] = run_in_transaction(
+            app.engine, lambda c: depends.waiting_for(c, [job_id])).get(job_id, [])
     click.echo(_dump(row))
 
 

@@ -27,7 +27,8 @@ BATCH_ROWS = 1_000
 # A line's keys (the options of `cronjobs dispatch`) -> the arguments of `dispatch_many`.
 FIELDS = {"type": "type", "payload": "payload", "key": "idempotency_key", "parent": "parent_id",
           "priority": "priority", "at": "scheduled_at", "title": "title",
-          "max_attempts": "max_attempts"}
+          "max_attempts": "max_attempts", "depends_on": "depends_on",
+          "allow_failed": "allow_failed"}
 PYTHON_NAMES = {"idempotency_key": "key", "parent_id": "parent", "scheduled_at": "at"}
 
 
@@ -133,10 +134,15 @@ def check_line(app, number: int, job: dict) -> None:
     Raises:
         InvalidJob: `line N: <the reason dispatch gives>`.
     """
-    from ..job.dispatching import build_row  # lazy: CLI start-up time (with `--stdin` only)
+    from ..family import depends  # lazy: CLI start-up time (with `--stdin` only)
+    from ..job.dispatching import build_row
 
-    options = {k: v for k, v in job.items() if k not in ("type", "payload")}
+    options = {k: v for k, v in job.items()
+               if k not in ("type", "payload", "depends_on", "allow_failed")}
     try:
+        depends.check_ids(job.get("depends_on"))
+        if not isinstance(job.get("allow_failed", False), bool):
+            raise InvalidJob(f"allow_failed must be true or false, got {job['allow_failed']!r:.40}")
         build_row(app, job["type"], job.get("payload"), **options)
     except InvalidJob as exc:
         raise InvalidJob(f"line {number}: {exc}") from None

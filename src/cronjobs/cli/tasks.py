@@ -68,7 +68,7 @@ def scheduler() -> None:
 # LAST_STATUS and NEXT_RUN_AT stay; these are added, the most wanted first, while they fit.
 TASKS_OPTIONAL = ["skip_reason", "last_run_at", "available", "limits", "paused", "skipped",
                   "overlap", "last_job", "last_skipped", "buffered", "manual_status",
-                  "last_manual_at", "manual_job", "type", "source"]
+                  "last_manual_at", "manual_job", "type", "source", "after"]
 
 
 @main.group(cls=Group, invoke_without_command=True)

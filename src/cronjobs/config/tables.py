@@ -18,6 +18,8 @@ class TaskSettings(BaseModel):
             (the dashboard/CLI switch in `cronjob_runtime.enabled` wins afterwards).
         frequency: `minute`, `hour`, `day`, `month`, a cron macro or a 5-field cron
             expression, overriding the handler's `FREQUENCY`.
+        after: another task whose run of the same slot must have ended first,
+            overriding the handler's `AFTER` (`""`: none).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -30,6 +32,11 @@ class TaskSettings(BaseModel):
         None,
         description="Overrides the handler's FREQUENCY: `minute`, `hour`, `day`, `month`, a "
                     "cron macro (`@daily` ...) or a 5-field cron expression.")
+    after: str | None = Field(
+        None,
+        description="Overrides the handler's AFTER: the task whose run of the same slot "
+                    "(its whole family) must have ended before this task's slot starts; "
+                    "an empty string: none.")
 
     @field_validator("frequency")
     @classmethod

@@ -1,7 +1,8 @@
 """A family's completion, decided in the transaction that finishes its last row.
 
 Every path that finishes rows (the outcome writer of workers and `cronjobs run`, an
-operator's cancel, recover-stale) calls `settle` in its own transaction, after writing.
+operator's cancel, recover-stale) calls `after_finish` in its own transaction, after
+writing: the rows waiting for them (`depends`), then their families (`settle`).
 For each family touched it decides, without polling and without making the root a row
 every finishing child locks (see `cronjobs.store.families` for the three statements and
 why they suffice):
@@ -33,6 +34,7 @@ from ..status import FINAL, Reason, Status
 from ..store import families as rows
 from ..store.insert import insert_job
 from ..store.runtime import update_task_status
+from . import depends
 
 log = logging.getLogger("cronjobs.family")
 
@@ -59,19 +61,8 @@ class Finished:
     task_run: bool = False
 
 
-@dataclass(frozen=True)
-class Started:
-    """A callback row a completion inserted: ring `queue` for `id` after the commit.
-
-    Attributes:
-        root_id: the family's root.
-        id: the callback row.
-        queue: its queue.
-    """
-
-    root_id: int
-    id: int
-    queue: str
+Ring = tuple[int, str]  # a row made pending by a completion, `(id, queue)`: rung after the commit
+MAX_ROUNDS = 16  # families completed by rows cancelled by completions, and so on
 
 
 def callback_key(root_id: int, generation: int, kind: str) -> str:
@@ -84,10 +75,11 @@ def is_callback(key: str | None) -> bool:
     return bool(key) and key.startswith(KEY_PREFIX)
 
 
-def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) -> list[Started]:
+def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) -> list[Ring]:
     """Decide, for each family `finished` rows belong to, whether it is complete now, in
-    the caller's transaction (after it wrote those rows' ends); complete ones are recorded
-    and start their callbacks.
+    the caller's transaction (after it wrote those rows' ends); complete ones are recorded,
+    start their callbacks and release the rows waiting for them (`depends`); rows those
+    cancel (a failed dependency) are settled in turn.
 
     Args:
         conn: the transaction that finished the rows.
@@ -96,10 +88,20 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) 
         now: the clock's time (naive UTC), written as the completion's time.
 
     Returns:
-        The callback rows inserted (to ring after the commit).
+        The rows made pending (callbacks, released dependents): ring them after the commit.
     """
-    if not finished:
-        return []
+    ring: list[Ring] = []
+    for _ in range(MAX_ROUNDS):
+        if not finished:
+            break
+        started, cancelled = _settle_once(conn, app, finished, now)
+        ring += started
+        finished = [Finished(i, "", root) for i, root in cancelled]
+    return ring
+
+
+def _settle_once(conn: Connection, app: App, finished: list[Finished],
+                 now: datetime) -> tuple[list[Ring], list[tuple[int, int | None]]]:
     own = {f.id for f in finished}
     families: set[int] = {f.root_id for f in finished if f.root_id is not None}
     roots = [f for f in finished if f.root_id is None and not is_callback(f.key)]
@@ -111,7 +113,8 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) 
                 families.add(f.id)
             elif f.task_run or _has_callbacks(app, f.type):
                 alone.append(f.id)
-    started: list[Started] = []
+    started: list[Ring] = []
+    cancelled: list[tuple[int, int | None]] = []
     for root_id in sorted(families | set(alone)):
         if root_id not in alone and rows.running_witness(conn, root_id, own) is not None:
             continue
@@ -120,18 +123,48 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) 
             continue
         if root_id not in alone and rows.unfinished(conn, root_id):
             continue
-        started += complete(conn, app, root, now)
-    return started
+        outcome, callbacks = complete(conn, app, root, now)
+        if outcome is None:
+            continue
+        waiting = depends.settle_family_dependents(conn, root_id, now, outcome)
+        started += callbacks + waiting.released
+        cancelled += waiting.cancelled
+    return started, cancelled
 
 
-def settle_rows(conn: Connection, app: App, changed: list[dict], now: datetime) -> list[Started]:
+def settle_rows(conn: Connection, app: App, changed: list[dict], now: datetime) -> list[Ring]:
     """`settle` for rows an operator or recover-stale changed (`store.actions
     .cancel_pending`, `store.rescue_stale`: dicts with `id`, `type`, `root_id`,
     `idempotency_key` and, where it may not be final, `status`); rows put back to
     `pending` are not finished and are left out."""
-    return settle(conn, app, [
-        Finished(int(r["id"]), r["type"], r["root_id"], r.get("idempotency_key"))
-        for r in changed if r.get("status", Status.CANCELLED) in FINAL], now)
+    ended = [r for r in changed if r.get("status", Status.CANCELLED) in FINAL]
+    return after_finish(conn, app, [
+        (Finished(int(r["id"]), r["type"], r["root_id"], r.get("idempotency_key")),
+         r.get("status", Status.CANCELLED)) for r in ended], now)
+
+
+def after_finish(conn: Connection, app: App, finished: list[tuple[Finished, str]],
+                 now: datetime) -> list[Ring]:
+    """What the end of rows starts, in the caller's transaction (after it wrote them):
+    the rows waiting for them are released or cancelled (`depends.after_finish`), then
+    their families (and those of the rows it cancelled) are settled (`settle`).
+
+    Args:
+        finished: each row finished with its final status (`completed`, `failed`,
+            `cancelled`, `deleted`).
+        now: naive UTC.
+
+    Returns:
+        The rows made pending (released dependents, callbacks): ring them after the commit.
+    """
+    if not finished:
+        return []
+    waiting = depends.after_finish(conn, [(f.id, status) for f, status in finished], now,
+                                   roots=[f.id for f, _ in finished if f.root_id is None
+                                          and not is_callback(f.key)])
+    return waiting.released + settle(
+        conn, app, [f for f, _ in finished] + [Finished(i, "", root)
+                                               for i, root in waiting.cancelled], now)
 
 
 def _has_callbacks(app: App, job_type: str) -> bool:
@@ -139,10 +172,13 @@ def _has_callbacks(app: App, job_type: str) -> bool:
     return cls is not None and bool(callback_kinds(cls))
 
 
-def complete(conn: Connection, app: App, root: dict, now: datetime) -> list[Started]:
+def complete(conn: Connection, app: App, root: dict,
+             now: datetime) -> tuple[str | None, list[Ring]]:
     """Record the next completion of family `root` (the locked root row, as
     `store.families.lock_root` read it) and insert its callback rows; the task whose run
-    it is takes the family's outcome. Returns the callback rows inserted."""
+    it is takes the family's outcome. Returns the outcome (`success`, `failure`,
+    `cancelled`; None when this completion was recorded already) and the callback rows
+    inserted."""
     root_id = int(root["id"])
     generation = rows.last_generation(conn, root_id) + 1
     status_counts: Counter[str] = Counter()
@@ -154,14 +190,14 @@ def complete(conn: Connection, app: App, root: dict, now: datetime) -> list[Star
     outcome = _outcome(root["status"], status_counts, cancelled,
                        getattr(cls, "MIN_SUCCESS_RATIO", 1.0))
     if not rows.record_completion(conn, root_id, generation, outcome, dict(status_counts), now):
-        return []
+        return None, []
     update_task_status(conn, root_id, Status.COMPLETED if outcome == SUCCESS else Status.FAILED,
                        now, success=outcome == SUCCESS)
     log.info("family %s complete (generation %s): %s, %s", root_id, generation, outcome,
              json.dumps(dict(status_counts), sort_keys=True), extra={"trace_id": root_id})
     if cls is None:
-        return []
-    started = []
+        return outcome, []
+    started: list[Ring] = []
     for kind in callback_kinds(cls):
         if kind == "success" and outcome != SUCCESS or kind == "failure" and outcome == SUCCESS:
             continue
@@ -177,8 +213,8 @@ def complete(conn: Connection, app: App, root: dict, now: datetime) -> list[Star
                   "scheduled_at": None, "created_at": now, "updated_at": now}
         row, created = insert_job(conn, values)
         if created:
-            started.append(Started(root_id, int(row["id"]), queue))
-    return started
+            started.append((int(row["id"]), queue))
+    return outcome, started
 
 
 def _outcome(root_status: str, status_counts: Counter, cancelled: bool, ratio: float) -> str:

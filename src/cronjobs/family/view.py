@@ -91,7 +91,7 @@ def read_family(conn: Connection, root_id: int) -> Family | None:
     finishes = [t for t in (times["last_finished_at"], root["finished_at"]) if t is not None]
     completions = rows.completions(conn, root_id)
     last = completions[-1] if completions else None
-    unfinished = counts.get(Status.PENDING, 0) + counts.get(Status.RUNNING, 0)
+    unfinished = sum(counts.get(s, 0) for s in (Status.PENDING, Status.WAITING, Status.RUNNING))
     return Family(
         root_id=int(root_id), root_type=root["type"], root_status=root["status"],
         counts=counts, reasons=reasons, total=sum(counts.values()),

@@ -38,8 +38,9 @@ from .. import limits, store
 from ..app import App
 from ..clock import as_utc
 from ..errors import InvalidJob
+from ..family import depends
 from ..flow import rules as flowrules
-from ..status import Status
+from ..status import Reason, Status
 from ..store.db import run_in_transaction
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
@@ -78,14 +79,20 @@ def submit(app: App, type: str, payload: dict | None = None, *,
         type, payload: the job.
         session: the caller's Session: the row is written in its transaction and the
             message waits for its commit (nothing is sent on rollback).
-        options: the keyword arguments of `build_row`.
+        options: the keyword arguments of `build_row`, and `depends_on` (row ids: the
+            new row waits until they have finished, `family.depends`) with
+            `allow_failed` (a failed or cancelled dependency does not cancel it).
 
     Raises:
-        InvalidJob: see `build_row`; a missing parent.
+        InvalidJob: see `build_row`; a missing parent; a missing dependency or a cycle.
     """
+    after = depends.check_ids(options.pop("depends_on", None))
+    allow_failed = _allow_failed(options.pop("allow_failed", False))
     values = build_row(app, type, payload, **options)
     if values["parent_id"] is not None and options.get("root_id") is None:
         _join_family(app, [values], session)
+    if after:
+        return _submit_after(app, values, after, allow_failed, session)
     if session is not None:
         row, created = insert_row(session.connection(), values)
         if created:
@@ -103,6 +110,53 @@ def submit(app: App, type: str, payload: dict | None = None, *,
     return Dispatched(row["id"], created, row["status"], row["payload"] == values["payload"])
 
 
+def _allow_failed(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidJob(f"allow_failed must be True or False, got {value!r:.80}")
+    return value
+
+
+def admitted(app: App, conn, values: dict, after: list[int], allow_failed: bool) -> dict:
+    """The values of a new row with dependencies `after` (its first status decided by
+    `depends.admit`, which locks them in the caller's transaction: call it right before
+    the insert)."""
+    admission = depends.admit(conn, after, root_id=values["root_id"], allow_failed=allow_failed)
+    values = dict(values, status=admission.status)
+    if admission.status == Status.CANCELLED:
+        now = app.clock.now()
+        values.update(finished_at=now, error=admission.error,
+                      outcome_reason=Reason.DEPENDENCY_FAILED,
+                      process_logs=limits.log_line(f"[{now:%Y-%m-%d %H:%M:%S}] "
+                                                   f"{admission.error}: not run") + "\n")
+    return values
+
+
+def _insert_after(app: App, conn, values: dict, after: list[int],
+                  allow_failed: bool) -> tuple[dict, bool, dict]:
+    values = admitted(app, conn, values, after, allow_failed)
+    row, created = insert_row(conn, values)
+    if created:
+        depends.record(conn, row["id"], after, allow_failed)
+    return row, created, values
+
+
+def _submit_after(app: App, values: dict, after: list[int], allow_failed: bool,
+                  session: Session | None) -> Dispatched:
+    """`submit` of a row with dependencies: locked, checked and inserted with them in one
+    transaction; rung only when it starts `pending`."""
+    if session is not None:
+        row, created, values = _insert_after(app, session.connection(), values, after,
+                                             allow_failed)
+        if created and values["status"] == Status.PENDING:
+            send_after_commit(session, app, row["id"], values["queue"], values["scheduled_at"])
+    else:
+        row, created, values = run_in_transaction(
+            app.engine, lambda conn: _insert_after(app, conn, values, after, allow_failed))
+        if created and values["status"] == Status.PENDING:
+            send(app, row["id"], values["queue"], delay(app, values["scheduled_at"]))
+    return Dispatched(row["id"], created, row["status"], row["payload"] == values["payload"])
+
+
 def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = None) -> list[int]:
     """Insert many rows in one transaction and ring their queues (see `queue.dispatch_many`).
 
@@ -113,14 +167,19 @@ def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = Non
         InvalidJob: any row is invalid (nothing is inserted then).
     """
     rows: list[dict] = []
+    afters: list[tuple[list[int], bool]] = []
     outside: list[dict] = []  # rows with a parent whose family root is to be read
     for spec in (dict(j) for j in jobs):
         if "type" not in spec:
             raise InvalidJob(f"dispatch_many: every job needs a 'type', got {spec!r:.200}")
+        afters.append((depends.check_ids(spec.pop("depends_on", None)),
+                       _allow_failed(spec.pop("allow_failed", False))))
         rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
         if rows[-1]["parent_id"] is not None and spec.get("root_id") is None:
             outside.append(rows[-1])
     _join_family(app, outside, session)
+    if any(after for after, _ in afters):
+        return _submit_many_after(app, rows, afters, session)
     if session is not None:
         ids = insert_rows(session.connection(), rows)
         for job_id, values in doorbells(ids, rows):
@@ -146,6 +205,30 @@ def _join_family(app: App, rows: list[dict], session: Session | None) -> None:
             roots = store.family_roots(conn, parents)
     for row in rows:
         row["root_id"] = roots.get(row["parent_id"], row["parent_id"])
+
+
+def _submit_many_after(app: App, rows: list[dict], afters: list[tuple[list[int], bool]],
+                       session: Session | None) -> list[int]:
+    """`submit_many` when rows have dependencies: one row at a time, in one transaction."""
+    def write(conn) -> list[tuple[int, dict]]:
+        done = []
+        for values, (after, allow_failed) in zip(rows, afters, strict=True):
+            if after:
+                row, _, values = _insert_after(app, conn, values, after, allow_failed)
+            else:
+                row, _ = insert_row(conn, values)
+            done.append((row["id"], values))
+        return done
+
+    done = write(session.connection()) if session is not None else run_in_transaction(
+        app.engine, write)
+    bells = [(i, v) for i, v in done if v["status"] == Status.PENDING]
+    for job_id, values in doorbells([i for i, _ in bells], [v for _, v in bells]):
+        if session is not None:
+            send_after_commit(session, app, job_id, values["queue"], values["scheduled_at"])
+        else:
+            send(app, job_id, values["queue"], delay(app, values["scheduled_at"]), wait=True)
+    return [i for i, _ in done]
 
 
 def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str | None = None,

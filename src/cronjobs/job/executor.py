@@ -271,8 +271,6 @@ class Executor:
                         job.id, finish.status, extra={"trace_id": job.id})
         elif final == Status.PENDING:
             dispatching.send(self.app, job.id, job.queue, finish.delay_seconds)
-        for callback in finish.started:  # the family completed: its callbacks
-            dispatching.send(self.app, callback.id, callback.queue)
         if finish.ran:
             with self._lock:
                 self.jobs_done += 1

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
 from .. import limits, store
 from ..app import App
-from ..family.settle import Finished, Started, settle
+from ..family.settle import Finished, after_finish
 from ..handler import Job
 from ..status import FINAL, Ended, Reason, Status
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
+from .dispatching import send
 from .outcome import Outcome, Policy, next_state, refused, unrecordable
 
 log = logging.getLogger("cronjobs.worker.loop")
@@ -42,8 +43,6 @@ class Finish:
         values: the columns to write, texts within their limits.
         duration_ms: how long the handler ran, milliseconds.
         now: the clock's time of the plan (naive UTC).
-        started: callback rows that writing this plan started (its family completed):
-            rung after the commit (`Executor.done`).
     """
 
     job: Job
@@ -53,7 +52,6 @@ class Finish:
     values: dict
     duration_ms: float
     now: datetime
-    started: list[Started] = field(default_factory=list)
 
     @property
     def ran(self) -> bool:
@@ -87,6 +85,16 @@ def write_block(conn: Connection, plan: Finish, clock) -> dict:
     until = now + timedelta(seconds=plan.delay_seconds)
     return store.block(conn, job.type, key, now=now, until=until,
                        reason=plan.outcome.block_reason or f"RetryLater from job {job.id}")
+
+
+def ring(app: App, released: list[tuple[int, str]]) -> None:
+    """After the commit: ring the queue of each row a finish made `pending` (a queue once
+    per 16 rows: a doorbell wakes a worker, which claims every due row)."""
+    sent: dict[str, int] = {}
+    for job_id, queue in released:
+        sent[queue] = sent.get(queue, 0) + 1
+        if sent[queue] <= 16:
+            send(app, job_id, queue)
 
 
 class OutcomeWriter:
@@ -125,13 +133,21 @@ class OutcomeWriter:
         values = dict(move.values, process_logs=limits.bounded_log(job.process_logs, line))
         return Finish(job, result, move.status, move.delay_seconds, values, duration_ms, now)
 
-    def write(self, conn: Connection, plans: list[Finish]) -> list[str]:
+    def write(self, conn: Connection, plans: list[Finish],
+              released: list[tuple[int, str]] | None = None) -> list[str]:
         """Write `plans` in the caller's transaction; returns their final statuses, in
         order: the planned status, `Ended.DELETED` for a cancelled childless row, or
         `Ended.LOST` when the run no longer held the row (nothing written).
 
         The common plans (not a cancel, not a task's run) share one statement when there
-        are several (`store.finish_many`); the others are written one by one.
+        are several (`store.finish_many`); the others are written one by one. Then the
+        rows waiting for the finished ones are released or cancelled
+        (`family.depends.after_finish`: one indexed read when none waits).
+
+        Args:
+            released: the rows made `pending` by this write are appended here, `(id,
+                queue)`: ring them once the caller's transaction has committed
+                (`dispatching.send`); None: the sweep rings their queues.
 
         Raises:
             OutcomesFenced: one of the common plans' runs lost its row: roll the
@@ -149,24 +165,23 @@ class OutcomeWriter:
         for plan, final in zip(plans, finals, strict=True):
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
                 write_block(conn, plan, self.app.clock)
-        self._settle(conn, plans, finals)
+        ring_after = self._settle(conn, plans, finals)
+        if released is not None:
+            released += ring_after
         return finals
 
-    def _settle(self, conn: Connection, plans: list[Finish], finals: list[str]) -> None:
-        """The families of the rows this transaction finished: complete ones start their
-        callbacks (`family.settle`), noted on the plan of one of their rows."""
-        ended = [plan for plan, final in zip(plans, finals, strict=True)
+    def _settle(self, conn: Connection, plans: list[Finish],
+                finals: list[str]) -> list[tuple[int, str]]:
+        """What the rows this transaction finished start (`family.settle.after_finish`):
+        the rows waiting for them, their families' completions and callbacks. Returns the
+        rows made pending, `(id, queue)`."""
+        ended = [(plan, final) for plan, final in zip(plans, finals, strict=True)
                  if final in FINAL or final == Ended.DELETED]
-        for plan in plans:
-            plan.started = []
         if not ended:
-            return
-        started = settle(conn, self.app, [
-            Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key, task_run(p.job))
-            for p in ended], ended[0].now)
-        by_root = {p.job.root_id or p.job.id: p for p in ended}
-        for callback in started:
-            by_root.get(callback.root_id, ended[0]).started.append(callback)
+            return []
+        return after_finish(conn, self.app, [
+            (Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key,
+                      task_run(p.job)), final) for p, final in ended], ended[0][0].now)
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
         job, final = plan.job, plan.status
@@ -200,9 +215,15 @@ class OutcomeWriter:
             DatabaseRefused: the database refused even the `refused` write.
         """
         def write(plan: Finish) -> str:
-            return retry_while_unavailable(
-                lambda: run_in_transaction(self.app.engine, lambda c: self.write(c, [plan])[0]),
+            def transaction(conn: Connection) -> tuple[str, list[tuple[int, str]]]:
+                released: list[tuple[int, str]] = []
+                return self.write(conn, [plan], released)[0], released
+
+            final, released = retry_while_unavailable(
+                lambda: run_in_transaction(self.app.engine, transaction),
                 f"finishing job {plan.job.id}", give_up_seconds=give_up_seconds, stop=stop)
+            ring(self.app, released)
+            return final
 
         done = []
         for plan in plans:

@@ -30,12 +30,14 @@ from typing import Any
 from .. import store
 from ..app import App, current
 from ..clock import as_utc
-from ..errors import CronjobsError, DatabaseRefused
+from ..errors import CronjobsError, DatabaseRefused, InvalidJob
+from ..family import depends
 from ..job import dispatching
+from ..status import Status
 from ..store.db import run_in_transaction
 from . import overlap
 from .slots import Slot, current_slot, is_cron, slot_start, slots_between
-from .tasks import TaskInfo, set_enabled, task_infos
+from .tasks import TaskInfo, after_of, set_enabled, task_infos
 
 __all__ = ["TaskInfo", "TickReport", "run_forever", "set_enabled", "task_infos", "tick"]
 
@@ -61,7 +63,9 @@ class TickReport:
             `skipped` (the current slot was recorded as skipped by an earlier tick); `paused`
             (the task is paused: `cronjobs pause --task`; the slot is recorded as skipped);
             `error`: the slot's job row could not be made (`errors` says why; the slot is
-            recorded as skipped).
+            recorded as skipped); `after`: the task runs after another (`AFTER`) whose
+            run of this slot has no row yet (checked again by the next ticks until the
+            slot passes: a slot never started is coalesced as a missed one).
         errors: task -> the one-line error of each `error` skip of this tick.
         buffered: the tasks of `skipped` whose `buffered` slot is the one that waits (it
             starts when the previous run's family ends), not one dropped.
@@ -82,10 +86,14 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
 
     Returns:
         A `TickReport`.
+
+    Raises:
+        ConfigError: an AFTER naming no registered task, or a cycle of AFTERs.
     """
     app = app or current()
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
+    after = after_of(app)
     due, paused = overlap.hold_paused(app, _due(app, now, report), now)
     due, held = overlap.hold_back(app, due)
     rows, failed = _slot_rows(app, due)
@@ -98,7 +106,7 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
             report.errors[h.info.task] = h.decision.detail
         if h.decision.action in (overlap.BUFFER, overlap.WAIT):
             report.buffered.add(h.info.task)
-    started = _start_all(app, due, rows, now, report)
+    started = _start_all(app, due, rows, now, report, after)
     for info, slot in due:
         job_id = started.get(info.task)
         if job_id is None:
@@ -232,51 +240,119 @@ def _log_slotless_error(task: str, error: str) -> None:
 
 
 def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
-               now: datetime, report: TickReport) -> dict[str, int]:
+               now: datetime, report: TickReport, after: dict[str, str]) -> dict[str, int]:
     """Start the due slots of one tick in one transaction: claim every slot record, insert
     the jobs of the slots won (`rows`: task -> its slot's job row), note the runs; then
-    ring each queue once. Returns task -> job id for the slots this scheduler won (a lost
-    slot logs at DEBUG only)."""
+    the slots of the tasks that run after another (`_start_after`); then ring each queue
+    once. Returns task -> job id for the slots this scheduler won (a lost slot logs at
+    DEBUG only)."""
     due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
+    plain = [(info, slot) for info, slot in due if info.task not in after]
+    ordered = sorted([d for d in due if d[0].task in after],
+                     key=lambda d: (_depth(d[0].task, after), d[0].task))
 
-    def claim_and_insert(conn) -> dict[str, int]:
-        won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in due], now)
-        mine = [(info, slot) for info, slot in due if info.task in won]
+    def claim_and_insert(conn) -> tuple[dict[str, int], dict[str, str], set[str]]:
+        won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in plain], now)
+        mine = [(info, slot) for info, slot in plain if info.task in won]
         ids = dispatching.insert_batch(conn, [rows[info.task] for info, _ in mine])
         store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
                                  for (info, slot), job_id in zip(mine, ids, strict=True)], now)
-        return {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
+        started = {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
+        waits: dict[str, str] = {}
+        held: set[str] = set()
+        for info, slot in ordered:
+            job_id, status = _start_after(app, conn, info, slot, rows[info.task],
+                                          after[info.task], started, now)
+            if job_id is None and status is not None:
+                waits[info.task] = after[info.task]
+            elif job_id is not None:
+                started[info.task] = job_id
+                if status != Status.PENDING:
+                    held.add(info.task)
+        return started, waits, held
 
     if not due:
         return {}
     try:
-        started = run_in_transaction(app.engine, claim_and_insert)
+        started, waits, held = run_in_transaction(app.engine, claim_and_insert)
     except DatabaseRefused:  # e.g. a job row already holds a slot's key: one by one
-        return _start_each(app, due, rows, now, report)
+        return _start_each(app, due, rows, now, report, after)
+    for task, other in waits.items():
+        report.skipped[task] = "after"
+        log.debug("task %s waits for task %s's run of the same slot", task, other)
     rung: set[str] = set()
     for info, slot in due:
         job_id = started.get(info.task)
         if job_id is None:
-            log.debug("task %s slot %s already claimed by another scheduler", info.task,
-                      slot.key)
+            if info.task not in waits:
+                log.debug("task %s slot %s already claimed by another scheduler", info.task,
+                          slot.key)
             continue
-        log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
+        log.info("task %s slot %s started as job %s%s", info.task, slot.key, job_id,
+                 f" (waiting for {after[info.task]})" if info.task in held else "",
                  extra={"trace_id": job_id})
         queue = rows[info.task]["queue"]
-        if queue not in rung:  # a message rings its queue: the worker claims all due rows
+        if queue not in rung and info.task not in held:  # a message rings its queue
             rung.add(queue)
             dispatching.send(app, job_id, queue)
     return started
 
 
+def _depth(task: str, after: dict[str, str]) -> int:
+    """How many tasks `task` runs after, in a chain (`after_of` refused cycles)."""
+    depth = 0
+    while task in after:
+        task, depth = after[task], depth + 1
+    return depth
+
+
+def _start_after(app: App, conn, info: TaskInfo, slot: Slot, values: dict, other: str,
+                 started: dict[str, int], now: datetime) -> tuple[int | None, str | None]:
+    """Start the slot of a task that runs after task `other` (`AFTER`), in the tick's
+    transaction: its row waits for `other`'s row of the same slot (its whole family),
+    whatever that run's outcome (`allow_failed`). When `other`'s slot has no row yet, the
+    slot is not claimed: the next ticks look again until the slot passes.
+
+    Returns:
+        `(job id, its status)`; `(None, "after")` while `other`'s slot has no row;
+        `(None, None)` when another scheduler claimed the slot.
+    """
+    first = started.get(other) or store.slot_jobs(conn, [(other, slot.key)]).get(
+        (other, slot.key))
+    if first is None:
+        return None, "after"
+    if not store.claim_slot(conn, info.task, slot.key, now):
+        return None, None
+    try:
+        values = dispatching.admitted(app, conn, values, [first], allow_failed=True)
+    except InvalidJob:  # `other`'s run is gone (a cancelled row deleted): it has ended
+        first = None
+    row, created = dispatching.insert_row(conn, values)
+    if created and first is not None:
+        depends.record(conn, row["id"], [first], True)
+    store.record_run(conn, info.task, slot=slot.key, job_id=row["id"], now=now,
+                     next_run_at=slot.next_at)
+    if values["status"] != Status.PENDING:
+        store.update_task_status(conn, row["id"], values["status"], now)
+    return row["id"], values["status"]
+
+
 def _start_each(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
-                now: datetime, report: TickReport) -> dict[str, int]:
+                now: datetime, report: TickReport, after: dict[str, str]) -> dict[str, int]:
     """Start the due slots one transaction each (after the tick's batch was refused): a
     slot the database refuses is an `error` of that task alone, tried again next tick."""
-    started = {}
-    for info, slot in due:
+    started: dict[str, int] = {}
+    for info, slot in sorted(due, key=lambda d: _depth(d[0].task, after)):
         try:
-            job_id = _start(app, info, slot, rows[info.task], now)
+            if info.task in after:
+                job_id, status = run_in_transaction(app.engine, lambda c, i=info, s=slot: (
+                    _start_after(app, c, i, s, rows[i.task], after[i.task], started, now)))
+                if job_id is None and status is not None:
+                    report.skipped[info.task] = "after"
+                elif status == Status.PENDING:
+                    dispatching.send(app, job_id, rows[info.task]["queue"])
+            else:
+                job_id = _start(app, info, slot, rows[info.task], now)
         except DatabaseRefused as exc:
             report.skipped[info.task] = "error"
             report.errors[info.task] = _one_line(exc)
@@ -327,8 +403,10 @@ def run_forever(app: App, stop: threading.Event | None = None, *, background: bo
 
     Raises:
         HandlerError, DuplicateHandlerType: a bad or conflicting handler class.
+        ConfigError: an AFTER naming no registered task, or a cycle of AFTERs.
     """
     app.handlers.load()
+    after_of(app)  # an AFTER naming no task, or a cycle of them: an error before any tick
     # lazy: CLI start-up time (`cronjobs tick` and the dashboard's task pages need no APScheduler)
     from apscheduler.schedulers.background import BackgroundScheduler
     from apscheduler.triggers.cron import CronTrigger

@@ -8,10 +8,12 @@ from datetime import datetime
 
 from .. import store
 from ..app import App
+from ..errors import ConfigError
 from ..flow.state import TaskFlow, TypeLimits, task_flows
+from ..status import Status
 from .overlap import policy_of
 from .slots import current_slot, describe
-from .tasks import task_infos
+from .tasks import after_of, task_infos
 
 NOT_INSTALLED = "module not installed"  # what a task whose handler is not available() shows
 
@@ -40,6 +42,8 @@ class TaskRow:
             running per chat_id; 30/s"), "" when none is limited.
         paused_by: the live pauses holding it ("task x", "queue default", "type t"),
             "" when none does.
+        after: the task whose run of the same slot this one's waits for (`AFTER`), "".
+        waiting: "waiting for acme-sync" while the last scheduled run waits for it, "".
     """
 
     task: str
@@ -67,6 +71,8 @@ class TaskRow:
     buffered_slot: str | None = None
     limits: str = ""
     paused_by: str = ""
+    after: str = ""
+    waiting: str = ""
 
     def as_dict(self) -> dict:
         """The row as a dict (JSON-friendly apart from datetimes)."""
@@ -94,6 +100,10 @@ def task_rows(app: App) -> list[TaskRow]:
             conn, [i.runtime.get("last_manual_job_id") for i in infos])
         pauses = store.list_pauses(conn, store.flow.flow_now(conn, app.clock))
     flows = task_flows(app, {i.task: tuple(registry.task_types(i.task)) for i in infos}, pauses)
+    try:
+        after = after_of(app)
+    except ConfigError:  # the scheduler refuses to start and says why; the list still shows
+        after = {}
     rows = []
     for info in infos:
         rt = info.runtime
@@ -122,7 +132,10 @@ def task_rows(app: App) -> list[TaskRow]:
             last_skipped_at=rt.get("last_skipped_at"),
             last_skip_reason=rt.get("last_skip_reason"), buffered_slot=rt.get("buffered_slot"),
             limits=limits_text(flows[info.task]), paused_by=", ".join(
-                f"{p['scope']} {p['name']}" for p in flows[info.task].pauses)))
+                f"{p['scope']} {p['name']}" for p in flows[info.task].pauses),
+            after=after.get(info.task, ""),
+            waiting=f"waiting for {after[info.task]}" if info.task in after
+            and rt.get("last_status") == Status.WAITING else ""))
     return rows
 
 
@@ -161,10 +174,12 @@ def cli_row(row: TaskRow) -> dict:
     return {"task": row.task, "type": row.type, "frequency": frequency, "enabled": str(row.enabled),
             "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
             "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
-            "last_status": text(row.last_status), "next_run_at": text(row.next_run_at),
+            "last_status": row.waiting or text(row.last_status),
+            "next_run_at": text(row.next_run_at),
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),
-            "manual_status": text(row.last_manual_status), "overlap": row.overlap,
+            "manual_status": text(row.last_manual_status), "after": row.after,
+            "overlap": row.overlap,
             "skipped": str(row.skipped_count), "last_skipped": text(row.last_skipped_slot),
             "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot),
             "limits": row.limits, "paused": row.paused_by}

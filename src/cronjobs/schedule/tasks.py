@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .. import store
 from ..app import App, current
 from ..config.sources import did_you_mean
-from ..errors import HandlerNotFound
+from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
@@ -83,6 +83,40 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
                               _available(cls), runtime))
     return infos
+
+
+def after_of(app: App) -> dict[str, str]:
+    """`{task: the task it runs after}` for every registered task with an `AFTER` (the
+    handler's, or `[tasks.<task>] after` in the settings, which wins; `""` there: none).
+
+    Raises:
+        ConfigError: one line: an AFTER naming no registered task (with a "did you mean"
+            hint), naming its own task, or a cycle of AFTERs (`a -> b -> a`).
+    """
+    known = app.handlers.tasks()
+    after: dict[str, str] = {}
+    for task, job_type in known.items():
+        cfg = app.settings.task(task).after
+        value = cfg if cfg is not None else getattr(app.handlers.resolve_handler(job_type),
+                                                    "AFTER", None)
+        if not value:
+            continue
+        where = f"[tasks.{task}] after" if cfg is not None else f"{task}: AFTER"
+        if not isinstance(value, str) or value not in known:
+            raise ConfigError(f"{where} = {value!r} names no registered task"
+                              f"{did_you_mean(str(value), sorted(known))}")
+        if value == task:
+            raise ConfigError(f"{where} = {value!r} names the task itself")
+        after[task] = value
+    for task in after:
+        path, at = [task], after.get(task)
+        while at is not None:
+            if at in path:
+                raise ConfigError(f"AFTER makes a cycle: {' -> '.join(path[path.index(at):])}"
+                                  f" -> {at}; a task's slot would wait for itself")
+            path.append(at)
+            at = after.get(at)
+    return after
 
 
 def unknown_sections(app: App) -> list[str]:

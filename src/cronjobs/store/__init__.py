@@ -75,6 +75,7 @@ from .runtime import (
     record_runs,
     record_skips,
     set_enabled,
+    slot_jobs,
     update_task_status,
 )
 from .sql import database_now, db_now
@@ -88,7 +89,8 @@ __all__ = [
     "pending_by_queue",
     "prune", "prune_slots", "count_prunable",
     "rescue_stale", "claim_slot", "claim_slots", "record_runs", "ensure_runtimes",
-    "get_runtime", "list_runtimes", "record_run", "set_enabled", "update_task_status", "beat",
+    "get_runtime", "list_runtimes", "record_run", "set_enabled", "slot_jobs",
+    "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "running_by_worker", "database_now", "db_now",
     "lock_runtime",
     "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, or_, select
 
 from .. import limits
 from ..status import FINAL, Status
 from .models import cronjob_queue as q
 from .models import cronjob_runtime as rt
+
+CANCELLABLE = (Status.PENDING, Status.WAITING)  # what an operator's cancel takes
 
 
 def retry_failed(conn: Connection, ids: list[int], now: datetime,
@@ -52,10 +54,11 @@ def retry_failed(conn: Connection, ids: list[int], now: datetime,
 
 def cancel_pending(conn: Connection, ids: list[int], now: datetime,
                    who: str = "operator", reason: str | None = None) -> list[dict]:
-    """Cancel the rows of `ids` that are still `pending` (a running row is not touched:
-    stopping a job is another action). Each gets `finished_at`, a process-log line naming
-    `who`, and keeps its row (`cancelled`, to be seen; `cleanup` removes it after its
-    retention); a task whose last run it is shows `cancelled`.
+    """Cancel the rows of `ids` that are still `pending` or `waiting` (for their
+    dependencies; a running row is not touched: stopping a job is another action). Each
+    gets `finished_at`, a process-log line naming `who`, and keeps its row (`cancelled`,
+    to be seen; `cleanup` removes it after its retention); a task whose last run it is
+    shows `cancelled`.
 
     Locked first in id order, then one executemany, as `retry_failed` (keep `ids` under
     1,000).
@@ -71,13 +74,15 @@ def cancel_pending(conn: Connection, ids: list[int], now: datetime,
         return []
     rows = conn.execute(select(q.c.id, q.c.queue, q.c.type, q.c.root_id, q.c.idempotency_key,
                                q.c.process_logs)
-                        .where(q.c.id.in_(ids), q.c.status == Status.PENDING)
+                        .where(q.c.id.in_(ids), q.c.status.in_(CANCELLABLE))
                         .order_by(q.c.id).with_for_update()).mappings().all()
     if not rows:
         return []
     stamp = now.strftime("%Y-%m-%d %H:%M:%S")
     line = limits.log_line(f"[{stamp}] cancelled by {who}") + "\n"
-    conn.execute(q.update().where(q.c.id == bindparam("b_id"), q.c.status == Status.PENDING)
+    # (no IN list here: an expanding parameter cannot go with executemany)
+    conn.execute(q.update().where(q.c.id == bindparam("b_id"),
+                                  or_(*[q.c.status == s for s in CANCELLABLE]))
                  .values(status=Status.CANCELLED, finished_at=now, updated_at=now,
                          locked_until=None, outcome_reason=reason,
                          process_logs=bindparam("b_log")),

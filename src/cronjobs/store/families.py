@@ -26,13 +26,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
-from ..status import Status
 from .models import cronjob_family as fam
 from .models import cronjob_queue as q
 from .sql import insert_ignore, lock_sql, name, ph
 
 TABLE = q.name
-UNFINISHED = (Status.PENDING.value, Status.RUNNING.value)
 
 
 def _ids(ids: Iterable[int]) -> str:
@@ -73,11 +71,11 @@ def lock_root(conn: Connection, root_id: int) -> dict | None:
 
 
 def unfinished(conn: Connection, root_id: int) -> bool:
-    """True while a row of family `root_id` (not the root) is `pending` or `running` (a
-    plain read: what is committed, and this transaction's own writes)."""
+    """True while a row of family `root_id` (not the root) is `pending`, `waiting` or
+    `running` (a plain read: what is committed, and this transaction's own writes)."""
     dialect = name(conn)
     sql = (f"SELECT 1 FROM {TABLE} WHERE root_id = {ph(dialect, 'root')} "
-           f"AND status IN ('pending', 'running') LIMIT 1")
+           f"AND status IN ('pending', 'waiting', 'running') LIMIT 1")
     return conn.exec_driver_sql(sql, {"root": int(root_id)}).first() is not None
 
 

@@ -13,7 +13,7 @@ from .models import cronjob_queue as q
 from .sql import locking_read
 
 JOB_COLUMNS = tuple(c.name for c in q.columns)
-LIVE = (Status.PENDING, Status.RUNNING)
+LIVE = (Status.PENDING, Status.WAITING, Status.RUNNING)  # a waiting row is still going
 _FAMILIES_PER_STATEMENT = 500
 
 
@@ -51,9 +51,9 @@ def count_children(conn: Connection, job_id: int) -> int:
 
 def live_in_families(conn: Connection, root_ids: Sequence[int],
                      families: Collection[int] | None = None) -> dict[int, int]:
-    """One `pending` or `running` row of each family in `root_ids` (the root itself first,
-    else its lowest live descendant: a row whose `root_id` is the root; else a live
-    callback row of its completion: `parent_id` the root, no `root_id`).
+    """One `pending`, `waiting` or `running` row of each family in `root_ids` (the root
+    itself first, else its lowest live descendant: a row whose `root_id` is the root; else
+    a live callback row of its completion: `parent_id` the root, no `root_id`).
 
     At most three statements per 500 roots whatever the table's size: the roots by primary
     key, then `ix_cronjob_queue_root_status` (root_id, status, id) for the others that are
@@ -89,14 +89,14 @@ def live_in_families(conn: Connection, root_ids: Sequence[int],
             # families are small (seen with 30,000 rows): only theirs, through the index
             live.update((root, job_id) for root, job_id in conn.exec_driver_sql(
                 f"SELECT root_id, MIN(id) FROM cronjob_queue{hint} WHERE root_id IN "
-                f"({', '.join(map(str, rest))}) AND status IN ('pending', 'running') "
+                f"({', '.join(map(str, rest))}) AND status IN ('pending', 'waiting', 'running') "
                 f"GROUP BY root_id"))
         rest = [r for r in rest if r not in live]
         if rest:  # a family's callback rows (parent the root, no root_id) are its end
             live.update((root, job_id) for root, job_id in conn.exec_driver_sql(
                 f"SELECT parent_id, MIN(id) FROM cronjob_queue{by_parent} WHERE parent_id IN "
                 f"({', '.join(map(str, rest))}) AND root_id IS NULL "
-                f"AND status IN ('pending', 'running') GROUP BY parent_id"))
+                f"AND status IN ('pending', 'waiting', 'running') GROUP BY parent_id"))
     return live
 
 

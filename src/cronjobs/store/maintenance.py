@@ -177,9 +177,9 @@ def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
 
 def _busy_roots(roots: list[int] | None = None):
     """SELECT of the roots whose family is not over: the root or a row under it is
-    pending or running, or one of its callback rows (`parent_id` the root, no `root_id`,
+    pending, waiting or running, or one of its callback rows (`parent_id` the root, no `root_id`,
     key `family:...`) is; limited to `roots` when given."""
-    live = q.c.status.in_((Status.PENDING, Status.RUNNING))
+    live = q.c.status.in_((Status.PENDING, Status.WAITING, Status.RUNNING))
     parts = [select(q.c.id.label("root")).where(live),
              select(q.c.root_id).where(live, q.c.root_id.is_not(None)),
              select(q.c.parent_id).where(live, q.c.root_id.is_(None),

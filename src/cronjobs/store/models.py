@@ -29,6 +29,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     true,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -179,13 +180,15 @@ cronjob_family = Table(
 )
 
 # A row that waits for others (migration 0013): `job_id` starts once `depends_on_id` has
-# finished (a root row: its whole family). Deleted with the waiting row.
+# finished (a root row: its whole family). Deleted with the waiting row. `allow_failed`
+# (0014): a failed or cancelled dependency releases the row too (else it cancels it).
 cronjob_dependency = Table(
     "cronjob_dependency",
     metadata,
     Column("job_id", Id, ForeignKey("cronjob_queue.id", ondelete="CASCADE",
                                     name="fk_cronjob_dependency_job"), primary_key=True),
     Column("depends_on_id", Id, primary_key=True, autoincrement=False),
+    Column("allow_failed", Boolean, nullable=False, server_default=false()),
     Index("ix_cronjob_dependency_on", "depends_on_id"),
 )
 

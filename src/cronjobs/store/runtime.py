@@ -181,3 +181,15 @@ def _record_runs_sql(conn: Connection, runs: list[tuple[str, str, int, datetime 
         f"last_status = 'pending', updated_at = {p('now')}, last_run_at = {p('now')}, "
         f"buffered_slot = NULL "
         f"WHERE task IN ({in_tasks})", params)
+
+
+def slot_jobs(conn: Connection, slots: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """`{(task, slot): job id}` of the slots of `slots` that have a run (`cronjob_slot`,
+    latest committed: the row of a slot another scheduler is claiming is not seen yet)."""
+    out: dict[tuple[str, str], int] = {}
+    for task, slot in slots:
+        job_id = conn.execute(select(cronjob_slot.c.job_id).where(
+            cronjob_slot.c.task == task, cronjob_slot.c.slot == slot)).scalar()
+        if job_id is not None:
+            out[(task, slot)] = int(job_id)
+    return out

@@ -9,6 +9,7 @@ from flask import Blueprint, abort, current_app, redirect, render_template, requ
 
 from .. import limits, store
 from ..actions import operator
+from ..family import depends
 from ..flow.state import pauses_holding, untaken, waits_for
 from ..handler import stage_of
 from ..status import Status
@@ -130,7 +131,10 @@ def queue_page(f: dict) -> dict:
         children = store.views.children_counts(conn, discover)
         counts = store.views.count_by_status(conn, f["types"])
         speed = throughput(conn, app.clock.now())
-    return {"page": page, "children": children, "counts": counts, "speed": speed}
+        after = depends.waiting_for(conn, [r["id"] for r in page.rows
+                                           if r["status"] == Status.WAITING])
+    return {"page": page, "children": children, "counts": counts, "speed": speed,
+            "waiting_for": after}
 
 
 QUEUE_POLL_SECONDS = 3
@@ -148,7 +152,7 @@ def queue():
 
 
 JOB_POLL_SECONDS = 2
-LIVE = (Status.PENDING, Status.RUNNING)
+LIVE = (Status.PENDING, Status.WAITING, Status.RUNNING)
 
 
 def job_page(job_id: int, tab: str = "overview") -> dict:
@@ -156,7 +160,8 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
 
     Returns:
         `{row, tab, summary, children, child_counts, handler_known, live, refresh, holds,
-        waits}`: `live` while the row or one of its children is pending or running (the
+        waits, waiting_for}` (`waiting_for`: the unfinished dependencies of a `waiting`
+        row): `live` while the row or one of its children is pending or running (the
         page polls), `refresh` while it runs or is due within a minute (the page reloads
         itself every 2 s when JavaScript is off), `holds` the pauses and blocks that hold
         a pending row now (`_holds`), `waits` the full limits a due row no pause or block
@@ -174,6 +179,8 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
         summary = _summary(conn, cls, row) if tab == "results" else None
         at = store.flow.flow_now(conn, app.clock)  # what the claims judge with
         holds = _holds(conn, row, at) if row["status"] == Status.PENDING else []
+        after = depends.waiting_for(conn, [job_id]).get(job_id, []) \
+            if row["status"] == Status.WAITING else []
         waits = [] if holds else waits_for(app, conn, row, at)
         if waits and untaken(row["queue"], [w for w in store.list_workers(
                 conn, LIVE_SECONDS) if w["live"]]):
@@ -185,7 +192,7 @@ def job_page(job_id: int, tab: str = "overview") -> dict:
     return {"row": row, "tab": tab, "summary": summary, "children": kids,
             "child_counts": kid_counts, "handler_known": cls is not None,
             "live": row["status"] in LIVE or busy_kids, "refresh": refresh, "holds": holds,
-            "waits": waits}
+            "waits": waits, "waiting_for": after}
 
 
 def _holds(conn, row: dict, now) -> list[dict]:

@@ -28,7 +28,7 @@ from sqlalchemy import Connection
 
 from ..errors import DatabaseUnavailable
 from ..job.executor import Executor, Prepared, Terms
-from ..job.finishing import Finish
+from ..job.finishing import Finish, ring
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
 
 log = logging.getLogger("cronjobs.worker.loop")
@@ -127,10 +127,12 @@ class GroupCommit:
         if not plans and not wants:
             return [], set()
         self._plans = []
+        released: list[tuple[int, str]] = []
         try:
             finals, rows, drained = self._retried(
                 lambda: run_in_transaction(self._engine,
-                                           lambda conn: self._transaction(conn, plans, wants)),
+                                           lambda conn: self._transaction(conn, plans, wants,
+                                                                          released)),
                 bool(plans))
         except DatabaseUnavailable:  # stopping while the database is down
             if plans:
@@ -148,15 +150,17 @@ class GroupCommit:
             written, rows, drained = self._apart(plans, wants)
         else:
             written = list(zip(plans, finals, strict=True))
+            ring(self._executor.app, released)  # rows whose dependencies finished
         self.commits += 1
         for plan, final in written:
             self._executor.done(plan, final)
         self._backlog = bool(wants) and not drained
         return [self._executor.prepare(row, terms) for row, terms in rows], drained
 
-    def _transaction(self, conn: Connection, plans: list[Finish],
-                     wants: Wants) -> tuple[list[str], Claimed, set[str]]:
-        finals = self._executor.writer.write(conn, plans)
+    def _transaction(self, conn: Connection, plans: list[Finish], wants: Wants,
+                     released: list[tuple[int, str]]) -> tuple[list[str], Claimed, set[str]]:
+        released.clear()  # a transaction tried again: only the last one's count
+        finals = self._executor.writer.write(conn, plans, released)
         rows, drained = self._claim(conn, wants)
         return finals, rows, drained
 

@@ -27,6 +27,7 @@ from .. import store
 from ..app import App
 from ..job.context import Runtime
 from ..job.executor import Executor
+from ..job.finishing import ring
 from ..job.outcome import stopped
 from ..store.db import run_in_transaction
 from . import heartbeat
@@ -34,7 +35,7 @@ from .housekeeping import Housekeeper
 from .pool import SlotPool
 from .relay import Relay
 from .runner import KILL_GRACE_SECONDS
-from .sweep import sweep
+from .sweep import release_waiting, sweep
 
 log = logging.getLogger("cronjobs.worker.loop")
 
@@ -227,6 +228,7 @@ class WorkerProcess:
         queues = sweep(self.app, self.queues, idle_seconds=self._sweep_idle)
         for queue in queues:
             self.pool.ring(queue)
+        ring(self.app, release_waiting(self.app))  # waiting rows a finish did not decide
         return len(queues)
 
     def beat(self, early: bool = False) -> None:

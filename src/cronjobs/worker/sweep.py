@@ -14,6 +14,7 @@ import logging
 
 from .. import store
 from ..app import App
+from ..family import depends
 from ..store.db import run_in_transaction
 
 log = logging.getLogger("cronjobs.worker.sweep")
@@ -37,3 +38,12 @@ def sweep(app: App, queues: list[str] | None = None, *, idle_seconds: float | No
     if found:
         log.debug("sweep: due rows waiting in %s", ", ".join(found))
     return found
+
+
+def release_waiting(app: App, limit: int = 100) -> list[tuple[int, str]]:
+    """Release (or cancel) the `waiting` rows whose dependencies have all finished but
+    were not decided by the finishing transaction (`depends.release_ready`, at most
+    `limit` rows looked at); returns `(id, queue)` of the rows made `pending`, to ring."""
+    now = app.clock.now()
+    return run_in_transaction(app.engine,
+                              lambda c: depends.release_ready(c, now, limit)).released
