@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from . import store
 from .app import App, current
 from .errors import InvalidJob
-from .job import dispatching
+from .job import dispatching, failures
 from .job.dispatching import Dispatched, build_row
 from .status import Status
 from .store.db import run_in_transaction
@@ -154,7 +154,8 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
     if not 0 <= minutes <= 1e9:  # also refuses NaN and infinity (timedelta overflow)
         raise InvalidJob(f"minutes must be between 0 and 1e9, got {minutes!r}")
     now = app.clock.now()
-    changed = run_in_transaction(app.engine, lambda c: store.rescue_stale(c, now, minutes))
+    changed = run_in_transaction(app.engine, lambda c: store.rescue_stale(
+        c, now, minutes, mark=failures.fingerprint))
     for row in changed:
         log.warning("recover-stale: job %s -> %s", row["id"], row["status"],
                     extra={"trace_id": row["id"]})
