@@ -66,7 +66,7 @@ def failed(job_type: str | None, retry: bool, quiet: bool) -> None:
         return
     _table([{"count": g["count"], "type": g["type"], "newest": g["newest_id"],
              "pattern": _first_line(g["pattern"], 100),
-             "e.g.": "; ".join(f"#{i} {_first_line(text, 60)}" for i, text in g["examples"])}
+             "e.g.": "; ".join(f"#{i} {_first_line(text, 100)}" for i, text in g["examples"])}
             for g in groups], ["count", "type", "newest", "pattern", "e.g."])
 
 

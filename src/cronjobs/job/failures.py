@@ -140,8 +140,15 @@ def _shown_path(filename: str) -> str:
     """`filename` relative to the longest entry of `sys.path` (or the working directory)
     holding it: `handlers/x.py`, `requests/models.py`; else as it is."""
     best = ""
-    for root in [os.getcwd(), *sys.path]:
-        root = os.path.abspath(root or ".") + os.sep
+    try:
+        here = os.getcwd()
+    except OSError:  # the working directory was removed
+        here = ""
+    for root in [here, *sys.path]:
+        if not root or root == ".":  # the working directory: `here`
+            continue
+        root = os.path.join(here, root) if not os.path.isabs(root) and here else root
+        root = os.path.normpath(root) + os.sep
         if filename.startswith(root) and len(root) > len(best):
             best = root
     return filename[len(best):] if best else filename
