@@ -290,8 +290,8 @@ def test_selection_keys_are_canonical():
     assert Selection(title="   ") == Selection()
     assert Selection(hide=("z", "y")).key() == "any not=y,z"
     assert Selection(parent=7, status="pending").key() == "pending parent=7"
-    assert Selection("failed", "x", "HTTP 500\nbody").key() == (
-        'failed type=x error="HTTP 500\\nbody"')
+    assert Selection("failed", "x", "HTTP <n>\nbody", unmarked=("b", "a", "b")).key() == (
+        'failed type=x group="HTTP <n>\\nbody"')  # the texts of unmarked rows: not in the key
     with pytest.raises(ValueError, match="either ticked ids or a filter"):
         Selection("failed", ids=(1,))
 
@@ -371,7 +371,8 @@ def test_the_lists_carry_boxes_to_tick_and_the_bulk_forms(app, monkeypatch):
     assert f'<input type="hidden" name="group" value="{rows[0]}">' in failed
     assert client.get("/failed?group=999999").status_code == 404
     newest = store.views.failed_groups  # a group older than the newest rows grouped: no count
-    monkeypatch.setattr(store.views, "failed_groups", lambda conn, t=None: newest(conn, t, scan=0))
+    monkeypatch.setattr(store.views, "failed_groups",
+                        lambda conn, t=None, **_: newest(conn, t, scan=0))
     older = client.get(f"/failed?group={rows[0]}").get_data(as_text=True)
     assert "Retry all failed rows of this group" in older and 'id="failed-rows"' in older
     assert client.get("/failed?before=x").status_code == 400

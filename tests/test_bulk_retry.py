@@ -84,7 +84,7 @@ def test_one_click_retries_5000_rows_once_outside_the_request(app):
     op = wait_operation(app, op_id)
     assert (op["status"], op["total_rows"], op["done_rows"], op["changed_rows"]) == (
         "done", 5000, 5000, 5000)
-    assert op["selection"] == f'failed type={KIND} error="HTTP 503 from upstream"'
+    assert op["selection"] == f'failed type={KIND} group="HTTP <n> from upstream"'
     rows = rows_of(app)
     line = f"retried by dashboard (operation {op_id})"
     retried = rows[:5000]

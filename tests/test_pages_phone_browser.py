@@ -3,8 +3,9 @@
 drawn (not an SVG text scaled down with its drawing), a worker id is one line (a long host
 name may wrap after a hyphen, never inside the pid), every Run now of the Tasks page and a
 running job's Stop on the Workers page are on screen (and Run now runs its task), the Run
-now box shows the handler's own example, and a pending job that ran once before says
-"No result yet." instead of an empty box."""
+now box shows the handler's own example, a pending job that ran once before says
+"No result yet." instead of an empty box, and the Failed page shows a group of errors
+that differ in their ids as one block whose pattern and examples are not squeezed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 
 from conftest import ROOT, SAMPLE_HANDLERS, cli_env, run_cli
 from cronjobs.clock import utcnow
+from cronjobs.job import failures
 from cronjobs.store.models import cronjob_queue as q
 from cronjobs.store.models import cronjob_worker
 from dashboard_process import Dashboard
@@ -27,6 +29,7 @@ TOKEN = "phone-browser-token-0123456789"
 WORKER = "web-7.example.com:48213"  # a host name as socket.gethostname() gives, and a pid
 LONG_WORKER = "a-worker-on-a-host-with-a-long-name:12345"
 MIN_LABEL_PX = 11
+GROUP_TYPE = "test.shape.execute"  # failed rows of one group on the Failed page
 
 
 def insert(engine: sa.Engine, **values) -> int:
@@ -65,6 +68,11 @@ def served(tmp_path_factory):
                              payload='{"name": "Ada"}', started_at=now - timedelta(minutes=1),
                              scheduled_at=now + timedelta(hours=1), worker_id=WORKER,
                              process_logs="attempt 1/3 on web-7.example.com:48213: failed\n")}
+    for n in range(12):  # one group: half written with a fingerprint, half before 0013
+        error = (f"requests.exceptions.HTTPError: 502 Server Error for url: https://api."
+                 f"example.com/v2/accounts/{1000 + 37 * n}/messages?cursor=ab{n}cd9f{n}e")
+        insert(engine, type=GROUP_TYPE, status="failed", attempts=3, finished_at=now,
+               error=error, fingerprint=failures.fingerprint(error) if n % 2 else None)
     with engine.begin() as conn:
         conn.execute(cronjob_worker.insert().values(
             id=WORKER, host="web-7.example.com", pid=48213, queues="default,maintenance",
@@ -192,3 +200,38 @@ def test_run_now_box_and_a_pending_jobs_result(served):
         assert page.locator("#no-result").inner_text() == "No result yet."
     finally:
         context.close()
+
+
+GROUP_BOXES = """(type) => {
+  const row = document.querySelector(`#groups tr[data-type="${type}"]`);
+  const box = (el) => { const r = el.getBoundingClientRect();
+                        return {left: r.left, right: r.right, width: r.width}; };
+  return {count: row.querySelector('a.group-rows').textContent.trim(),
+          pattern: row.querySelector('pre.pattern').textContent,
+          examples: row.querySelectorAll('.example').length,
+          boxes: [row.querySelector('pre.pattern'), row.querySelector('.examples'),
+                  row.querySelector('button.retry-all'), row.querySelector('button.delete-all')]
+                 .map(box),
+          pageWidth: document.documentElement.scrollWidth};
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_failed_page_shows_a_group_of_ids_as_one_readable_block(served, width):
+    """Twelve errors that differ in their ids and URL values are one group: its count, its
+    pattern and two real examples, on screen and not squeezed, at 390 and 1280 px."""
+    base = served[0]
+    context = new_page(served, width)
+    try:
+        page = context.new_page()
+        page.goto(f"{base}/failed")
+        got = page.evaluate(GROUP_BOXES, GROUP_TYPE)
+    finally:
+        context.close()
+    assert (got["count"], got["examples"]) == ("12", 2)
+    assert got["pattern"] == ("requests.exceptions.HTTPError: <n> Server Error for url: "
+                              "https://api.example.com/v<n>/accounts/<n>/messages?cursor=<v>")
+    assert got["pageWidth"] <= width  # nothing scrolls sideways
+    for box in got["boxes"]:
+        assert box["left"] >= 0 and box["right"] <= width, (width, box)
+    assert got["boxes"][0]["width"] >= 300, got["boxes"][0]  # the pattern is not squeezed

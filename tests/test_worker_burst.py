@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from conftest import REDIS, SAMPLE_HANDLERS, cli_env, effect_rows
 from cronjobs import queue
 from cronjobs.cli import main
+from cronjobs.job import failures
 from cronjobs.store.models import cronjob_queue
 from cronjobs.testing import drain, make_test_app
 
@@ -104,6 +105,14 @@ def test_burst_drains_with_the_broker_down_counting_failed_retried_and_held_rows
     assert (rows[failing], rows[backing_off], rows[locked], child) == (
         "failed", "pending", "pending", "completed")
     assert len(effect_rows(app, "record")) == 20
+    # The raising row's traceback crossed the pipe from its job process, and the worker
+    # log's WARNING line names the frame that raised.
+    raised = queue.get(backing_off, ["traceback", "fingerprint"])
+    assert raised["traceback"].startswith("ValueError: boom from handler\nTraceback")
+    assert re.search(r'ShapeExecute\.py", line 19, in handle', raised["traceback"])
+    assert raised["fingerprint"] == failures.fingerprint("ValueError: boom from handler")
+    assert re.search(rf"job {backing_off} failed: ValueError: boom from handler "
+                     rf"\(\S*ShapeExecute\.py:19\)", proc.stderr), proc.stderr[-3000:]
 
 
 def test_burst_refuses_processes_and_recycling_limits():

@@ -18,6 +18,7 @@ refuses a statement for its size:
 | one line of `cronjobs dispatch --stdin` | 2,000,000 bytes | refused, nothing inserted |
 | result (JSON) | 1,000,000 bytes, nested at most 100 levels | the run fails, not retried |
 | error | 16,000 bytes | cut, with a marker |
+| traceback of a failure | 16,384 bytes | first line (the error) and last part kept, a marker |
 | one process-log line | 2,000 characters | cut, with a marker |
 | process log of a row | 64,000 bytes | oldest lines dropped, with a marker |
 
@@ -54,6 +55,9 @@ RESULT_MAX_BYTES = 1_000_000
 JSON_MAX_DEPTH = 100
 STDIN_LINE_MAX_BYTES = 2 * PAYLOAD_MAX_BYTES  # a payload (as sent: spaces too) and its fields
 ERROR_MAX_BYTES = 16_000  # the error column is TEXT: 65,535 bytes on MySQL
+# A handler's traceback (`cronjob_queue.traceback`, TEXT): the error on its first line,
+# then the last 16 KB of Python's traceback (the frames nearest the raise).
+TRACEBACK_MAX_BYTES = 16_384
 LOG_LINE_MAX_CHARS = 2_000
 LOG_MAX_BYTES = 64_000
 LOG_DROPPED = "[older lines dropped]\n"

@@ -17,7 +17,7 @@ from . import store
 from .app import App, current
 from .errors import InvalidJob
 from .family.settle import settle_rows
-from .job import dispatching
+from .job import dispatching, failures
 from .job.dispatching import Dispatched, build_row
 from .status import Status
 from .store.db import run_in_transaction
@@ -169,7 +169,7 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
     now = app.clock.now()
 
     def rescue(conn) -> tuple[list[dict], list[tuple[int, str]]]:
-        changed = store.rescue_stale(conn, now, minutes)
+        changed = store.rescue_stale(conn, now, minutes, mark=failures.fingerprint)
         # a row that ended failed is a finish: the rows waiting for it, its family
         return changed, settle_rows(conn, app, changed, now)
 

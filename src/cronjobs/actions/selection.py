@@ -2,10 +2,10 @@
 
 A selection is either ticked rows (`ids`) or a filter: the Queue page's (status, types of
 a type or a task, parent, text in the title, housekeeping types left out) or the Failed
-page's (a type, a group: type and error key). Two selections with the same key are the
-same selection, whoever made them and in whatever order: ids are sorted and made unique,
-types and hidden types sorted, a task becomes its types, empty text is no filter. One
-operation runs per key at a time (`cronjobs.actions.bulk`).
+page's (a type, a group: type and fingerprint, named by its pattern). Two selections with
+the same key are the same selection, whoever made them and in whatever order: ids are
+sorted and made unique, types and hidden types sorted, a task becomes its types, empty
+text is no filter. One operation runs per key at a time (`cronjobs.actions.bulk`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from .. import store
+from ..job import failures
 
 _WORD = re.compile(r"[\w.*:/-]+")
 
@@ -32,8 +33,11 @@ class Selection:
     Attributes:
         status: rows in this status only (None: any status the action works on).
         job_type: rows of this type (one type; `types` for several).
-        error: rows with this error key (first 200 characters of `error`: a Failed-page
-            group).
+        group: rows of this Failed-page group, named by its pattern
+            (`cronjobs.job.failures.pattern`: `account <n>: API answered <n>`): their
+            stored fingerprint is its hash.
+        unmarked: with `group`: error keys (first 200 characters) of its rows that have
+            no stored fingerprint (see `store.views.failure_group`); not in the key.
         types: rows of any of these types (a task's types).
         parent: children of this row only.
         title: rows whose title contains this text.
@@ -46,7 +50,8 @@ class Selection:
 
     status: str | None = None
     job_type: str | None = None
-    error: str | None = None
+    group: str | None = None
+    unmarked: tuple[str, ...] = ()
     types: tuple[str, ...] = ()
     parent: int | None = None
     title: str | None = None
@@ -62,6 +67,8 @@ class Selection:
         fix(self, "title", (self.title or "").strip() or None)
         fix(self, "hide", tuple(sorted(set(self.hide))))
         fix(self, "ids", tuple(sorted({int(i) for i in self.ids})))
+        fix(self, "unmarked", tuple(sorted(set(self.unmarked))) if self.group is not None
+            else ())
         if self.ids and (self.key_parts() or self.status is not None):
             raise ValueError("a selection is either ticked ids or a filter, not both")
 
@@ -80,13 +87,13 @@ class Selection:
             parts.append("title=" + json.dumps(self.title, ensure_ascii=False))
         if self.hide:
             parts.append("not=" + ",".join(_word(t) for t in self.hide))
-        if self.error is not None:
-            parts.append("error=" + json.dumps(self.error, ensure_ascii=False))
+        if self.group is not None:
+            parts.append("group=" + json.dumps(self.group, ensure_ascii=False))
         return parts
 
     def key(self) -> str:
         """The canonical string of this selection, on one line: `ids=3,5,9`, or the status
-        (`any` for none) and the filter (`failed type=x error="HTTP 500"`)."""
+        (`any` for none) and the filter (`failed type=x group="HTTP <n>"`)."""
         if self.ids:
             return "ids=" + ",".join(map(str, self.ids))
         return " ".join([self.status or "any", *self.key_parts()])
@@ -100,6 +107,8 @@ class Selection:
         status narrows them (a status outside them: no row)."""
         if self.status is not None:
             statuses = tuple(s for s in statuses if s == self.status)
+        failure = (None if self.group is None
+                   else (failures.digest(self.group), self.unmarked))
         return store.selection.where(
-            statuses=statuses, types=self.all_types(), error=self.error, parent=self.parent,
+            statuses=statuses, types=self.all_types(), failure=failure, parent=self.parent,
             title=self.title, hide=self.hide, ids=self.ids)

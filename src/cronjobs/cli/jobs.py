@@ -10,7 +10,7 @@ from click.core import ParameterSource
 
 from .. import limits
 from ..status import Ended, Status
-from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _parse_time, main
+from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _fail, _parse_time, main
 
 
 @main.command()
@@ -143,17 +143,30 @@ def _dispatch_one(job_type: str, payload: str, *, remote: bool, scheduled_at: st
 @main.command()
 @click.argument("job_id", type=JOB_ID)
 @click.option("--columns", help="Comma-separated column names (default all).")
-def get(job_id: int, columns: str | None) -> None:
-    """Print row JOB_ID as JSON, as stored. `max_attempts` is null for a row dispatched
-    without it until a worker claims the row: the handler that runs it decides."""
+@click.option("--traceback", "traceback_only", is_flag=True,
+              help="Print only the traceback of the row's last failure, as text (the error "
+                   "on the first line, then the frames with file names and line numbers); "
+                   "exit 1 when it has none.")
+def get(job_id: int, columns: str | None, traceback_only: bool) -> None:
+    """Print row JOB_ID as JSON, as stored (`traceback`: the last failure's, with file
+    names and line numbers). `max_attempts` is null for a row dispatched without it until
+    a worker claims the row: the handler that runs it decides."""
     from .. import queue  # lazy: CLI start-up time
     from ..errors import JobNotFound
 
     app = _app()
-    cols = None if columns is None else [c.strip() for c in columns.split(",")]
+    if traceback_only and columns is not None:
+        raise click.UsageError("--traceback prints one column; leave out --columns")
+    cols = ["traceback"] if traceback_only else (
+        None if columns is None else [c.strip() for c in columns.split(",")])
     row = queue.get(job_id, cols, app=app)
     if row is None:
         raise JobNotFound(f"no job with id {job_id}")
+    if traceback_only:
+        if not row["traceback"]:
+            _fail(f"job {job_id} has no traceback (its last run raised nothing)", 1)
+        click.echo(row["traceback"].rstrip("\n"))
+        return
     for key in ("payload", "result_payload"):
         if row.get(key):
             try:

@@ -49,21 +49,31 @@ def health(as_json: bool, timeout: float | None) -> None:
               help="With --retry: only the final line (no progress bar; there is none when "
                    "standard error is not a terminal).")
 def failed(job_type: str | None, retry: bool, quiet: bool) -> None:
-    """Failed rows grouped by type and error (the newest 5,000 grouped); --retry retries them."""
-    from .. import store  # lazy: CLI start-up time
+    """Failed rows grouped by type and error pattern, one line per group (the newest 5,000
+    grouped: numbers, ids, hex, UUIDs, quoted values and the variable parts of URLs in the
+    error count as one), with the count, the newest row and an example; --retry retries
+    them."""
+    from ..job import failures  # lazy: CLI start-up time
 
     app = _app()
     if retry:
         _retry_all(app, job_type, quiet)
         return
     with app.engine.connect() as conn:
-        groups = store.views.failed_groups(conn, job_type)
+        groups = failures.groups(conn, job_type)
     if not groups:
         click.echo("no failed rows" + (f" of type {job_type}" if job_type else ""))
         return
     _table([{"count": g["count"], "type": g["type"], "newest": g["newest_id"],
-             "error": (g["error"] or "").splitlines()[0][:100] if g["error"] else ""}
-            for g in groups], ["count", "type", "newest", "error"])
+             "pattern": _first_line(g["pattern"], 100),
+             "e.g.": "; ".join(f"#{i} {_first_line(text, 100)}" for i, text in g["examples"])}
+            for g in groups], ["count", "type", "newest", "pattern", "e.g."])
+
+
+def _first_line(text: str | None, width: int) -> str:
+    """The first line of `text`, at most `width` characters ("..." when cut)."""
+    line = (text or "").splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 def _retry_all(app, job_type: str | None, quiet: bool) -> None:

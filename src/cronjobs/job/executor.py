@@ -21,7 +21,7 @@ from ..flow import rules as flowrules
 from ..handler import Job, task_name
 from ..status import Ended, Status
 from ..store.db import classify, run_in_transaction
-from . import dispatching
+from . import dispatching, failures
 from .context import JobContext, Runtime
 from .finishing import Finish, OutcomeWriter
 from .outcome import (
@@ -101,9 +101,13 @@ class Prepared:
 def call_handler(app: App, job: Job, runtime: Runtime | None = None,
                  reraise: tuple[type[BaseException], ...] = (), *,
                  cls: type | None = None) -> Outcome:
-    """Build the handler of `job` and call `handle()`; any exception becomes an Outcome,
-    except those of the types in `reraise` (the job process's MAX_RUNTIME alarm). `cls`:
-    the handler class when the caller resolved it already (else `app.resolve`)."""
+    """Build the handler of `job` and call `handle()`; any exception becomes an Outcome
+    (with its traceback, formatted here: in the job process, the worker thread or the
+    calling thread), except those of the types in `reraise` (the job process's
+    MAX_RUNTIME alarm). A raised failure is logged at WARNING on one line naming the
+    raising frame (`job 12 failed: KeyError: 'chat_id' (handlers/x.py:42)`); its whole
+    traceback at DEBUG. `cls`: the handler class when the caller resolved it already
+    (else `app.resolve`)."""
     cls = cls if cls is not None else app.resolve(job.type)
     if cls is None:
         return no_handler(job.type)
@@ -115,7 +119,8 @@ def call_handler(app: App, job: Job, runtime: Runtime | None = None,
     except BaseException as exc:  # even SystemExit: the handler's failure is the row's business
         result = from_exception(exc)
         if result.kind != "retry_later":
-            log.warning("job %s raised %.300s", job.id, result.error, extra={"trace_id": job.id})
+            log.warning("job %s failed: %.300s (%s)", job.id, result.error,
+                        failures.where(exc, cls) or "no traceback", extra={"trace_id": job.id})
             log.debug("%.20000s", "".join(traceback.format_exception(exc)))
         return result
 

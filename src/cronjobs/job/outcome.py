@@ -22,6 +22,7 @@ from typing import Any
 from .. import limits
 from ..handler import CronJobHandler, Job, RetryLater
 from ..status import Reason, Status
+from . import failures
 
 NO_HANDLER = "no handler registered for type"
 KINDS = ("completed", "failed", "fatal", "cancelled", "retry_later", "cut_off", "no_handler")
@@ -49,6 +50,9 @@ class Outcome:
         block: for `retry_later`, `"key"` or `"type"`: block the row's limit key (or
             its type) for `delay_seconds` too; None: only the row waits.
         block_reason: the text stored with the block (the handler's reason).
+        traceback: the handler's traceback (`failures.traceback_text`: the error on the
+            first line, within `limits.TRACEBACK_MAX_BYTES`), formatted where it was
+            raised; None for an outcome without one.
     """
 
     kind: str
@@ -59,10 +63,14 @@ class Outcome:
     reason: Reason | None = None
     block: str | None = None
     block_reason: str | None = None
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         if self.error is not None:
             object.__setattr__(self, "error", limits.cut(self.error, limits.ERROR_MAX_BYTES))
+        if self.traceback is not None:
+            first, _, rest = self.traceback.partition("\n")
+            object.__setattr__(self, "traceback", failures.bounded(first, rest))
         object.__setattr__(self, "log", limits.log_line(self.log))
 
 
@@ -146,7 +154,8 @@ def from_exception(exc: BaseException) -> Outcome:
         return Outcome("retry_later", delay_seconds=exc.delay_seconds, log=text,
                        block=exc.block, block_reason=exc.reason)
     error = f"{type(exc).__name__}: {exc}"
-    return Outcome("failed", error=error, log=f"raised {error}")
+    return Outcome("failed", error=error, log=f"raised {error}",
+                   traceback=failures.traceback_text(exc, error))
 
 
 # -- the outcomes the worker decides (each with its Reason) --------------------------------
@@ -308,7 +317,9 @@ def result_json(result: Any) -> str:
 def next_state(job: Job, outcome: Outcome, now: datetime, policy: Policy) -> Transition:
     """Decide the next state of run `job` (attempt `job.attempts`) after `outcome`.
 
-    Pure: reads only its arguments. Times are naive UTC.
+    Pure: reads only its arguments. Times are naive UTC. A row whose error is written
+    gets its `traceback` (the outcome's) and `fingerprint` (`failures.fingerprint`) with
+    it; a row that had no error and gets none writes neither (the completed run's path).
 
     Returns:
         The `Transition`: `completed`, `cancelled`, `failed`, or `pending` (a retry after
@@ -318,6 +329,15 @@ def next_state(job: Job, outcome: Outcome, now: datetime, policy: Policy) -> Tra
     Raises:
         ValueError: the result cannot be stored (see `result_json`).
     """
+    move = _decide(job, outcome, now, policy)
+    if "error" in move.values and (move.values["error"] is not None or job.error is not None):
+        error = move.values["error"]  # cleared with the error, or written with it
+        move.values["traceback"] = None if error is None else outcome.traceback
+        move.values["fingerprint"] = None if error is None else failures.fingerprint(error)
+    return move
+
+
+def _decide(job: Job, outcome: Outcome, now: datetime, policy: Policy) -> Transition:
     values: dict[str, Any] = {"updated_at": now, "locked_until": None}
     if outcome.result is not None:
         values["result_payload"] = result_json(outcome.result)

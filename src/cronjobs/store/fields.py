@@ -1,4 +1,5 @@
-"""The large texts of a row (payload, result, error, process log) read in bounded pieces.
+"""The large texts of a row (payload, result, error, traceback, process log) read in
+bounded pieces.
 
 The Job page reads the first characters of each and its whole size, never the whole
 value; a download reads it in chunks, so a 30 MB result never sits whole in the
@@ -21,7 +22,7 @@ from .models import cronjob_queue as q
 if TYPE_CHECKING:  # only SQLite's paths use it, and its dialect has imported it
     import sqlite3
 
-FIELDS = ("payload", "result_payload", "error", "process_logs")
+FIELDS = ("payload", "result_payload", "error", "traceback", "process_logs")
 # Characters per statement of a download: at most 2 MiB of UTF-8, within the smallest
 # max_allowed_packet a MariaDB server may have for cronjobs (4 MiB).
 CHUNK_CHARS = 1 << 19

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, and_, case, exists, func, or_, select, union
@@ -14,7 +15,8 @@ from .models import cronjob_slot
 from .sql import db_now, due, skip_locked
 
 
-def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 500) -> list[dict]:
+def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 500,
+                 mark: Callable[[str], str] | None = None) -> list[dict]:
     """Take back `running` rows whose lease ran out more than `minutes` ago.
 
     Lease ages are judged with the database's clock, the clock the leases were written
@@ -28,6 +30,9 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
 
     Args:
         now: the injected clock's time, for `updated_at`, `scheduled_at` and the log line.
+        mark: the fingerprint of an error text (`cronjobs.job.failures.fingerprint`),
+            written with the error; None: NULL (the Failed page computes it from the
+            error). The traceback of an earlier attempt is cleared: this error has none.
 
     Returns:
         `[{id, queue, status, type, root_id, idempotency_key}]` for each row changed
@@ -48,6 +53,7 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
                     if exhausted else ""))
         line = limits.log_line(f"[{stamp}] recover-stale: {error} -> {status}") + "\n"
         values = {"status": status, "error": error, "locked_until": None, "updated_at": now,
+                  "traceback": None, "fingerprint": mark(error) if mark else None,
                   "outcome_reason": Reason.LEASE_EXPIRED,
                   "process_logs": limits.bounded_log(row["process_logs"], line)}
         if exhausted:

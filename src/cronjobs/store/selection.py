@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, false, func, literal, select
 
 from .models import cronjob_queue as q
-from .views import error_key, hidden_types
+from .views import failure_group, hidden_types
 
 TITLE_WINDOW = 100_000  # ids read per statement for a title filter
 
@@ -36,15 +36,15 @@ class Where:
     windowed: bool = False
 
 
-def where(*, statuses: tuple[str, ...], types: tuple[str, ...] = (), error: str | None = None,
-          parent: int | None = None, title: str | None = None, hide: tuple[str, ...] = (),
-          ids: tuple[int, ...] = ()) -> Where:
+def where(*, statuses: tuple[str, ...], types: tuple[str, ...] = (),
+          failure: tuple[str, tuple[str, ...]] | None = None, parent: int | None = None,
+          title: str | None = None, hide: tuple[str, ...] = (), ids: tuple[int, ...] = ()) -> Where:
     """The rows of a selection.
 
     Args:
         statuses: the row statuses the action works on (empty: no row at all).
         types: job types (none: any type).
-        error: the error key (first 200 characters of `error`: a Failed-page group).
+        failure: a Failed-page group, `(fingerprint, unmarked)` (`views.failure_group`).
         parent: only children of this row.
         title: text contained in the title (LIKE, with `%` and `_` escaped).
         hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`).
@@ -57,8 +57,8 @@ def where(*, statuses: tuple[str, ...], types: tuple[str, ...] = (), error: str 
         conds.append(q.c.id.in_(ids))
     if types:
         conds.append(q.c.type == types[0] if len(types) == 1 else q.c.type.in_(types))
-    if error is not None:
-        conds.append(error_key() == error)
+    if failure is not None:
+        conds.append(failure_group(failure))
     if parent is not None:
         conds.append(q.c.parent_id == parent)
     if title:

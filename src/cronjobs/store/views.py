@@ -57,7 +57,8 @@ def _list_select():
 def list_rows(conn: Connection, *, status: str | None = None, types: list[str] | None = None,
               parent_id: int | None = None, title: str | None = None,
               before: int | None = None, after: int | None = None, limit: int = 50,
-              hide: tuple[str, ...] = (), error: str | None = None) -> Page:
+              hide: tuple[str, ...] = (),
+              failure: tuple[str, tuple[str, ...]] | None = None) -> Page:
     """A page of `cronjob_queue` rows, newest first, filtered and keyset-paginated.
 
     Args:
@@ -71,14 +72,15 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
         limit: rows per page (1 to 500).
         hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`); searched in
             windows of `SEARCH_WINDOW` ids, like a title.
-        error: only rows with this error key (a Failed-page group, `error_key`).
+        failure: only rows of this Failed-page group, `(fingerprint, unmarked)` (see
+            `failure_group`).
 
     Returns:
         A `Page`.
     """
     limit = max(1, min(int(limit), 500))
     conds, window_low = _conditions(conn, status, parent_id, title, before, after, hide,
-                                    error)
+                                    failure)
     ascending = after is not None and before is None
     rows: list[dict] = []
     for job_type in (types or [None]):
@@ -97,15 +99,16 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
 
 def _conditions(conn: Connection, status: str | None, parent_id: int | None,
                 title: str | None, before: int | None, after: int | None,
-                hide: tuple[str, ...], error: str | None) -> tuple[list, int | None]:
+                hide: tuple[str, ...],
+                failure: tuple[str, tuple[str, ...]] | None) -> tuple[list, int | None]:
     """`(conditions, lowest id looked at or None)` of a `list_rows` page (its types aside)."""
     conds = []
     if status:
         conds.append(q.c.status == status)
     if parent_id is not None:
         conds.append(q.c.parent_id == parent_id)
-    if error is not None:
-        conds.append(error_key() == error)
+    if failure is not None:
+        conds.append(failure_group(failure))
     window_low = None
     conds += hidden_types(hide)
     if title:
@@ -252,27 +255,43 @@ GROUP_SCAN = 5_000
 
 def failed_groups(conn: Connection, job_type: str | None = None,
                   scan: int = GROUP_SCAN) -> list[dict]:
-    """Failed rows grouped by type and error (first 200 characters), biggest group first.
+    """Failed rows grouped by type and stored fingerprint (`cronjob_queue.fingerprint`);
+    rows without one (written before migration 0013) by type and error key (first 200
+    characters), which `cronjobs.job.failures.groups` turns into their fingerprint.
 
     Only the newest `scan` (5,000) failed rows are grouped, so the page stays cheap with a
     million rows; the retry of a group still reaches every row of it.
 
     Returns:
-        `[{type, error, count, newest_id, newest_at}]`.
+        `[{type, fingerprint, error, count, newest_id, newest_at, oldest_id}]`: `error`
+        is the error key of a group without a fingerprint, else None.
     """
-    inner = (select(q.c.id, q.c.type, q.c.finished_at, error_key().label("error_key"))
+    legacy = case((q.c.fingerprint.is_(None), error_key()), else_=None)
+    inner = (select(q.c.id, q.c.type, q.c.finished_at, q.c.fingerprint,
+                    legacy.label("error_key"))
              .where(q.c.status == Status.FAILED).order_by(q.c.id.desc()).limit(scan))
     if job_type:
         inner = inner.where(q.c.type == job_type)
     sub = inner.subquery()
-    stmt = (select(sub.c.type, sub.c.error_key, func.count().label("n"),
-                   func.max(sub.c.id).label("newest_id"),
+    stmt = (select(sub.c.type, sub.c.fingerprint, sub.c.error_key, func.count().label("n"),
+                   func.max(sub.c.id).label("newest_id"), func.min(sub.c.id).label("oldest_id"),
                    func.max(sub.c.finished_at).label("newest_at"))
-            .group_by(sub.c.type, sub.c.error_key))
-    groups = [{"type": r.type, "error": r.error_key, "count": r.n, "newest_id": r.newest_id,
-               "newest_at": r.newest_at} for r in conn.execute(stmt)]
+            .group_by(sub.c.type, sub.c.fingerprint, sub.c.error_key))
+    groups = [{"type": r.type, "fingerprint": r.fingerprint, "error": r.error_key,
+               "count": r.n, "newest_id": r.newest_id, "newest_at": r.newest_at,
+               "oldest_id": r.oldest_id} for r in conn.execute(stmt)]
     groups.sort(key=lambda g: (-g["count"], -g["newest_id"]))
     return groups
+
+
+def error_keys(conn: Connection, ids: list[int], chunk: int = 500) -> dict[int, str]:
+    """`{id: error key}` (first 200 characters of `error`) of rows `ids` (the examples of
+    the Failed page's groups); missing ids are left out."""
+    out: dict[int, str] = {}
+    for start in range(0, len(ids), chunk):
+        stmt = select(q.c.id, error_key().label("k")).where(q.c.id.in_(ids[start:start + chunk]))
+        out.update((r.id, r.k) for r in conn.execute(stmt))
+    return out
 
 
 def failed_total(conn: Connection, job_type: str | None = None,
@@ -283,11 +302,24 @@ def failed_total(conn: Connection, job_type: str | None = None,
     return capped_count(conn, *conds, cap=cap)
 
 
-def group_of(conn: Connection, job_id: int) -> tuple[str, str] | None:
-    """`(type, error key)` of failed row `job_id` (its Failed-page group), or None."""
-    row = conn.execute(select(q.c.type, error_key().label("k"))
+def failure_of(conn: Connection, job_id: int) -> dict | None:
+    """`{type, fingerprint, error}` of failed row `job_id` (`error`: its error key, first
+    200 characters), or None when there is no such failed row."""
+    row = conn.execute(select(q.c.type, q.c.fingerprint, error_key().label("k"))
                        .where(q.c.id == job_id, q.c.status == Status.FAILED)).first()
-    return (row.type, row.k) if row else None
+    return {"type": row.type, "fingerprint": row.fingerprint, "error": row.k} if row else None
+
+
+def failure_group(failure: tuple[str, tuple[str, ...]]):
+    """SQL condition: the rows of a Failed-page group `(fingerprint, unmarked)`: its
+    stored `fingerprint`, or none stored and an error key among `unmarked` (rows written
+    before migration 0013 or failed by recover-stale, grouped by the fingerprint computed
+    from those texts: `cronjobs.job.failures.groups`)."""
+    fingerprint, unmarked = failure
+    cond = q.c.fingerprint == fingerprint
+    if unmarked:
+        cond = cond | (q.c.fingerprint.is_(None) & error_key().in_(unmarked))
+    return cond
 
 
 def first_slot_at(conn: Connection, task: str) -> datetime | None:

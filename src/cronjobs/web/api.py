@@ -49,9 +49,10 @@ def jobs():
 
 @bp.get("/api/jobs/<id:job_id>")
 def job(job_id: int):
-    """One whole row (payload and result as stored JSON text).
+    """One whole row (payload and result as stored JSON text; `traceback`: the last
+    failure's, with file names and line numbers; `fingerprint`: its Failed-page group).
 
-    A payload, result, error or log larger than `API_TEXT_MAX_BYTES` (1,000,000 bytes,
+    A payload, result, error, traceback or log larger than `API_TEXT_MAX_BYTES` (1,000,000 bytes,
     more than cronjobs itself ever writes) comes cut to that size and is listed under
     `"cut"`: `{column: {"bytes": whole size, "download": URL of the raw value}}`.
     """

@@ -1,4 +1,5 @@
-"""Failed page: failed rows grouped by type and error, and the failed rows themselves (of
+"""Failed page: failed rows grouped by type and fingerprint (`job.failures`: the error text
+with numbers, ids, quoted values ... normalised), and the failed rows themselves (of
 the page's type or group) with boxes to tick; retry or delete ticked rows, a group, or
 every failed row (of the page's type), as a bulk operation that runs outside the request
 (`web.operations`: confirmed first)."""
@@ -10,6 +11,7 @@ from flask_babel import gettext as _
 
 from .. import store
 from ..actions import bulk
+from ..job import failures
 from ..status import Status
 from .operations import group_selection, start_operation
 from .view import ROW_ID_MAX, cronjobs_app
@@ -29,7 +31,8 @@ def _before() -> int | None:
 
 @bp.get("/failed")
 def failed():
-    """The groups, biggest first (the newest 5,000 failed rows are grouped), the count of
+    """The groups, biggest first (the newest 5,000 failed rows are grouped by type and
+    fingerprint: each with its pattern, count and one or two examples), the count of
     all failed rows (capped), the newest bulk operations, and a page of the failed rows of
     the page's `type` or `group` (a row id of the group), newest first (`before`: older).
     A group's count is its count among the newest 5,000 (its rows have no index of their
@@ -41,17 +44,18 @@ def failed():
     if selection is not None:
         job_type = selection.job_type
     with app.engine.connect() as conn:
-        groups = store.views.failed_groups(conn, job_type)
+        groups = failures.groups(conn, job_type)
         total = store.views.failed_total(conn, job_type)
+        mark = failures.digest(selection.group) if selection else None
         rows = store.views.list_rows(conn, status=Status.FAILED,
                                      types=[job_type] if job_type else None,
-                                     error=selection.error if selection else None,
+                                     failure=(mark, selection.unmarked) if selection else None,
                                      before=_before(), limit=ROWS_PER_PAGE)
     if selection is not None:  # counted among the newest 5,000 (the groups); None: older
-        total = next(((g["count"], False) for g in groups if (g["type"], g["error"]) == (
-            selection.job_type, selection.error)), None)
+        total = next(((g["count"], False) for g in groups if (g["type"], g["fingerprint"]) == (
+            selection.job_type, mark)), None)
     return render_template("failed.html", groups=groups, type=job_type, total=total,
-                           group=group, group_error=selection.error if selection else None,
+                           group=group, group_pattern=selection.group if selection else None,
                            rows=rows, operations=bulk.recent(app, 5))
 
 

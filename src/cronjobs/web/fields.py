@@ -1,7 +1,7 @@
 """What the Job page shows of a row's large texts, and their download.
 
-A page shows at most `limits.DISPLAY_MAX_BYTES` (64 KB) of each of payload, result, error
-and process log, read from the database as a prefix (`store.fields.job_heads`), with the
+A page shows at most `limits.DISPLAY_MAX_BYTES` (64 KB) of each of payload, result, error,
+traceback and process log, read from the database as a prefix (`store.fields.job_heads`), with the
 whole size and a link that downloads the raw value (`/jobs/<id>/raw/<field>`, streamed in
 chunks). JSON that fits is indented; JSON too deep to parse, or whose indented form would
 be more than twice the limit, is shown as stored.
@@ -24,6 +24,7 @@ FIELDS = {
     "payload": ("payload", "json", "application/json"),
     "result": ("result_payload", "json", "application/json"),
     "error": ("error", "txt", "text/plain; charset=utf-8"),
+    "traceback": ("traceback", "txt", "text/plain; charset=utf-8"),
     "log": ("process_logs", "log", "text/plain; charset=utf-8"),
 }
 
@@ -33,7 +34,7 @@ class Shown:
     """One large text as a page shows it.
 
     Attributes:
-        name: the field's URL name (`payload`, `result`, `error`, `log`).
+        name: the field's URL name (`payload`, `result`, `error`, `traceback`, `log`).
         text: what the page shows: valid UTF-8, at most `DISPLAY_MAX_BYTES` of the value
             (or its indented JSON, at most twice that).
         size: the whole value's size (bytes).
@@ -77,7 +78,7 @@ def page_row(conn: Connection, job_id: int) -> dict | None:
     return row
 
 
-@bp.get("/jobs/<id:job_id>/raw/<any(payload, result, error, log):field>")
+@bp.get("/jobs/<id:job_id>/raw/<any(payload, result, error, traceback, log):field>")
 def raw(job_id: int, field: str) -> Response:
     """The whole stored text of one field, as an attachment, streamed from the database
     in chunks (a NULL value is an empty file)."""

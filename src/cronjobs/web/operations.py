@@ -25,6 +25,7 @@ from .. import store
 from ..actions import bulk
 from ..actions.selection import Selection
 from ..errors import OperationRunning
+from ..job import failures
 from ..status import Status
 from .jobs import queue_filters
 from .view import ROW_ID_MAX, cronjobs_app
@@ -72,11 +73,12 @@ def _ids(form: MultiDict) -> tuple[int, ...]:
 
 
 def group_selection(job_id: str | int, job_type: str | None = None) -> Selection:
-    """The Failed-page group of failed row `job_id` (its type and error key), or every
-    failed row (of `job_type`) when `job_id` is empty (404 when the row is not failed).
+    """The Failed-page group of failed row `job_id` (its type and fingerprint, named by
+    its pattern: `failures.group_of`), or every failed row (of `job_type`) when `job_id`
+    is empty (404 when the row is not failed).
 
-    A group travels as one of its rows: form encoding turns newlines into CRLF, so the
-    error text itself would no longer match the stored text."""
+    A group travels as one of its rows: form encoding turns newlines into CRLF, so a
+    text would no longer match the stored one."""
     if job_id in ("", None):
         return Selection(Status.FAILED, job_type)
     try:
@@ -86,10 +88,10 @@ def group_selection(job_id: str | int, job_type: str | None = None) -> Selection
     if not 1 <= number <= ROW_ID_MAX:
         abort(404, f"no failed job with id {number}")
     with cronjobs_app().engine.connect() as conn:
-        key = store.views.group_of(conn, number)
-    if key is None:
+        group = failures.group_of(conn, number)
+    if group is None:
         abort(404, f"no failed job with id {number}")
-    return Selection(Status.FAILED, key[0], key[1])
+    return Selection(Status.FAILED, group["type"], group["pattern"], group["unmarked"])
 
 
 def read_form(form: MultiDict) -> BulkForm:

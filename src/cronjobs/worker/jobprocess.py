@@ -38,6 +38,7 @@ import signal
 import socket
 import struct
 import sys
+from dataclasses import replace
 from multiprocessing import active_children
 from multiprocessing.connection import Connection
 
@@ -49,6 +50,7 @@ from ..config import Settings
 from ..handler import Job
 from ..job.context import Runtime
 from ..job.executor import call_handler
+from ..job.failures import traceback_text
 from ..job.outcome import Outcome, timeout, unsendable
 from ..status import Reason
 from .forkserver import serve as serve_forks
@@ -256,8 +258,10 @@ def run_one(app: App, job: Job, max_runtime_seconds: float,
         if kill_timer is not None:
             kill_timer.disarm()
         return outcome, True
-    except RuntimeLimit:  # also one that fired just before the timer was cancelled
-        return timeout(max_runtime_seconds, Reason.TIMEOUT_ALARM), False
+    except RuntimeLimit as exc:  # also one that fired just before the timer was cancelled
+        # Where the handler was when its time ran out: the traceback of the alarm.
+        ended = timeout(max_runtime_seconds, Reason.TIMEOUT_ALARM)
+        return replace(ended, traceback=traceback_text(exc, ended.error or "")), False
 
 
 def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None:

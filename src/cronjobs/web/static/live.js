@@ -2,8 +2,9 @@
 // "html" of that JSON route every data-live-seconds while the tab is visible; polling ends
 // when the answer says "done" (a job that ended) or the session ended (401). Without
 // JavaScript the pages still work: a Refresh link, or a reload while a job runs.
-// While someone works inside a live part (a field has the focus, a box is ticked) it is
-// left as it is, and updated at the next poll after that: ticked rows stay ticked.
+// While someone works inside a live part (a field has the focus, a box is ticked, a
+// traceback is unfolded) it is left as it is, and updated at the next poll after that:
+// ticked rows stay ticked, an open traceback stays open.
 (function () {
   "use strict";
 
@@ -24,7 +25,7 @@
       var active = document.activeElement;
       var editing = active && box.contains(active) &&
         /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
-      return editing || box.querySelector("input[type=checkbox]:checked") !== null;
+      return editing || box.querySelector("input[type=checkbox]:checked, details[open]") !== null;
     }
 
     function apply(data) {
