@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING
 from . import store
 from .app import App, current
 from .errors import InvalidJob
+from .family.settle import Finished, Started, settle
+from .handler import Job
 from .job import dispatching
 from .job.dispatching import Dispatched, build_row
+from .job.finishing import task_run
 from .status import Status
 from .store.db import run_in_transaction
 
@@ -147,20 +150,40 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
     """Put `running` rows whose lease ran out more than `minutes` ago back to work.
 
     Rows with attempts left become `pending` (and are sent to the broker again); rows
-    without become `failed`. Returns how many rows were changed.
+    without become `failed`: finished, so their families are settled in the same
+    transaction (`family.settle`: a family whose last row this was completes, and its
+    callbacks are sent). Returns how many rows were changed.
     """
     app = app or current()
     minutes = app.settings.recover_stale_minutes if minutes is None else minutes
     if not 0 <= minutes <= 1e9:  # also refuses NaN and infinity (timedelta overflow)
         raise InvalidJob(f"minutes must be between 0 and 1e9, got {minutes!r}")
     now = app.clock.now()
-    changed = run_in_transaction(app.engine, lambda c: store.rescue_stale(c, now, minutes))
+
+    def rescue(conn) -> tuple[list[dict], list[Started]]:
+        changed = store.rescue_stale(conn, now, minutes)
+        ended = [Finished(row["id"], row["type"], row["root_id"], row["idempotency_key"],
+                          _task_run(row))
+                 for row in changed if row["status"] == Status.FAILED]
+        return changed, settle(conn, app, ended, now)
+
+    changed, started = run_in_transaction(app.engine, rescue)
+    for callback in started:  # families completed by a row failed here
+        dispatching.send(app, callback.id, callback.queue)
     for row in changed:
         log.warning("recover-stale: job %s -> %s", row["id"], row["status"],
                     extra={"trace_id": row["id"]})
         if row["status"] == Status.PENDING:
             dispatching.send(app, row["id"], row["queue"])
     return len(changed)
+
+
+def _task_run(row: dict) -> bool:
+    """True for a task's run (`finishing.task_run`), from a row's stored payload."""
+    try:
+        return task_run(Job.from_row(row))
+    except (ValueError, RecursionError):  # a payload stored by hand: not a task's run
+        return False
 
 
 def cleanup(retention: dict | None = None, *, dry_run: bool = False,
