@@ -101,3 +101,28 @@ def test_recover_stale_giving_rows_back_does_not_complete_the_family(app):
     drain(app)  # they are due now, run, and complete the family
     assert [s["kind"] for s in SEEN] == ["complete"]
     assert SEEN[0]["counts"] == {"completed": 2}
+
+
+def test_an_operator_cancelling_the_last_pending_rows_completes_the_family(app):
+    """`cronjobs cancel ID` (operator.cancel) and a bulk cancel finish pending rows:
+    when they are the family's last, that transaction completes it (cancelled rows
+    count as finished)."""
+    from cronjobs.actions import bulk, operator
+    from cronjobs.actions.selection import Selection
+
+    root = queue.dispatch(Lone.TYPE, {"children": 3}, app=app)
+    drain(app)  # the root runs; its children wait (due in an hour)
+    with app.engine.connect() as conn:
+        kids = [r[0] for r in conn.execute(sa.select(q.c.id).where(q.c.root_id == root)
+                                           .order_by(q.c.id))]
+    operator.cancel(app, kids[0], who="test")
+    with app.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(cronjob_family)).scalar() == 0
+    started = bulk.start(app, "cancel", Selection(parent=root), who="test")
+    bulk.run(app, started)
+    drain(app)
+    with app.engine.connect() as conn:
+        done = conn.execute(sa.select(cronjob_family.c.outcome)
+                            .where(cronjob_family.c.root_id == root)).scalars().all()
+    assert done == ["failure"]
+    assert SEEN[0] == {"kind": "complete", "counts": {"cancelled": 3}}

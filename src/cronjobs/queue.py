@@ -16,11 +16,9 @@ from typing import TYPE_CHECKING
 from . import store
 from .app import App, current
 from .errors import InvalidJob
-from .family.settle import Finished, Started, settle
-from .handler import Job
+from .family.settle import Started, settle_ids
 from .job import dispatching
 from .job.dispatching import Dispatched, build_row
-from .job.finishing import task_run
 from .status import Status
 from .store.db import run_in_transaction
 
@@ -162,10 +160,8 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
 
     def rescue(conn) -> tuple[list[dict], list[Started]]:
         changed = store.rescue_stale(conn, now, minutes)
-        ended = [Finished(row["id"], row["type"], row["root_id"], row["idempotency_key"],
-                          _task_run(row))
-                 for row in changed if row["status"] == Status.FAILED]
-        return changed, settle(conn, app, ended, now)
+        return changed, settle_ids(conn, app, [row["id"] for row in changed
+                                               if row["status"] == Status.FAILED], now)
 
     changed, started = run_in_transaction(app.engine, rescue)
     for callback in started:  # families completed by a row failed here
@@ -177,13 +173,6 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
             dispatching.send(app, row["id"], row["queue"])
     return len(changed)
 
-
-def _task_run(row: dict) -> bool:
-    """True for a task's run (`finishing.task_run`), from a row's stored payload."""
-    try:
-        return task_run(Job.from_row(row))
-    except (ValueError, RecursionError):  # a payload stored by hand: not a task's run
-        return False
 
 
 def cleanup(retention: dict | None = None, *, dry_run: bool = False,

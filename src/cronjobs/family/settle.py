@@ -124,6 +124,36 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) 
     return started
 
 
+def settle_ids(conn: Connection, app: App, ids: list[int], now: datetime) -> list[Started]:
+    """`settle` for rows `ids` that the caller's transaction finished outside the outcome
+    writer (recover-stale's failed rows, an operator's cancel), read here.
+
+    Args:
+        conn: the transaction that finished them.
+        app: as `settle`.
+        ids: the finished rows.
+        now: the clock's time (naive UTC).
+
+    Returns:
+        The callback rows inserted (to send after the commit).
+    """
+    finished = []
+    for row in rows.finished_rows(conn, ids):
+        finished.append(Finished(int(row["id"]), row["type"], row["root_id"],
+                                 row["idempotency_key"], _task_run(row["payload"])))
+    return settle(conn, app, finished, now)
+
+
+def _task_run(payload: str | None) -> bool:
+    """A task's run (a scheduled slot or a manual run: `job.finishing.task_run`), from
+    a row's stored payload; a payload that is not a JSON object is none."""
+    try:
+        value = json.loads(payload) if payload else {}
+    except ValueError:
+        return False
+    return isinstance(value, dict) and ("slot" in value or bool(value.get("manual")))
+
+
 def _has_callbacks(app: App, job_type: str) -> bool:
     cls = app.resolve(job_type)
     return cls is not None and bool(callback_kinds(cls))

@@ -62,6 +62,18 @@ def running_witness(conn: Connection, root_id: int, own: Iterable[int]) -> int |
     return None if row is None else int(row[0])
 
 
+def finished_rows(conn: Connection, ids: Iterable[int]) -> list[dict]:
+    """Rows `ids`' `id`, `type`, `root_id`, `idempotency_key` and `payload` (stored JSON
+    text), in id order: what `family.settle` needs of rows finished outside the outcome
+    writer (recover-stale, an operator's cancel)."""
+    ids = sorted({int(i) for i in ids})
+    if not ids:
+        return []
+    return [dict(r) for r in conn.execute(
+        select(q.c.id, q.c.type, q.c.root_id, q.c.idempotency_key, q.c.payload)
+        .where(q.c.id.in_(ids)).order_by(q.c.id)).mappings()]
+
+
 def lock_root(conn: Connection, root_id: int) -> dict | None:
     """Lock the root row (waiting for its holder) and return its `id`, `type`, `queue`,
     `status`, `payload`, `outcome_reason`, `finished_at`; None when it is gone."""

@@ -30,14 +30,10 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
         now: the injected clock's time, for `updated_at`, `scheduled_at` and the log line.
 
     Returns:
-        `[{id, queue, status, type, root_id, idempotency_key, payload}]` for each row
-        changed (`status` is the new status; `payload` as stored JSON text): a row
-        failed here is finished, and its family settles in the caller's transaction
-        (`queue.recover_stale`).
+        `[{id, queue, status}]` for each row changed (`status` is the new status).
     """
     stmt = (select(q.c.id, q.c.queue, q.c.attempts, q.c.max_attempts, q.c.worker_id,
-                   q.c.process_logs, q.c.type, q.c.root_id, q.c.idempotency_key,
-                   q.c.payload)
+                   q.c.process_logs)
             .where(q.c.status == Status.RUNNING, q.c.locked_until < db_now(conn, -minutes * 60))
             .order_by(q.c.id).limit(limit))
     changed = []
@@ -60,9 +56,7 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
         result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == Status.RUNNING,
                                                q.c.attempts == row["attempts"]).values(**values))
         if result.rowcount == 1:
-            changed.append({**{k: row[k] for k in ("id", "queue", "type", "root_id",
-                                                   "idempotency_key", "payload")},
-                            "status": status})
+            changed.append({"id": row["id"], "queue": row["queue"], "status": status})
     return changed
 
 
