@@ -55,6 +55,8 @@ from ..errors import (
     SelectionTooLarge,
     StoreError,
 )
+from ..family.settle import Started as FamilyCallback
+from ..family.settle import settle_ids
 from ..job.dispatching import DOORBELLS_PER_QUEUE, send
 from ..status import FINAL, Status
 from ..store.db import retry_while_unavailable, run_in_transaction
@@ -80,6 +82,8 @@ class Action:
         ring: send the changed rows' queues a message after the commit (they are due).
         newest_first: take the snapshot's batches from the highest id down (a delete:
             children, which are newer, go before their parent).
+        settles: the changed rows are finished: their families are settled in the
+            batch's transaction (`family.settle`), completed ones' callbacks sent after.
     """
 
     name: str
@@ -88,12 +92,14 @@ class Action:
     statuses: tuple[str, ...]
     ring: bool = False
     newest_first: bool = False
+    settles: bool = False
 
 
 ACTIONS = {
     "retry": Action("retry", "retried", store.actions.retry_failed, (Status.FAILED,),
                     ring=True),
-    "cancel": Action("cancel", "cancelled", store.actions.cancel_pending, (Status.PENDING,)),
+    "cancel": Action("cancel", "cancelled", store.actions.cancel_pending, (Status.PENDING,),
+                     settles=True),
     "delete": Action("delete", "deleted", store.actions.delete_finished, FINAL,
                      newest_first=True),
 }
@@ -257,7 +263,7 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
     who = f"{started.operation['created_by']} (operation {op_id})"
     while True:
         try:
-            changed, operation = retry_while_unavailable(
+            changed, operation, callbacks = retry_while_unavailable(
                 lambda: run_in_transaction(app.engine, lambda c: _batch(
                     c, app, op_id, started.owner, action, who)),
                 f"running operation {op_id}", give_up_seconds=LEASE_SECONDS)
@@ -271,6 +277,8 @@ def run(app: App, started: Started, on_batch: Callable[[dict], None] | None = No
             raise
         if action.ring:
             _ring(app, changed)
+        for callback in callbacks:  # families the batch completed
+            send(app, callback.id, callback.queue)
         if on_batch is not None:
             on_batch(operation)
         if operation["status"] != "running" or operation["owner"] != started.owner:
@@ -283,20 +291,23 @@ class _Lost(Exception):
 
 
 def _batch(conn: Connection, app: App, op_id: int, owner: str, action: Action,
-           who: str) -> tuple[list[dict], dict]:
+           who: str) -> tuple[list[dict], dict, list[FamilyCallback]]:
     now = app.clock.now()
     batch = store.operations.next_batch(conn, op_id)
     changed: list[dict] = []
+    callbacks: list[FamilyCallback] = []
     if batch is None:  # nothing left (a resumed operation whose last batch had committed)
         if not store.operations.finish(conn, op_id, now, owner=owner):
             raise _Lost()
     else:
         seq, ids = batch
         changed = action.apply(conn, ids, now, who)
+        if action.settles:
+            callbacks = settle_ids(conn, app, [row["id"] for row in changed], now)
         if not store.operations.record_batch(conn, op_id, owner, seq, len(ids), len(changed),
                                              LEASE_SECONDS, now):
             raise _Lost()
-    return changed, store.operations.get_operation(conn, op_id)
+    return changed, store.operations.get_operation(conn, op_id), callbacks
 
 
 def _fail(app: App, op_id: int, owner: str, exc: Exception) -> None:

@@ -6,10 +6,14 @@ Many rows at once (Retry all, `cronjobs failed --retry`) are a bulk operation:
 from __future__ import annotations
 
 import logging
+from datetime import datetime
+
+from sqlalchemy import Connection
 
 from .. import store
 from ..app import App
 from ..errors import JobNotFound, JobStateError
+from ..family.settle import Started, settle_ids
 from ..handler import task_name
 from ..job import dispatching
 from ..status import Status
@@ -42,10 +46,28 @@ def cancel(app: App, job_id: int, who: str = "operator") -> None:
         JobStateError: the row is not `pending` (a running row is never cut off from here).
     """
     now = app.clock.now()
-    if not run_in_transaction(app.engine,
-                              lambda c: store.actions.cancel_pending(c, [job_id], now, who)):
+    changed, started = run_in_transaction(app.engine, lambda c: cancel_settled(
+        c, app, [job_id], now, who))
+    if not changed:
         _refuse(app, job_id, Status.PENDING, "cancelled")
+    _send_callbacks(app, started)
     log.info("job %s cancelled by %s", job_id, who, extra={"trace_id": job_id})
+
+
+def cancel_settled(conn: Connection, app: App, ids: list[int], now: datetime,
+                   who: str) -> tuple[list[dict], list[Started]]:
+    """Cancel the pending rows of `ids` (`store.actions.cancel_pending`) and settle their
+    families in the same transaction (`family.settle`: a family whose last rows these
+    were completes). Returns `([{id, queue}] cancelled, callback rows to send after the
+    commit)`."""
+    changed = store.actions.cancel_pending(conn, ids, now, who)
+    return changed, settle_ids(conn, app, [row["id"] for row in changed], now)
+
+
+def _send_callbacks(app: App, started: list[Started]) -> None:
+    """Send the callback rows of families completed by an action (after its commit)."""
+    for callback in started:
+        dispatching.send(app, callback.id, callback.queue)
 
 
 def stop(app: App, job_id: int, who: str = "operator") -> dict:
