@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 CASES = {
     "throughput": ["--backends", "mariadb"],
     "flow": [],
+    "families": ["--backends", "mariadb"],
     "rate": [],
     "steady": [],
     "latency": [],
