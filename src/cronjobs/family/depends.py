@@ -226,7 +226,8 @@ def _decide(conn: Connection, dependents: Iterable[int], now: datetime,
 
 
 def after_finish(conn: Connection, finished: Sequence[tuple[int, str]], now: datetime, *,
-                 roots: Iterable[int] = ()) -> Settled:
+                 roots: Iterable[int] = (), pairs: list[tuple[int, int]] | None = None,
+                 parents: set[int] | None = None) -> Settled:
     """Release or cancel the rows waiting for rows finished in the caller's transaction.
 
     One indexed read when no row depends on them (the hot path). A finished row that is a
@@ -239,6 +240,10 @@ def after_finish(conn: Connection, finished: Sequence[tuple[int, str]], now: dat
         now: naive UTC.
         roots: of `finished`, the ids known to be parentless (the others are not checked
             for children); default: none known, every one with dependents is checked.
+        pairs: the dependency pairs of `finished` when the caller read them already
+            (`store.families.links`); None: read here.
+        parents: of `roots`, those known to have children (read with `pairs`); None:
+            asked here for the roots that have dependents.
 
     Returns:
         A `Settled`: the rows to ring after the commit, and the rows cancelled.
@@ -246,13 +251,17 @@ def after_finish(conn: Connection, finished: Sequence[tuple[int, str]], now: dat
     done = {int(i): s for i, s in finished if s in FINAL or s == Ended.DELETED}
     if not done:
         return Settled()
-    pairs = deps.dependents_of(conn, done)
+    if pairs is None:
+        pairs = deps.dependents_of(conn, done)
     if not pairs:
         return Settled()
     roots = set(roots)
     triggers = {on for _, on in pairs}
-    skipped = {on for on in triggers
-               if (not roots or on in roots) and deps.has_members(conn, on)}
+    if parents is not None:
+        skipped = {on for on in triggers if on in parents}
+    else:
+        skipped = {on for on in triggers
+                   if (not roots or on in roots) and deps.has_members(conn, on)}
     known = {i: (True, s == Status.COMPLETED, str(s)) for i, s in done.items()
              if i not in skipped}
     dependents = {j for j, on in pairs if on not in skipped}

@@ -52,6 +52,8 @@ class Finished:
         root_id: its family's root (None: the row has no parent).
         key: its idempotency key (a callback row's starts with `family:`).
         task_run: the row is a task's scheduled or manual run.
+        worker: the worker that ran it (its running rows are the family's witnesses
+            first); None: an operator's or recover-stale's change.
     """
 
     id: int
@@ -59,6 +61,7 @@ class Finished:
     root_id: int | None
     key: str | None = None
     task_run: bool = False
+    worker: str | None = None
 
 
 Ring = tuple[int, str]  # a row made pending by a completion, `(id, queue)`: rung after the commit
@@ -75,7 +78,8 @@ def is_callback(key: str | None) -> bool:
     return bool(key) and key.startswith(KEY_PREFIX)
 
 
-def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) -> list[Ring]:
+def settle(conn: Connection, app: App, finished: list[Finished], now: datetime, *,
+           parents: set[int] | None = None) -> list[Ring]:
     """Decide, for each family `finished` rows belong to, whether it is complete now, in
     the caller's transaction (after it wrote those rows' ends); complete ones are recorded,
     start their callbacks and release the rows waiting for them (`depends`); rows those
@@ -86,6 +90,8 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) 
         app: resolves the root handlers (callbacks, MIN_SUCCESS_RATIO, queues).
         finished: the rows it finished.
         now: the clock's time (naive UTC), written as the completion's time.
+        parents: of the parentless `finished` rows, those that have children, when the
+            caller read it already (`store.families.links`); None: read here.
 
     Returns:
         The rows made pending (callbacks, released dependents): ring them after the commit.
@@ -94,20 +100,22 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime) 
     for _ in range(MAX_ROUNDS):
         if not finished:
             break
-        started, cancelled = _settle_once(conn, app, finished, now)
+        started, cancelled = _settle_once(conn, app, finished, now, parents)
         ring += started
-        finished = [Finished(i, "", root) for i, root in cancelled]
+        finished, parents = [Finished(i, "", root) for i, root in cancelled], None
     return ring
 
 
-def _settle_once(conn: Connection, app: App, finished: list[Finished],
-                 now: datetime) -> tuple[list[Ring], list[tuple[int, int | None]]]:
+def _settle_once(conn: Connection, app: App, finished: list[Finished], now: datetime,
+                 parents: set[int] | None) -> tuple[list[Ring], list[tuple[int, int | None]]]:
     own = {f.id for f in finished}
+    workers = {f.root_id or f.id: f.worker for f in finished if f.worker}
     families: set[int] = {f.root_id for f in finished if f.root_id is not None}
     roots = [f for f in finished if f.root_id is None and not is_callback(f.key)]
     alone: list[int] = []
     if roots:
-        parents = rows.roots_with_children(conn, [f.id for f in roots])
+        if parents is None:
+            parents = rows.roots_with_children(conn, [f.id for f in roots])
         for f in roots:
             if f.id in parents:
                 families.add(f.id)
@@ -116,7 +124,8 @@ def _settle_once(conn: Connection, app: App, finished: list[Finished],
     started: list[Ring] = []
     cancelled: list[tuple[int, int | None]] = []
     for root_id in sorted(families | set(alone)):
-        if root_id not in alone and rows.running_witness(conn, root_id, own) is not None:
+        if root_id not in alone and rows.running_witness(
+                conn, root_id, own, workers.get(root_id)) is not None:
             continue
         root = rows.lock_root(conn, root_id)
         if root is None or root["status"] not in FINAL:
@@ -159,12 +168,15 @@ def after_finish(conn: Connection, app: App, finished: list[tuple[Finished, str]
     """
     if not finished:
         return []
+    roots = [f.id for f, _ in finished if f.root_id is None and not is_callback(f.key)]
+    parents, pairs = rows.links(conn, roots, [f.id for f, _ in finished])
     waiting = depends.after_finish(conn, [(f.id, status) for f, status in finished], now,
-                                   roots=[f.id for f, _ in finished if f.root_id is None
-                                          and not is_callback(f.key)])
-    return waiting.released + settle(
-        conn, app, [f for f, _ in finished] + [Finished(i, "", root)
-                                               for i, root in waiting.cancelled], now)
+                                   roots=roots, pairs=pairs, parents=parents)
+    ring = waiting.released + settle(conn, app, [f for f, _ in finished], now,
+                                     parents=parents)
+    if waiting.cancelled:  # rows a failed dependency cancelled: their families too
+        ring += settle(conn, app, [Finished(i, "", root) for i, root in waiting.cancelled], now)
+    return ring
 
 
 def _has_callbacks(app: App, job_type: str) -> bool:

@@ -181,7 +181,8 @@ class OutcomeWriter:
             return []
         return after_finish(conn, self.app, [
             (Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key,
-                      task_run(p.job)), final) for p, final in ended], ended[0][0].now)
+                      task_run(p.job), p.job.worker_id), final) for p, final in ended],
+            ended[0][0].now)
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
         job, final = plan.job, plan.status

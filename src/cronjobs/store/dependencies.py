@@ -62,12 +62,13 @@ def dependents_of(conn: Connection, ids: Iterable[int]) -> list[tuple[int, int]]
     for chunk in _chunks(ids):
         sql = (f"SELECT job_id, depends_on_id FROM cronjob_dependency WHERE depends_on_id "
                f"IN ({', '.join(map(str, chunk))})")
-        out += [(int(j), int(d)) for j, d in _fetch(conn, sql)]
+        out += [(int(j), int(d)) for j, d in fetch_rows(conn, sql)]
     return out
 
 
-def _fetch(conn: Connection, sql: str) -> list[tuple]:
-    """The rows of `sql` (no parameters) read on the connection's DB-API cursor."""
+def fetch_rows(conn: Connection, sql: str) -> list[tuple]:
+    """The rows of `sql` (no parameters) read on the connection's DB-API cursor (the
+    finishing path's reads: no SQLAlchemy result objects)."""
     dbapi_conn = conn.connection.dbapi_connection
     cursor = dbapi_conn.cursor()
     try:

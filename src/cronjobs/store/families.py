@@ -26,6 +26,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
+from .dependencies import fetch_rows
+from .models import cronjob_dependency as deps
 from .models import cronjob_family as fam
 from .models import cronjob_queue as q
 from .sql import insert_ignore, lock_sql, name, ph
@@ -37,26 +39,63 @@ def _ids(ids: Iterable[int]) -> str:
     return ", ".join(str(int(i)) for i in ids)
 
 
+def links(conn: Connection, parentless: Iterable[int],
+          finished: Iterable[int]) -> tuple[set[int], list[tuple[int, int]]]:
+    """What the end of rows may start, in one round trip (the finishing hot path): of
+    `parentless` (finished rows without a parent), those that have a row under them (a
+    family), and the `(job_id, depends_on_id)` of every row depending on one of
+    `finished`. Sent on the driver's cursor with the ids written into its text.
+
+    Returns:
+        `(roots with children, dependency pairs)`.
+    """
+    roots = sorted({int(i) for i in parentless})
+    done = sorted({int(i) for i in finished})
+    parts = []
+    for start in range(0, len(roots), 500):
+        parts.append(f"SELECT 0, r.id, 0 FROM {TABLE} r WHERE r.id IN "
+                     f"({_ids(roots[start:start + 500])}) AND EXISTS (SELECT 1 FROM {TABLE} c "
+                     f"WHERE c.root_id = r.id)")
+    for start in range(0, len(done), 500):
+        parts.append(f"SELECT 1, job_id, depends_on_id FROM {deps.name} WHERE depends_on_id "
+                     f"IN ({_ids(done[start:start + 500])})")
+    if not parts:
+        return set(), []
+    parents: set[int] = set()
+    pairs: list[tuple[int, int]] = []
+    for kind, a, b in fetch_rows(conn, " UNION ALL ".join(parts)):
+        if kind:
+            pairs.append((int(a), int(b)))
+        else:
+            parents.add(int(a))
+    return parents, pairs
+
+
 def roots_with_children(conn: Connection, ids: Iterable[int]) -> set[int]:
-    """Of row ids `ids` (parentless rows), those that have at least one row under them.
-    One indexed read (`root_id`)."""
-    ids = sorted({int(i) for i in ids})
-    if not ids:
-        return set()
-    sql = f"SELECT DISTINCT root_id FROM {TABLE} WHERE root_id IN ({_ids(ids)})"
-    return {int(r[0]) for r in conn.exec_driver_sql(sql)}
+    """Of row ids `ids` (parentless rows), those that have at least one row under them."""
+    return links(conn, ids, ())[0]
 
 
-def running_witness(conn: Connection, root_id: int, own: Iterable[int]) -> int | None:
+def running_witness(conn: Connection, root_id: int, own: Iterable[int],
+                    worker_id: str | None = None) -> int | None:
     """A `running` row of family `root_id`, not in `own` (this transaction's rows) and not
     locked by another transaction, locked until this one ends; None when there is none.
-    On SQLite (one writer) any running row not in `own`."""
+    On SQLite (one writer) any running row not in `own`.
+
+    Args:
+        worker_id: the finishing worker: its own running rows are taken first (their
+            finish comes after this transaction anyway, from the same worker), so the
+            lock seldom makes another worker's finish wait; then the newest.
+    """
     dialect = name(conn)
     own_ids = _ids(own) or "0"
+    mine = (f"CASE WHEN worker_id = {ph(dialect, 'worker')} THEN 0 ELSE 1 END, "
+            if worker_id else "")
     sql = (f"SELECT id FROM {TABLE} WHERE root_id = {ph(dialect, 'root')} "
            f"AND status = 'running' AND id NOT IN ({own_ids}) "
-           f"ORDER BY id LIMIT 1{lock_sql(dialect, skip=True)}")
-    row = conn.exec_driver_sql(sql, {"root": int(root_id)}).first()
+           f"ORDER BY {mine}id DESC LIMIT 1{lock_sql(dialect, skip=True)}")
+    params = {"root": int(root_id), "worker": worker_id} if worker_id else {"root": int(root_id)}
+    row = conn.exec_driver_sql(sql, params).first()
     return None if row is None else int(row[0])
 
 
