@@ -14,7 +14,8 @@ no-op rows drained by the same worker in the same run.
   jobs/s within minutes) cancels out of the ratio. Each pair gets about half of the
   machine. Target: >= 0.9 x. What a family adds per finishing batch: one read for a free
   running row of the family, locked (`running_witness`); the root locked only when none
-  is left. A parentless row pays one indexed read per batch (`roots_with_children`).
+  is left. A batch pays one read for the roots with children and the rows depending on it
+(`store.families.links`).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def is_callback(key: str | None) -> bool:
 
 
 def settle(conn: Connection, app: App, finished: list[Finished], now: datetime, *,
-           parents: set[int] | None = None) -> list[Ring]:
+           parents: set[int] | None = None, held: set[int] | None = None) -> list[Ring]:
     """Decide, for each family `finished` rows belong to, whether it is complete now, in
     the caller's transaction (after it wrote those rows' ends); complete ones are recorded,
     start their callbacks and release the rows waiting for them (`depends`); rows those
@@ -92,6 +92,7 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime, 
         now: the clock's time (naive UTC), written as the completion's time.
         parents: of the parentless `finished` rows, those that have children, when the
             caller read it already (`store.families.links`); None: read here.
+        held: families left to a row the finishing worker still runs (`after_finish`).
 
     Returns:
         The rows made pending (callbacks, released dependents): ring them after the commit.
@@ -100,14 +101,15 @@ def settle(conn: Connection, app: App, finished: list[Finished], now: datetime, 
     for _ in range(MAX_ROUNDS):
         if not finished:
             break
-        started, cancelled = _settle_once(conn, app, finished, now, parents)
+        started, cancelled = _settle_once(conn, app, finished, now, parents, held or set())
         ring += started
-        finished, parents = [Finished(i, "", root) for i, root in cancelled], None
+        finished, parents, held = [Finished(i, "", root) for i, root in cancelled], None, None
     return ring
 
 
 def _settle_once(conn: Connection, app: App, finished: list[Finished], now: datetime,
-                 parents: set[int] | None) -> tuple[list[Ring], list[tuple[int, int | None]]]:
+                 parents: set[int] | None,
+                 held: set[int]) -> tuple[list[Ring], list[tuple[int, int | None]]]:
     own = {f.id for f in finished}
     workers = {f.root_id or f.id: f.worker for f in finished if f.worker}
     families: set[int] = {f.root_id for f in finished if f.root_id is not None}
@@ -123,7 +125,7 @@ def _settle_once(conn: Connection, app: App, finished: list[Finished], now: date
                 alone.append(f.id)
     started: list[Ring] = []
     cancelled: list[tuple[int, int | None]] = []
-    for root_id in sorted(families | set(alone)):
+    for root_id in sorted((families | set(alone)) - held):
         if root_id not in alone and rows.running_witness(
                 conn, root_id, own, workers.get(root_id)) is not None:
             continue
@@ -153,7 +155,7 @@ def settle_rows(conn: Connection, app: App, changed: list[dict], now: datetime) 
 
 
 def after_finish(conn: Connection, app: App, finished: list[tuple[Finished, str]],
-                 now: datetime) -> list[Ring]:
+                 now: datetime, *, held: set[int] | None = None) -> list[Ring]:
     """What the end of rows starts, in the caller's transaction (after it wrote them):
     the rows waiting for them are released or cancelled (`depends.after_finish`), then
     their families (and those of the rows it cancelled) are settled (`settle`).
@@ -162,6 +164,9 @@ def after_finish(conn: Connection, app: App, finished: list[tuple[Finished, str]
         finished: each row finished with its final status (`completed`, `failed`,
             `cancelled`, `deleted`).
         now: naive UTC.
+        held: families (root ids) the finishing worker still runs another row of: left
+            to that row's end, which this worker writes after this transaction (no
+            witness read, no lock).
 
     Returns:
         The rows made pending (released dependents, callbacks): ring them after the commit.
@@ -173,7 +178,7 @@ def after_finish(conn: Connection, app: App, finished: list[tuple[Finished, str]
     waiting = depends.after_finish(conn, [(f.id, status) for f, status in finished], now,
                                    roots=roots, pairs=pairs, parents=parents)
     ring = waiting.released + settle(conn, app, [f for f, _ in finished], now,
-                                     parents=parents)
+                                     parents=parents, held=held)
     if waiting.cancelled:  # rows a failed dependency cancelled: their families too
         ring += settle(conn, app, [Finished(i, "", root) for i, root in waiting.cancelled], now)
     return ring

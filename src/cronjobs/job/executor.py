@@ -185,8 +185,9 @@ class Executor:
             flow = flow_control(app)
         self.claim_policy = store.ClaimPolicy(self, flow or None)
         self.holds_stored = False  # the last claim's probe found a pause or block stored
-        self.writer = OutcomeWriter(app, self.worker_id)
+        self.writer = OutcomeWriter(app, self.worker_id, held=self.held_families)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
+        self._families: dict[int, int] = {}  # id of a running row -> its family's root
         self._lock = threading.Lock()
         self.jobs_done = 0
 
@@ -229,7 +230,15 @@ class Executor:
         if instant is None:
             with self._lock:
                 self._running[job.id] = (job.attempts, terms.lease_seconds)
+                self._families[job.id] = job.root_id or job.id
         return Prepared(job, terms, instant)
+
+    def held_families(self, finishing: set[int]) -> set[int]:
+        """The families (root ids) of which this executor runs a row besides `finishing`
+        (the rows of the transaction being written): such a row's end is written by this
+        executor after that transaction, and decides the family then (`family.settle`)."""
+        with self._lock:
+            return {root for job_id, root in self._families.items() if job_id not in finishing}
 
     def _instant(self, job: Job, cls: type | None) -> Outcome | None:
         try:
@@ -248,6 +257,7 @@ class Executor:
         """Stop renewing the lease of `job_id`."""
         with self._lock:
             self._running.pop(job_id, None)
+            self._families.pop(job_id, None)
 
     def _task_enabled(self, job_type: str) -> bool:
         """The kill switch of the type's task. A task the scheduler has not seen yet is

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -104,11 +105,16 @@ class OutcomeWriter:
         app: its engine, clock and settings (the retry backoff cap, the unknown-type
             grace) are used.
         worker_id: named in the process-log line and the `no_handler` error.
+        held: the families (root ids) of which the caller runs rows besides the given
+            ones (`Executor.held_families`): their completion is decided when those end,
+            by the caller, after this transaction (`family.settle`); None: none.
     """
 
-    def __init__(self, app: App, worker_id: str) -> None:
+    def __init__(self, app: App, worker_id: str,
+                 held: Callable[[set[int]], set[int]] | None = None) -> None:
         self.app = app
         self.worker_id = worker_id
+        self._held = held
         self._policy = Policy(app.settings.retry_backoff_cap_minutes,
                               app.settings.unknown_type_grace_seconds, worker_id)
 
@@ -182,7 +188,8 @@ class OutcomeWriter:
         return after_finish(conn, self.app, [
             (Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key,
                       task_run(p.job), p.job.worker_id), final) for p, final in ended],
-            ended[0][0].now)
+            ended[0][0].now,
+            held=self._held({p.job.id for p in plans}) if self._held is not None else None)
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
         job, final = plan.job, plan.status

@@ -12,9 +12,12 @@ has completed is decided in each transaction that finishes one of its rows
 3. `unfinished`: a plain read (READ COMMITTED: everything committed so far). None left
    and the root finished: the family is complete (`record_completion`).
 
-`running_witness` runs once per family per finishing batch; the root is locked only by a
-batch whose family had no free running row left (its last rows, or a moment when every
-running row was being finished), so finishing children do not queue on the root.
+`running_witness` runs once per family per finishing batch, and not at all while the
+finishing worker itself runs another row of the family (that row's end, written by the
+same worker after this transaction, decides: `Executor.held_families`); the root is
+locked only by a batch whose family had no free running row left (its last rows, or a
+moment when every running row was being finished), so finishing children do not queue
+on the root.
 SQLite has one writer at a time: the locks are left out and the plain read decides.
 """
 
