@@ -1,5 +1,6 @@
 """Operator actions for the dashboard's buttons and the CLI: on one row, retry, cancel,
-stop (a running job); lifting a pause or a block, which rings the queues it released.
+stop (a running job); on a family, cancel it (`cancel_family`); lifting a pause or a
+block, which rings the queues it released.
 Many rows at once (Retry all, `cronjobs failed --retry`) are a bulk operation:
 `cronjobs.actions.bulk`."""
 
@@ -10,9 +11,11 @@ import logging
 from .. import store
 from ..app import App
 from ..errors import JobNotFound, JobStateError
+from ..family.view import read_family
 from ..handler import task_name
 from ..job import dispatching
 from ..status import Status
+from ..store import families
 from ..store.db import run_in_transaction
 
 log = logging.getLogger("cronjobs.actions.operator")
@@ -74,6 +77,53 @@ def stop(app: App, job_id: int, who: str = "operator") -> dict:
     log.info("job %s: stop requested by %s (attempt %s on worker %s)", job_id, who,
              row["attempts"], row["worker_id"], extra={"trace_id": job_id})
     return row
+
+
+def cancel_family(app: App, root_id: int, *, by: str) -> int:
+    """Cancel family `root_id` (the root of row `root_id`'s family when it is a row under
+    one): its pending rows (the root too) end `cancelled`, as Cancel does, and a stop is
+    requested for each running one, as Stop does (the worker ends it within a few
+    seconds, `failed`, reason `stopped`). Rows already finished are left as they are.
+
+    Pending rows are cancelled 500 a transaction; a row dispatched meanwhile by a
+    running row being stopped is cancelled when it is seen, not later.
+
+    Args:
+        root_id: a row id of the family.
+        by: who asked, for the rows' process logs (`dashboard`, `cli`).
+
+    Returns:
+        Rows changed: pending rows cancelled plus running rows asked to stop.
+
+    Raises:
+        JobNotFound: no row `root_id`.
+    """
+    with app.engine.connect() as conn:
+        fam = read_family(conn, root_id, failures=False)
+    if fam is None:
+        raise JobNotFound(f"no job with id {root_id}")
+    root = fam.root_id
+    changed = 0
+    while True:
+        now = app.clock.now()
+        done = run_in_transaction(app.engine, lambda c, now=now: store.actions.cancel_pending(
+            c, [root, *families.family_ids(c, root, [Status.PENDING], 500)], now, by))
+        changed += len(done)
+        if not done:
+            break
+    with app.engine.connect() as conn:
+        running = families.family_ids(conn, root, [Status.RUNNING], 100_000)
+    if fam.root_status == Status.RUNNING:
+        running.insert(0, root)
+    for job_id in running:
+        now = app.clock.now()
+        row = run_in_transaction(app.engine,
+                                 lambda c, j=job_id, now=now: store.stops.request_stop(
+                                     c, j, now, by))
+        changed += bool(row and row["status"] == Status.RUNNING)
+    log.info("family %s cancelled by %s: %s rows cancelled or asked to stop", root, by,
+             changed, extra={"trace_id": root})
+    return changed
 
 
 def resume(app: App, scope: str, name: str) -> bool:

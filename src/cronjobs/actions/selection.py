@@ -39,6 +39,9 @@ class Selection:
         title: rows whose title contains this text.
         hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`).
         ids: these rows only (ticked on a page); a selection of ids takes no filter.
+        queue: rows of this queue only.
+        root: rows under this family root only (children, grandchildren: `root_id`; the
+            family page's Retry failed).
 
     Raises:
         ValueError: ids together with a filter.
@@ -52,6 +55,8 @@ class Selection:
     title: str | None = None
     hide: tuple[str, ...] = ()
     ids: tuple[int, ...] = ()
+    root: int | None = None
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         types = sorted({t for t in (*self.types, self.job_type or "") if t})
@@ -82,6 +87,10 @@ class Selection:
             parts.append("not=" + ",".join(_word(t) for t in self.hide))
         if self.error is not None:
             parts.append("error=" + json.dumps(self.error, ensure_ascii=False))
+        if self.root is not None:
+            parts.append(f"root={self.root}")
+        if self.queue is not None:
+            parts.append(f"queue={_word(self.queue)}")
         return parts
 
     def key(self) -> str:
@@ -102,4 +111,5 @@ class Selection:
             statuses = tuple(s for s in statuses if s == self.status)
         return store.selection.where(
             statuses=statuses, types=self.all_types(), error=self.error, parent=self.parent,
-            title=self.title, hide=self.hide, ids=self.ids)
+            title=self.title, hide=self.hide, ids=self.ids, root=self.root,
+            queue=self.queue)

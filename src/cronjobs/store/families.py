@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, case, func, select
 
 from ..status import Status
 from .models import cronjob_family as fam
@@ -127,12 +127,19 @@ def callbacks(conn: Connection, root_id: int) -> list[dict]:
     return [dict(r) for r in rows]
 
 
-def times(conn: Connection, root_id: int) -> dict:
+def times(conn: Connection, root_id: int, since: datetime | None = None) -> dict:
     """The first start and the last finish among the rows under root `root_id`:
-    `{"first_started_at", "last_finished_at"}` (naive UTC, None when none)."""
-    row = conn.execute(select(func.min(q.c.started_at), func.max(q.c.finished_at))
-                       .where(q.c.root_id == root_id)).first()
-    return {"first_started_at": row[0], "last_finished_at": row[1]}
+    `{"first_started_at", "last_finished_at"}` (naive UTC, None when none); with `since`
+    (naive UTC) also `"finished_since"`: rows under it that finished at or after `since`
+    (the family page's rate), counted in the same pass over the family's rows."""
+    columns = [func.min(q.c.started_at), func.max(q.c.finished_at)]
+    if since is not None:
+        columns.append(func.coalesce(func.sum(case((q.c.finished_at >= since, 1), else_=0)), 0))
+    row = conn.execute(select(*columns).where(q.c.root_id == root_id)).first()
+    out = {"first_started_at": row[0], "last_finished_at": row[1]}
+    if since is not None:
+        out["finished_since"] = int(row[2] or 0)
+    return out
 
 
 def root_row(conn: Connection, root_id: int) -> dict | None:
@@ -142,3 +149,101 @@ def root_row(conn: Connection, root_id: int) -> dict | None:
                               q.c.created_at, q.c.started_at, q.c.finished_at)
                        .where(q.c.id == root_id)).mappings().first()
     return None if row is None else dict(row)
+
+
+# What the family page, `queue.family(id)`, `cronjobs family` and the task page read: each
+# statement is one range of `ix_cronjob_queue_root_status` (root_id, status, id) or of
+# `ix_cronjob_queue_parent`, and the per-root ones take the roots of a page in one go.
+
+ERROR_KEY_CHARS = 200  # failed rows of one text are one group (as the Failed page's key)
+
+
+def failure_groups(conn: Connection, root_id: int) -> list[dict]:
+    """The failed rows under root `root_id` grouped by fingerprint and error text (first
+    200 characters): `[{fingerprint, error, count, first_id, last_id}]`, in no order.
+    Rows of one text are one entry; the caller merges entries of one normalised key."""
+    error = func.substr(func.coalesce(q.c.error, ""), 1, ERROR_KEY_CHARS).label("error")
+    stmt = (select(q.c.fingerprint, error, func.count().label("n"),
+                   func.min(q.c.id).label("first_id"), func.max(q.c.id).label("last_id"))
+            .where(q.c.root_id == root_id, q.c.status == Status.FAILED)
+            .group_by(q.c.fingerprint, error))
+    return [{"fingerprint": r.fingerprint, "error": r.error, "count": int(r.n),
+             "first_id": int(r.first_id), "last_id": int(r.last_id)}
+            for r in conn.execute(stmt)]
+
+
+def family_ids(conn: Connection, root_id: int, statuses: Iterable[str],
+               limit: int = 1000) -> list[int]:
+    """Ids of up to `limit` rows under root `root_id` in `statuses`, lowest first (a
+    range of `ix_cronjob_queue_root_status` per status)."""
+    stmt = (select(q.c.id).where(q.c.root_id == root_id, q.c.status.in_(list(statuses)))
+            .order_by(q.c.id).limit(limit))
+    return [int(r[0]) for r in conn.execute(stmt)]
+
+
+def roots_of(conn: Connection, ids: Iterable[int]) -> dict[int, dict]:
+    """`{id: {id, type, status, root_id, parent_id, started_at, finished_at}}` of rows
+    `ids` (primary key; missing ids are left out)."""
+    ids = sorted({int(i) for i in ids})
+    if not ids:
+        return {}
+    rows = conn.execute(select(q.c.id, q.c.type, q.c.status, q.c.root_id, q.c.parent_id,
+                               q.c.started_at, q.c.finished_at)
+                        .where(q.c.id.in_(ids))).mappings()
+    return {int(r["id"]): dict(r) for r in rows}
+
+
+def counts_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, list[tuple]]:
+    """`counts` of several roots at once: `{root: [(status, reason or None, rows)]}`."""
+    ids = sorted({int(i) for i in root_ids})
+    out: dict[int, list[tuple]] = {i: [] for i in ids}
+    if not ids:
+        return out
+    stmt = (select(q.c.root_id, q.c.status, q.c.outcome_reason, func.count())
+            .where(q.c.root_id.in_(ids))
+            .group_by(q.c.root_id, q.c.status, q.c.outcome_reason))
+    for root, status, reason, n in conn.execute(stmt):
+        out[int(root)].append((str(status), reason, int(n)))
+    return out
+
+
+def times_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, dict]:
+    """`times` of several roots at once: `{root: {first_started_at, last_finished_at}}`
+    (roots without rows under them are left out)."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    stmt = (select(q.c.root_id, func.min(q.c.started_at), func.max(q.c.finished_at))
+            .where(q.c.root_id.in_(ids)).group_by(q.c.root_id))
+    return {int(r[0]): {"first_started_at": r[1], "last_finished_at": r[2]}
+            for r in conn.execute(stmt)}
+
+
+def last_completions(conn: Connection, root_ids: Iterable[int]) -> dict[int, dict]:
+    """The last recorded completion of each of `root_ids` (those completed at least once):
+    `{root: {generation, outcome, counts, completed_at}}`."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    rows = conn.execute(select(fam).where(fam.c.root_id.in_(ids))
+                        .order_by(fam.c.root_id, fam.c.generation)).mappings()
+    return {int(r["root_id"]): dict(r, counts=json.loads(r["counts"])) for r in rows}
+
+
+def callbacks_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, list[dict]]:
+    """`callbacks` of several roots at once: `{root: [{id, type, status, idempotency_key,
+    finished_at}]}` (oldest first; roots without any are left out)."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    rows = conn.execute(select(q.c.id, q.c.parent_id, q.c.type, q.c.status,
+                               q.c.idempotency_key, q.c.finished_at)
+                        .where(q.c.parent_id.in_(ids), q.c.root_id.is_(None),
+                               q.c.idempotency_key.like("family:%"))
+                        .order_by(q.c.id)).mappings()
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        row = dict(r)
+        out.setdefault(int(row.pop("parent_id")), []).append(row)
+    return out
+
