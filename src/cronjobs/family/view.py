@@ -17,6 +17,7 @@ from ..store import families as rows
 RATE_WINDOW_SECONDS = 60  # the rate is the rows finished over the last minute (or since start)
 FAILURE_GROUPS_SHOWN = 20  # groups of failures a family shows (the biggest)
 EXAMPLE_IDS = 3  # row ids shown per group of failures
+FAILURES_SCANNED = 5_000  # the newest failed rows grouped (as the Failed page's groups)
 
 
 def failure_key(fingerprint: str | None, error: str) -> str:
@@ -67,7 +68,8 @@ class Family:
         failed_reasons: failed rows under the root per outcome reason (`timeout.killed`:
             13); a failure the handler raised has none.
         failures: the failed rows grouped (`FailureGroup`, biggest first; at most 20
-            groups), read by `read_family` (empty in `read_families`' summaries).
+            groups; the newest 5,000 failed rows), read by `read_family` (empty in
+            `read_families`' summaries).
         read_at: when the family was read (naive UTC; None without a clock): `rate_per_second`
             and `eta_seconds` need it.
         finished_recently: rows under the root that finished in the
@@ -181,18 +183,19 @@ def read_family(conn: Connection, root_id: int, now: datetime | None = None,
     if root["parent_id"] is not None:  # a callback row: the family of its root
         return read_family(conn, root["parent_id"], now, failures)
     since = None if now is None else now - timedelta(seconds=RATE_WINDOW_SECONDS)
-    times = rows.times(conn, root_id, since)
+    seen = rows.summary(conn, root_id, since)  # counts and times in one pass
     completions = rows.completions(conn, root_id)
-    fam = _family(root, rows.counts(conn, root_id), times, completions[-1] if completions
-                  else None, len(completions), rows.callbacks(conn, root_id))
-    extra = {"read_at": now, "finished_recently": times.get("finished_since")}
+    fam = _family(root, seen["counts"], seen, completions[-1] if completions else None,
+                  len(completions), rows.callbacks(conn, root_id, len(completions)))
+    extra = {"read_at": now, "finished_recently": None if now is None
+             else seen["finished_since"]}
     if failures:
-        extra["failures"] = group_failures(rows.failure_groups(conn, root_id))
+        extra["failures"] = group_failures(rows.failed_rows(conn, root_id, FAILURES_SCANNED))
     return replace(fam, **extra)
 
 
 def read_families(conn: Connection, root_ids: Iterable[int]) -> dict[int, Family]:
-    """The families of several roots (a task page's runs) in five statements whatever
+    """The families of several roots (a task page's runs) in four statements whatever
     their number: `{root_id: Family}` without `failures`, rate or ETA. Ids that are not a
     root (a row with a parent) or are gone are left out.
 
@@ -202,12 +205,11 @@ def read_families(conn: Connection, root_ids: Iterable[int]) -> dict[int, Family
     """
     roots = {i: r for i, r in rows.roots_of(conn, root_ids).items()
              if r["root_id"] is None and r["parent_id"] is None}
-    counts = rows.counts_of(conn, roots)
-    times = rows.times_of(conn, roots)
+    seen = rows.summaries_of(conn, roots)
     last = rows.last_completions(conn, roots)
-    callbacks = rows.callbacks_of(conn, roots)
-    empty = {"first_started_at": None, "last_finished_at": None}
-    return {i: _family(root, counts.get(i, []), times.get(i, empty), last.get(i),
+    callbacks = rows.callbacks_of(conn, {i: c["generation"] for i, c in last.items()})
+    empty = {"counts": [], "first_started_at": None, "last_finished_at": None}
+    return {i: _family(root, seen.get(i, empty)["counts"], seen.get(i, empty), last.get(i),
                        last[i]["generation"] if i in last else 0, callbacks.get(i, []))
             for i, root in roots.items()}
 
@@ -238,20 +240,20 @@ def _family(root: dict, count_rows: list[tuple], times: dict, last: dict | None,
         callbacks=callbacks, failed_reasons=failed_reasons)
 
 
-def group_failures(entries: list[dict], shown: int = FAILURE_GROUPS_SHOWN) -> list[FailureGroup]:
-    """Entries of `store.families.failure_groups` (one per fingerprint and error text)
-    merged by `failure_key`, biggest group first (then newest), at most `shown` groups."""
+def group_failures(failed: list[tuple], shown: int = FAILURE_GROUPS_SHOWN
+                   ) -> list[FailureGroup]:
+    """Failed rows `[(id, fingerprint, error)]` (newest first, `store.families
+    .failed_rows`) grouped by `failure_key`, biggest group first (then newest), at most
+    `shown` groups."""
     groups: dict[str, dict] = {}
-    for e in entries:
-        key = failure_key(e["fingerprint"], e["error"])
-        g = groups.setdefault(key, {"count": 0, "error": e["error"], "last": 0, "ids": set()})
-        g["count"] += e["count"]
-        g["ids"].update((e["first_id"], e["last_id"]))
-        if e["last_id"] > g["last"]:
-            g["last"], g["error"] = e["last_id"], e["error"]
+    for job_id, fingerprint, error in failed:
+        g = groups.setdefault(failure_key(fingerprint, error),
+                              {"count": 0, "error": error, "last": job_id, "ids": []})
+        g["count"] += 1
+        if len(g["ids"]) < EXAMPLE_IDS:
+            g["ids"].append(job_id)
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1]["count"], -kv[1]["last"]))
-    return [FailureGroup(key, g["count"], g["error"], sorted(g["ids"], reverse=True)[:EXAMPLE_IDS])
-            for key, g in ordered[:shown]]
+    return [FailureGroup(key, g["count"], g["error"], g["ids"]) for key, g in ordered[:shown]]
 
 
 def family_line(fam: Family) -> str:

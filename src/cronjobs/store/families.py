@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, case, func, literal, select
 
 from ..status import Status
 from .models import cronjob_family as fam
@@ -116,30 +116,43 @@ def completions(conn: Connection, root_id: int) -> list[dict]:
     return [dict(r, counts=json.loads(r["counts"])) for r in rows]
 
 
-def callbacks(conn: Connection, root_id: int) -> list[dict]:
+CALLBACK_KINDS = ("complete", "success", "failure")
+
+
+def callback_keys(root_id: int, generations: int) -> list[str]:
+    """The idempotency keys the callback rows of completions 1 to `generations` of family
+    `root_id` may hold (`family:<root>:<generation>:<kind>`)."""
+    return [f"family:{int(root_id)}:{g}:{kind}" for g in range(1, generations + 1)
+            for kind in CALLBACK_KINDS]
+
+
+def callbacks(conn: Connection, root_id: int, generations: int | None = None) -> list[dict]:
     """The callback rows of family `root_id` (`parent_id` the root, key `family:...`):
-    `id`, `type`, `status`, `idempotency_key`, `finished_at`, oldest first."""
+    `id`, `type`, `status`, `idempotency_key`, `finished_at`, oldest first.
+
+    Args:
+        generations: the family's completions so far, when known: its callback rows are
+            then read by their keys (the unique key index) instead of among the root's
+            children (every row of the family)."""
+    if generations is not None:
+        keys = callback_keys(root_id, generations)
+        if not keys:
+            return []
+        where = [q.c.idempotency_key.in_(keys)]
+    else:
+        where = [q.c.parent_id == root_id, q.c.root_id.is_(None),
+                 q.c.idempotency_key.like(f"family:{int(root_id)}:%")]
     rows = conn.execute(select(q.c.id, q.c.type, q.c.status, q.c.idempotency_key,
-                               q.c.finished_at)
-                        .where(q.c.parent_id == root_id, q.c.root_id.is_(None),
-                               q.c.idempotency_key.like(f"family:{int(root_id)}:%"))
-                        .order_by(q.c.id)).mappings()
+                               q.c.finished_at).where(*where).order_by(q.c.id)).mappings()
     return [dict(r) for r in rows]
 
 
-def times(conn: Connection, root_id: int, since: datetime | None = None) -> dict:
+def times(conn: Connection, root_id: int) -> dict:
     """The first start and the last finish among the rows under root `root_id`:
-    `{"first_started_at", "last_finished_at"}` (naive UTC, None when none); with `since`
-    (naive UTC) also `"finished_since"`: rows under it that finished at or after `since`
-    (the family page's rate), counted in the same pass over the family's rows."""
-    columns = [func.min(q.c.started_at), func.max(q.c.finished_at)]
-    if since is not None:
-        columns.append(func.coalesce(func.sum(case((q.c.finished_at >= since, 1), else_=0)), 0))
-    row = conn.execute(select(*columns).where(q.c.root_id == root_id)).first()
-    out = {"first_started_at": row[0], "last_finished_at": row[1]}
-    if since is not None:
-        out["finished_since"] = int(row[2] or 0)
-    return out
+    `{"first_started_at", "last_finished_at"}` (naive UTC, None when none)."""
+    row = conn.execute(select(func.min(q.c.started_at), func.max(q.c.finished_at))
+                       .where(q.c.root_id == root_id)).first()
+    return {"first_started_at": row[0], "last_finished_at": row[1]}
 
 
 def root_row(conn: Connection, root_id: int) -> dict | None:
@@ -158,18 +171,55 @@ def root_row(conn: Connection, root_id: int) -> dict | None:
 ERROR_KEY_CHARS = 200  # failed rows of one text are one group (as the Failed page's key)
 
 
-def failure_groups(conn: Connection, root_id: int) -> list[dict]:
-    """The failed rows under root `root_id` grouped by fingerprint and error text (first
-    200 characters): `[{fingerprint, error, count, first_id, last_id}]`, in no order.
-    Rows of one text are one entry; the caller merges entries of one normalised key."""
-    error = func.substr(func.coalesce(q.c.error, ""), 1, ERROR_KEY_CHARS).label("error")
-    stmt = (select(q.c.fingerprint, error, func.count().label("n"),
-                   func.min(q.c.id).label("first_id"), func.max(q.c.id).label("last_id"))
+def summary(conn: Connection, root_id: int, since: datetime | None = None) -> dict:
+    """`counts` and `times` of family `root_id` in one pass over its rows:
+    `{"counts": [(status, reason or None, rows)], "first_started_at", "last_finished_at",
+    "finished_since"}` (`finished_since`: rows finished at or after `since`, 0 without
+    it)."""
+    return summaries_of(conn, [root_id], since).get(int(root_id)) or _empty()
+
+
+def _empty() -> dict:
+    return {"counts": [], "first_started_at": None, "last_finished_at": None,
+            "finished_since": 0}
+
+
+def summaries_of(conn: Connection, root_ids: Iterable[int],
+                 since: datetime | None = None) -> dict[int, dict]:
+    """`summary` of several roots at once (one grouped read of `(root_id, ...)`):
+    `{root: summary}`, roots without rows under them left out."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    recent = (func.sum(case((q.c.finished_at >= since, 1), else_=0)) if since is not None
+              else literal(0))
+    root = q.c.root_id == ids[0] if len(ids) == 1 else q.c.root_id.in_(ids)
+    stmt = (select(q.c.root_id, q.c.status, q.c.outcome_reason, func.count(),
+                   func.min(q.c.started_at), func.max(q.c.finished_at), recent)
+            .where(root).group_by(q.c.root_id, q.c.status, q.c.outcome_reason))
+    found: dict[int, dict] = {}
+    for root_id, status, reason, n, first, last, fresh in conn.execute(stmt):
+        out = found.setdefault(int(root_id), _empty())
+        out["counts"].append((str(status), reason, int(n)))
+        if first is not None and (out["first_started_at"] is None
+                                  or first < out["first_started_at"]):
+            out["first_started_at"] = first
+        if last is not None and (out["last_finished_at"] is None
+                                 or last > out["last_finished_at"]):
+            out["last_finished_at"] = last
+        out["finished_since"] += int(fresh or 0)
+    return found
+
+
+def failed_rows(conn: Connection, root_id: int, limit: int) -> list[tuple]:
+    """The newest `limit` failed rows under root `root_id` (a descending range of
+    `ix_cronjob_queue_root_status`): `[(id, fingerprint, error's first 200 characters)]`,
+    newest first; the caller groups them."""
+    error = func.substr(func.coalesce(q.c.error, ""), 1, ERROR_KEY_CHARS)
+    stmt = (select(q.c.id, q.c.fingerprint, error)
             .where(q.c.root_id == root_id, q.c.status == Status.FAILED)
-            .group_by(q.c.fingerprint, error))
-    return [{"fingerprint": r.fingerprint, "error": r.error, "count": int(r.n),
-             "first_id": int(r.first_id), "last_id": int(r.last_id)}
-            for r in conn.execute(stmt)]
+            .order_by(q.c.id.desc()).limit(limit))
+    return [(int(i), fp, text or "") for i, fp, text in conn.execute(stmt)]
 
 
 def family_ids(conn: Connection, root_id: int, statuses: Iterable[str],
@@ -193,32 +243,6 @@ def roots_of(conn: Connection, ids: Iterable[int]) -> dict[int, dict]:
     return {int(r["id"]): dict(r) for r in rows}
 
 
-def counts_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, list[tuple]]:
-    """`counts` of several roots at once: `{root: [(status, reason or None, rows)]}`."""
-    ids = sorted({int(i) for i in root_ids})
-    out: dict[int, list[tuple]] = {i: [] for i in ids}
-    if not ids:
-        return out
-    stmt = (select(q.c.root_id, q.c.status, q.c.outcome_reason, func.count())
-            .where(q.c.root_id.in_(ids))
-            .group_by(q.c.root_id, q.c.status, q.c.outcome_reason))
-    for root, status, reason, n in conn.execute(stmt):
-        out[int(root)].append((str(status), reason, int(n)))
-    return out
-
-
-def times_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, dict]:
-    """`times` of several roots at once: `{root: {first_started_at, last_finished_at}}`
-    (roots without rows under them are left out)."""
-    ids = sorted({int(i) for i in root_ids})
-    if not ids:
-        return {}
-    stmt = (select(q.c.root_id, func.min(q.c.started_at), func.max(q.c.finished_at))
-            .where(q.c.root_id.in_(ids)).group_by(q.c.root_id))
-    return {int(r[0]): {"first_started_at": r[1], "last_finished_at": r[2]}
-            for r in conn.execute(stmt)}
-
-
 def last_completions(conn: Connection, root_ids: Iterable[int]) -> dict[int, dict]:
     """The last recorded completion of each of `root_ids` (those completed at least once):
     `{root: {generation, outcome, counts, completed_at}}`."""
@@ -230,16 +254,16 @@ def last_completions(conn: Connection, root_ids: Iterable[int]) -> dict[int, dic
     return {int(r["root_id"]): dict(r, counts=json.loads(r["counts"])) for r in rows}
 
 
-def callbacks_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, list[dict]]:
-    """`callbacks` of several roots at once: `{root: [{id, type, status, idempotency_key,
-    finished_at}]}` (oldest first; roots without any are left out)."""
-    ids = sorted({int(i) for i in root_ids})
-    if not ids:
+def callbacks_of(conn: Connection, generations: dict[int, int]) -> dict[int, list[dict]]:
+    """`callbacks` of several roots at once, by their keys (`generations`: root ->
+    completions so far): `{root: [{id, type, status, idempotency_key, finished_at}]}`
+    (oldest first; roots without any are left out)."""
+    keys = [k for root, n in generations.items() for k in callback_keys(root, n)]
+    if not keys:
         return {}
     rows = conn.execute(select(q.c.id, q.c.parent_id, q.c.type, q.c.status,
                                q.c.idempotency_key, q.c.finished_at)
-                        .where(q.c.parent_id.in_(ids), q.c.root_id.is_(None),
-                               q.c.idempotency_key.like("family:%"))
+                        .where(q.c.idempotency_key.in_(keys))
                         .order_by(q.c.id)).mappings()
     out: dict[int, list[dict]] = {}
     for r in rows:
