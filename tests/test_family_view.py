@@ -242,6 +242,19 @@ def test_watch_redraws_until_the_family_is_complete(app):
     assert progress_line(fam).startswith("[" + "#" * 30 + "] 4/4")
 
 
+def complete(app, root: int, outcome: str, callback_status: str) -> int:
+    """Record completion 1 of family `root` and its callback row, as `family.settle` does."""
+    from cronjobs.store.models import cronjob_family
+
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_family.insert().values(
+            root_id=root, generation=1, outcome=outcome, counts="{}",
+            completed_at=T0 + timedelta(seconds=55)))
+    return add_row(app, type="test.count.complete", status=callback_status, parent_id=root,
+                   idempotency_key=f"family:{root}:1:complete",
+                   payload={"family": root, "generation": 1})
+
+
 class CountExecute(CronJobHandler):
     TYPE = "test.count.execute"
     MAX_ATTEMPTS = 7
@@ -256,15 +269,18 @@ def test_task_page_family_line_duration_and_success_by_family(app):
     good = make_family(app, [{"status": "completed", "finished": 9.2}] * 3)
     bad = sample(app)
     finish(app, ids_under(app, bad, "running") + ids_under(app, bad, "pending"), at=50)
+    for root, outcome, status in ((good, "success", "completed"), (bad, "failure", "pending")):
+        complete(app, root, outcome, status)
     alone = add_row(app, type="test.count.discover", status="completed", started_at=T0,
                     finished_at=T0 + timedelta(seconds=1))
     client = web_client(app)
     text = client.get("/tasks/test-count", headers=BEARER).get_data(as_text=True)
     runs = text.split('id="runs"', 1)[1].split("</table>", 1)[0]
     line = runs.split(f'data-id="{bad}"', 1)[1].split("</tr>", 1)[0]
-    assert "15 children: 11 ok, 4 failed (1 timeouts) — 50.0 s" in line
+    assert "15 children: 11 ok, 4 failed (1 timeouts) — 50.0 s — callback pending" in line
     assert f'href="/jobs/{bad}/family"' in line
-    assert "3 children: 3 ok — 9.2 s" in runs.split(f'data-id="{good}"', 1)[1].split("</tr>")[0]
+    good_line = runs.split(f'data-id="{good}"', 1)[1].split("</tr>")[0]
+    assert "3 children: 3 ok — 9.2 s — callback completed" in good_line
     assert "children" not in runs.split(f'data-id="{alone}"', 1)[1].split("</tr>")[0]
     # 2 of the 3 runs succeeded: the one with failed children did not
     assert "67" in text.split('id="run-stats"', 1)[1].split("</p>", 1)[0]
@@ -273,7 +289,12 @@ def test_task_page_family_line_duration_and_success_by_family(app):
     with app.engine.connect() as conn:
         fams = read_families(conn, [good, bad, alone, ids_under(app, bad)[0]])
     assert set(fams) == {good, bad, alone} and fams[alone].total == 0
-    assert fams[bad].failures == [] and fams[bad].complete
+    assert fams[bad].failures == [] and fams[bad].complete and fams[bad].outcome == "failure"
+    assert [c["idempotency_key"] for c in fams[good].callbacks] == [f"family:{good}:1:complete"]
+    assert fams[good].generation == 1 and fams[good].total == 3  # the callback is no member
+    one = queue.family(good)
+    assert one.callbacks[0]["status"] == "completed" and one.outcome == "success"
+    assert queue.family(one.callbacks[0]["id"]).root_id == good  # a callback row: its root's
 
 
 def test_queue_counts_and_status_links_keep_every_filter(app):
@@ -298,3 +319,19 @@ def test_queue_counts_and_status_links_keep_every_filter(app):
     assert typed["counts"]["failed"] == [8, False]
     assert client.get("/queue?queue=bad%20name", headers=BEARER).status_code == 400
 
+
+
+def test_cronjobs_tasks_shows_the_last_run_family(app):
+    from cronjobs.store.models import cronjob_runtime
+
+    root = sample(app)
+    runner = CliRunner()
+    assert runner.invoke(main, ["tasks", "--json"]).exit_code == 0  # the runtime rows
+    with app.engine.begin() as conn:
+        conn.execute(cronjob_runtime.update().where(cronjob_runtime.c.task == "test-count")
+                     .values(last_job_id=root, last_status="completed"))
+    rows = {r["task"]: r for r in json.loads(runner.invoke(main, ["tasks", "--json"]).output)}
+    assert rows["test-count"]["last_family"] == (
+        "15 children: 6 ok, 4 failed (1 timeouts), 2 running, 3 pending — 30.0 s so far")
+    wide = runner.invoke(main, ["tasks", "--wide"]).output
+    assert "FAMILY" in wide.splitlines()[0] and "15 children: 6 ok" in wide
