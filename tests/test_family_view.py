@@ -246,10 +246,15 @@ def complete(app, root: int, outcome: str, callback_status: str) -> int:
     """Record completion 1 of family `root` and its callback row, as `family.settle` does."""
     from cronjobs.store.models import cronjob_family
 
+    c = cronjob_queue.c
     with app.engine.begin() as conn:
+        counts = dict(conn.execute(sa.select(c.status, sa.func.count()).where(
+            c.root_id == root).group_by(c.status)).all())
+        last = conn.execute(sa.select(sa.func.max(c.finished_at)).where(
+            c.root_id == root)).scalar()
         conn.execute(cronjob_family.insert().values(
-            root_id=root, generation=1, outcome=outcome, counts="{}",
-            completed_at=T0 + timedelta(seconds=55)))
+            root_id=root, generation=1, outcome=outcome, counts=json.dumps(counts),
+            completed_at=last))
     return add_row(app, type="test.count.complete", status=callback_status, parent_id=root,
                    idempotency_key=f"family:{root}:1:complete",
                    payload={"family": root, "generation": 1})
@@ -292,6 +297,12 @@ def test_task_page_family_line_duration_and_success_by_family(app):
     assert fams[bad].failures == [] and fams[bad].complete and fams[bad].outcome == "failure"
     assert [c["idempotency_key"] for c in fams[good].callbacks] == [f"family:{good}:1:complete"]
     assert fams[good].generation == 1 and fams[good].total == 3  # the callback is no member
+    retried = ids_under(app, bad, "failed")[0]
+    with app.engine.begin() as conn:  # a retry after the completion: read from the rows
+        conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == retried)
+                     .values(status="pending"))
+        again = read_families(conn, [bad])[bad]
+    assert again.counts["pending"] == 1 and not again.complete and again.generation == 1
     one = queue.family(good)
     assert one.callbacks[0]["status"] == "completed" and one.outcome == "success"
     assert queue.family(one.callbacks[0]["id"]).root_id == good  # a callback row: its root's

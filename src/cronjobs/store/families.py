@@ -222,6 +222,23 @@ def failed_rows(conn: Connection, root_id: int, limit: int) -> list[tuple]:
     return [(int(i), fp, text or "") for i, fp, text in conn.execute(stmt)]
 
 
+def failed_reasons_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, dict]:
+    """The failed rows under each of `root_ids` per outcome reason (a range of
+    `ix_cronjob_queue_root_status` over the failed rows only): `{root: {reason: rows}}`
+    (rows without a reason left out)."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    stmt = (select(q.c.root_id, q.c.outcome_reason, func.count())
+            .where(q.c.root_id.in_(ids), q.c.status == Status.FAILED,
+                   q.c.outcome_reason.is_not(None))
+            .group_by(q.c.root_id, q.c.outcome_reason))
+    out: dict[int, dict] = {}
+    for root, reason, n in conn.execute(stmt):
+        out.setdefault(int(root), {})[reason] = int(n)
+    return out
+
+
 def family_ids(conn: Connection, root_id: int, statuses: Iterable[str],
                limit: int = 1000) -> list[int]:
     """Ids of up to `limit` rows under root `root_id` in `statuses`, lowest first (a
