@@ -66,7 +66,7 @@ def scheduler() -> None:
 
 # `cronjobs tasks` on a terminal narrower than its table: TASK, FREQUENCY, ENABLED,
 # LAST_STATUS and NEXT_RUN_AT stay; these are added, the most wanted first, while they fit.
-TASKS_OPTIONAL = ["family", "skip_reason", "last_run_at", "available", "limits", "paused",
+TASKS_OPTIONAL = ["skip_reason", "last_run_at", "family", "available", "limits", "paused",
                   "skipped", "overlap", "last_job", "last_skipped", "buffered", "manual_status",
                   "last_manual_at", "manual_job", "type", "source"]
 

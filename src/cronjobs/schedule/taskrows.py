@@ -174,10 +174,11 @@ def cli_row(row: TaskRow) -> dict:
     return {"task": row.task, "type": row.type, "frequency": frequency, "enabled": str(row.enabled),
             "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
             "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
-            "last_status": text(row.last_status), "next_run_at": text(row.next_run_at),
+            "last_status": text(row.last_status), "family": row.last_family,
+            "next_run_at": text(row.next_run_at),
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),
             "manual_status": text(row.last_manual_status), "overlap": row.overlap,
             "skipped": str(row.skipped_count), "last_skipped": text(row.last_skipped_slot),
             "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot),
-            "limits": row.limits, "paused": row.paused_by, "family": row.last_family}
+            "limits": row.limits, "paused": row.paused_by}
