@@ -1,6 +1,8 @@
 """What a family is now: its counts, times and completions, read without touching the
 table by hand (`read_family`): the callbacks' `family` argument, `queue.family(id)`, the
-family page and `cronjobs family ID`."""
+family page and `cronjobs family ID`, with its failures grouped (`failure_key`), its
+rate and ETA; `read_families` reads the families of a page of runs (the task page,
+`cronjobs tasks`) at once; `family_line` says one in a line."""
 
 from __future__ import annotations
 
