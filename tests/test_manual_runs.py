@@ -61,7 +61,7 @@ def test_two_cli_runs_at_once_give_one_row_and_a_refusal_naming_it(db_url, make_
             break
     header, *lines = out.splitlines()
     assert header.split() == ["TASK", "TYPE", "FREQUENCY", "ENABLED", "AVAILABLE", "SOURCE",
-                              "LAST_RUN_AT", "LAST_JOB", "LAST_STATUS", "NEXT_RUN_AT",
+                              "LAST_RUN_AT", "LAST_JOB", "LAST_STATUS", "FAMILY", "NEXT_RUN_AT",
                               "LAST_MANUAL_AT", "MANUAL_JOB", "MANUAL_STATUS", "OVERLAP",
                               "SKIPPED", "LAST_SKIPPED", "SKIP_REASON", "BUFFERED", "LIMITS",
                               "PAUSED"]

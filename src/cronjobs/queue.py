@@ -1,4 +1,5 @@
-"""The public queue API: dispatch, submit, dispatch_many, get, process, recover_stale, cleanup.
+"""The public queue API: dispatch, submit, dispatch_many, get, children, family, process,
+recover_stale, cleanup.
 
 The CLI and the dashboard call these same functions. Every function takes an optional
 `app=` (default: `cronjobs.app.current()`). Rows are written by `cronjobs.job.dispatching`
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from . import store
 from .app import App, current
-from .errors import InvalidJob
+from .errors import InvalidJob, JobNotFound
 from .family.settle import settle_rows
+from .family.view import Family, read_family
 from .job import dispatching, failures
 from .job.dispatching import Dispatched, build_row
 from .status import Status
@@ -28,8 +30,8 @@ if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
 log = logging.getLogger("cronjobs.queue")
 
 # `build_row` (the column values of a checked new row) lives in `cronjobs.job.dispatching`.
-__all__ = ["Dispatched", "build_row", "cleanup", "dispatch", "dispatch_many", "get", "process",
-           "recover_stale", "submit"]
+__all__ = ["Dispatched", "Family", "build_row", "children", "cleanup", "dispatch",
+           "dispatch_many", "family", "get", "process", "recover_stale", "submit"]
 
 
 def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
@@ -133,6 +135,52 @@ def get(id: int, columns: Iterable[str] | None = None, *, app: App | None = None
     """
     app = app or current()
     return run_in_transaction(app.engine, lambda conn: store.get_job(conn, id, columns))
+
+
+def children(id: int, columns: Iterable[str] | None = None, *, status: str | None = None,
+             app: App | None = None) -> list[dict]:
+    """The rows whose parent is row `id`, lowest id first, as dicts like `get`'s (`columns`
+    only, when given; `payload` and `result_payload` as stored JSON text, times naive
+    UTC). Grandchildren are not included: their parent is a child (`family` counts them).
+
+    Args:
+        id: the parent row's id.
+        columns: column names (default all; pass a few for a large family).
+        status: rows of this status only (`pending` ... `cancelled`).
+
+    Returns:
+        The children (empty when the row has none).
+
+    Raises:
+        JobNotFound: no row `id`.
+        InvalidJob: an unknown column name or status.
+    """
+    if status is not None and status not in tuple(Status):
+        raise InvalidJob(f"status must be one of {', '.join(Status)}, got {status!r}")
+    app = app or current()
+
+    def read(conn) -> list[dict] | None:
+        if store.get_job(conn, id, ["id"]) is None:
+            return None
+        return store.get_children(conn, id, columns, status)
+
+    rows = run_in_transaction(app.engine, read)
+    if rows is None:
+        raise JobNotFound(f"no job with id {id}")
+    return rows
+
+
+def family(id: int, *, app: App | None = None) -> Family | None:
+    """The family of row `id` as it is now (`cronjobs.family.view.Family`: counts per
+    status and reason, times and duration, failures grouped, rate and ETA, completions
+    and callback rows), or None when there is no row `id`, as `get`.
+
+    A row under a root (or a root's callback row) gives its root's family; the root of a
+    row without children is a family of its own with no rows under it.
+    """
+    app = app or current()
+    now = app.clock.now()
+    return run_in_transaction(app.engine, lambda conn: read_family(conn, id, now))
 
 
 def process(job_row: int | dict, *, app: App | None = None) -> bool:

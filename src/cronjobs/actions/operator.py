@@ -1,5 +1,6 @@
 """Operator actions for the dashboard's buttons and the CLI: on one row, retry, cancel,
-stop (a running job); lifting a pause or a block, which rings the queues it released.
+stop (a running job); on a family, cancel it (`cancel_family`); lifting a pause or a
+block, which rings the queues it released.
 Many rows at once (Retry all, `cronjobs failed --retry`) are a bulk operation:
 `cronjobs.actions.bulk`."""
 

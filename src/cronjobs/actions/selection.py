@@ -43,6 +43,9 @@ class Selection:
         title: rows whose title contains this text.
         hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`).
         ids: these rows only (ticked on a page); a selection of ids takes no filter.
+        queue: rows of this queue only.
+        root: rows under this family root only (children, grandchildren: `root_id`; the
+            family page's Retry failed).
 
     Raises:
         ValueError: ids together with a filter.
@@ -57,6 +60,8 @@ class Selection:
     title: str | None = None
     hide: tuple[str, ...] = ()
     ids: tuple[int, ...] = ()
+    root: int | None = None
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         types = sorted({t for t in (*self.types, self.job_type or "") if t})
@@ -89,6 +94,10 @@ class Selection:
             parts.append("not=" + ",".join(_word(t) for t in self.hide))
         if self.group is not None:
             parts.append("group=" + json.dumps(self.group, ensure_ascii=False))
+        if self.root is not None:
+            parts.append(f"root={self.root}")
+        if self.queue is not None:
+            parts.append(f"queue={_word(self.queue)}")
         return parts
 
     def key(self) -> str:
@@ -111,4 +120,5 @@ class Selection:
                    else (failures.digest(self.group), self.unmarked))
         return store.selection.where(
             statuses=statuses, types=self.all_types(), failure=failure, parent=self.parent,
-            title=self.title, hide=self.hide, ids=self.ids)
+            title=self.title, hide=self.hide, ids=self.ids, root=self.root,
+            queue=self.queue)

@@ -1,6 +1,7 @@
 """The `cronjobs` command line: `main` and its commands, one module per group of commands."""
 
 from . import (  # noqa: F401  (each module registers its commands)
+    family,
     flow,
     handlers,
     jobs,

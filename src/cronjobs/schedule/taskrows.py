@@ -9,6 +9,7 @@ from datetime import datetime
 from .. import store
 from ..app import App
 from ..errors import ConfigError
+from ..family.view import family_line, read_families
 from ..flow.state import TaskFlow, TypeLimits, task_flows
 from ..status import Status
 from .overlap import policy_of
@@ -44,6 +45,9 @@ class TaskRow:
             "" when none does.
         after: the task whose run of the same slot this one's waits for (`AFTER`), "".
         waiting: "waiting for acme-sync" while the last scheduled run waits for it, "".
+        last_family: the last scheduled run's family in one line ("200 children: 176
+            ok, 24 failed (13 timeouts) — 9.2 s — callback completed"), "" when that run
+            has no row under it (nor a callback) or is gone.
     """
 
     task: str
@@ -73,6 +77,7 @@ class TaskRow:
     paused_by: str = ""
     after: str = ""
     waiting: str = ""
+    last_family: str = ""
 
     def as_dict(self) -> dict:
         """The row as a dict (JSON-friendly apart from datetimes)."""
@@ -99,6 +104,8 @@ def task_rows(app: App) -> list[TaskRow]:
         manual = store.views.job_statuses(
             conn, [i.runtime.get("last_manual_job_id") for i in infos])
         pauses = store.list_pauses(conn, store.flow.flow_now(conn, app.clock))
+        families = read_families(conn, [i.runtime["last_job_id"] for i in infos
+                                        if i.runtime.get("last_job_id")])
     flows = task_flows(app, {i.task: tuple(registry.task_types(i.task)) for i in infos}, pauses)
     try:
         after = after_of(app)
@@ -135,8 +142,14 @@ def task_rows(app: App) -> list[TaskRow]:
                 f"{p['scope']} {p['name']}" for p in flows[info.task].pauses),
             after=after.get(info.task, ""),
             waiting=f"waiting for {after[info.task]}" if info.task in after
-            and rt.get("last_status") == Status.WAITING else ""))
+            and rt.get("last_status") == Status.WAITING else "",
+            last_family=_line(families.get(rt.get("last_job_id")))))
     return rows
+
+
+def _line(fam) -> str:
+    """`family_line` of a run's family, "" without one or with nothing under its root."""
+    return family_line(fam) if fam is not None and (fam.total or fam.callbacks) else ""
 
 
 def limits_text(flow: TaskFlow) -> str:
@@ -174,7 +187,7 @@ def cli_row(row: TaskRow) -> dict:
     return {"task": row.task, "type": row.type, "frequency": frequency, "enabled": str(row.enabled),
             "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
             "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
-            "last_status": row.waiting or text(row.last_status),
+            "last_status": row.waiting or text(row.last_status), "family": row.last_family,
             "next_run_at": text(row.next_run_at),
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),

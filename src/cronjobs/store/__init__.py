@@ -49,6 +49,7 @@ from .jobs import (
     JOB_COLUMNS,
     count_children,
     family_roots,
+    get_children,
     get_job,
     live_in_families,
     select_by_key,
@@ -83,7 +84,7 @@ from .workers import beat, forget, list_workers, prune_workers, running_by_worke
 
 __all__ = [
     "JOB_COLUMNS", "Claim", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs",
-    "count_children", "family_roots",
+    "count_children", "family_roots", "get_children",
     "delete_job", "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs",
     "insert_new_direct", "insert_new_sqlite", "renew_leases", "select_by_key", "due_pending",
     "pending_by_queue",

@@ -27,8 +27,9 @@ import json
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, case, func, literal, select
 
+from ..status import Status
 from .dependencies import fetch_rows
 from .models import cronjob_dependency as deps
 from .models import cronjob_family as fam
@@ -157,14 +158,34 @@ def completions(conn: Connection, root_id: int) -> list[dict]:
     return [dict(r, counts=json.loads(r["counts"])) for r in rows]
 
 
-def callbacks(conn: Connection, root_id: int) -> list[dict]:
+CALLBACK_KINDS = ("complete", "success", "failure")
+
+
+def callback_keys(root_id: int, generations: int) -> list[str]:
+    """The idempotency keys the callback rows of completions 1 to `generations` of family
+    `root_id` may hold (`family:<root>:<generation>:<kind>`)."""
+    return [f"family:{int(root_id)}:{g}:{kind}" for g in range(1, generations + 1)
+            for kind in CALLBACK_KINDS]
+
+
+def callbacks(conn: Connection, root_id: int, generations: int | None = None) -> list[dict]:
     """The callback rows of family `root_id` (`parent_id` the root, key `family:...`):
-    `id`, `type`, `status`, `idempotency_key`, `finished_at`, oldest first."""
+    `id`, `type`, `status`, `idempotency_key`, `finished_at`, oldest first.
+
+    Args:
+        generations: the family's completions so far, when known: its callback rows are
+            then read by their keys (the unique key index) instead of among the root's
+            children (every row of the family)."""
+    if generations is not None:
+        keys = callback_keys(root_id, generations)
+        if not keys:
+            return []
+        where = [q.c.idempotency_key.in_(keys)]
+    else:
+        where = [q.c.parent_id == root_id, q.c.root_id.is_(None),
+                 q.c.idempotency_key.like(f"family:{int(root_id)}:%")]
     rows = conn.execute(select(q.c.id, q.c.type, q.c.status, q.c.idempotency_key,
-                               q.c.finished_at)
-                        .where(q.c.parent_id == root_id, q.c.root_id.is_(None),
-                               q.c.idempotency_key.like(f"family:{int(root_id)}:%"))
-                        .order_by(q.c.id)).mappings()
+                               q.c.finished_at).where(*where).order_by(q.c.id)).mappings()
     return [dict(r) for r in rows]
 
 
@@ -199,3 +220,127 @@ def mark_cancelled(conn: Connection, root_id: int, reason: str) -> None:
     conn.execute(q.update().where(q.c.id == root_id, q.c.outcome_reason.is_(None),
                                   q.c.status.in_(("completed", "failed", "cancelled")))
                  .values(outcome_reason=reason))
+# What the family page, `queue.family(id)`, `cronjobs family` and the task page read: each
+# statement is one range of `ix_cronjob_queue_root_status` (root_id, status, id) or of
+# `ix_cronjob_queue_parent`, and the per-root ones take the roots of a page in one go.
+
+ERROR_KEY_CHARS = 200  # failed rows of one text are one group (as the Failed page's key)
+
+
+def summary(conn: Connection, root_id: int, since: datetime | None = None) -> dict:
+    """`counts` and `times` of family `root_id` in one pass over its rows:
+    `{"counts": [(status, reason or None, rows)], "first_started_at", "last_finished_at",
+    "finished_since"}` (`finished_since`: rows finished at or after `since`, 0 without
+    it)."""
+    return summaries_of(conn, [root_id], since).get(int(root_id)) or _empty()
+
+
+def _empty() -> dict:
+    return {"counts": [], "first_started_at": None, "last_finished_at": None,
+            "finished_since": 0}
+
+
+def summaries_of(conn: Connection, root_ids: Iterable[int],
+                 since: datetime | None = None) -> dict[int, dict]:
+    """`summary` of several roots at once (one grouped read of `(root_id, ...)`):
+    `{root: summary}`, roots without rows under them left out."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    recent = (func.sum(case((q.c.finished_at >= since, 1), else_=0)) if since is not None
+              else literal(0))
+    root = q.c.root_id == ids[0] if len(ids) == 1 else q.c.root_id.in_(ids)
+    stmt = (select(q.c.root_id, q.c.status, q.c.outcome_reason, func.count(),
+                   func.min(q.c.started_at), func.max(q.c.finished_at), recent)
+            .where(root).group_by(q.c.root_id, q.c.status, q.c.outcome_reason))
+    found: dict[int, dict] = {}
+    for root_id, status, reason, n, first, last, fresh in conn.execute(stmt):
+        out = found.setdefault(int(root_id), _empty())
+        out["counts"].append((str(status), reason, int(n)))
+        if first is not None and (out["first_started_at"] is None
+                                  or first < out["first_started_at"]):
+            out["first_started_at"] = first
+        if last is not None and (out["last_finished_at"] is None
+                                 or last > out["last_finished_at"]):
+            out["last_finished_at"] = last
+        out["finished_since"] += int(fresh or 0)
+    return found
+
+
+def failed_rows(conn: Connection, root_id: int, limit: int) -> list[tuple]:
+    """The newest `limit` failed rows under root `root_id` (a descending range of
+    `ix_cronjob_queue_root_status`): `[(id, fingerprint, error's first 200 characters)]`,
+    newest first; the caller groups them."""
+    error = func.substr(func.coalesce(q.c.error, ""), 1, ERROR_KEY_CHARS)
+    stmt = (select(q.c.id, q.c.fingerprint, error)
+            .where(q.c.root_id == root_id, q.c.status == Status.FAILED)
+            .order_by(q.c.id.desc()).limit(limit))
+    return [(int(i), fp, text or "") for i, fp, text in conn.execute(stmt)]
+
+
+def failed_reasons_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, dict]:
+    """The failed rows under each of `root_ids` per outcome reason (a range of
+    `ix_cronjob_queue_root_status` over the failed rows only): `{root: {reason: rows}}`
+    (rows without a reason left out)."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    stmt = (select(q.c.root_id, q.c.outcome_reason, func.count())
+            .where(q.c.root_id.in_(ids), q.c.status == Status.FAILED,
+                   q.c.outcome_reason.is_not(None))
+            .group_by(q.c.root_id, q.c.outcome_reason))
+    out: dict[int, dict] = {}
+    for root, reason, n in conn.execute(stmt):
+        out.setdefault(int(root), {})[reason] = int(n)
+    return out
+
+
+def family_ids(conn: Connection, root_id: int, statuses: Iterable[str],
+               limit: int = 1000) -> list[int]:
+    """Ids of up to `limit` rows under root `root_id` in `statuses`, lowest first (a
+    range of `ix_cronjob_queue_root_status` per status)."""
+    stmt = (select(q.c.id).where(q.c.root_id == root_id, q.c.status.in_(list(statuses)))
+            .order_by(q.c.id).limit(limit))
+    return [int(r[0]) for r in conn.execute(stmt)]
+
+
+def roots_of(conn: Connection, ids: Iterable[int]) -> dict[int, dict]:
+    """`{id: {id, type, status, root_id, parent_id, started_at, finished_at}}` of rows
+    `ids` (primary key; missing ids are left out)."""
+    ids = sorted({int(i) for i in ids})
+    if not ids:
+        return {}
+    rows = conn.execute(select(q.c.id, q.c.type, q.c.status, q.c.root_id, q.c.parent_id,
+                               q.c.started_at, q.c.finished_at)
+                        .where(q.c.id.in_(ids))).mappings()
+    return {int(r["id"]): dict(r) for r in rows}
+
+
+def last_completions(conn: Connection, root_ids: Iterable[int]) -> dict[int, dict]:
+    """The last recorded completion of each of `root_ids` (those completed at least once):
+    `{root: {generation, outcome, counts, completed_at}}`."""
+    ids = sorted({int(i) for i in root_ids})
+    if not ids:
+        return {}
+    rows = conn.execute(select(fam).where(fam.c.root_id.in_(ids))
+                        .order_by(fam.c.root_id, fam.c.generation)).mappings()
+    return {int(r["root_id"]): dict(r, counts=json.loads(r["counts"])) for r in rows}
+
+
+def callbacks_of(conn: Connection, generations: dict[int, int]) -> dict[int, list[dict]]:
+    """`callbacks` of several roots at once, by their keys (`generations`: root ->
+    completions so far): `{root: [{id, type, status, idempotency_key, finished_at}]}`
+    (oldest first; roots without any are left out)."""
+    keys = [k for root, n in generations.items() for k in callback_keys(root, n)]
+    if not keys:
+        return {}
+    rows = conn.execute(select(q.c.id, q.c.parent_id, q.c.type, q.c.status,
+                               q.c.idempotency_key, q.c.finished_at)
+                        .where(q.c.idempotency_key.in_(keys))
+                        .order_by(q.c.id)).mappings()
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        row = dict(r)
+        out.setdefault(int(row.pop("parent_id")), []).append(row)
+    return out
+

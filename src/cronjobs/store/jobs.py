@@ -43,6 +43,20 @@ def family_roots(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
         select(q.c.id, q.c.root_id).where(q.c.id.in_(list(ids))))}
 
 
+def get_children(conn: Connection, parent_id: int, columns: Iterable[str] | None = None,
+                 status: str | None = None) -> list[dict]:
+    """The rows whose parent is `parent_id` as dicts of `columns` (all when None), lowest
+    id first, of `status` only when given (`ix_cronjob_queue_parent`).
+
+    Raises:
+        InvalidJob: a column name is not a column of `cronjob_queue`.
+    """
+    stmt = select(*_columns(columns)).where(q.c.parent_id == parent_id)
+    if status is not None:
+        stmt = stmt.where(q.c.status == status)
+    return [dict(r) for r in conn.execute(stmt.order_by(q.c.id)).mappings()]
+
+
 def count_children(conn: Connection, job_id: int) -> int:
     """Number of rows whose parent is `job_id`."""
     return conn.execute(select(func.count()).select_from(q)

@@ -38,7 +38,8 @@ class Where:
 
 def where(*, statuses: tuple[str, ...], types: tuple[str, ...] = (),
           failure: tuple[str, tuple[str, ...]] | None = None, parent: int | None = None,
-          title: str | None = None, hide: tuple[str, ...] = (), ids: tuple[int, ...] = ()) -> Where:
+          title: str | None = None, hide: tuple[str, ...] = (), ids: tuple[int, ...] = (),
+          root: int | None = None, queue: str | None = None) -> Where:
     """The rows of a selection.
 
     Args:
@@ -49,6 +50,8 @@ def where(*, statuses: tuple[str, ...], types: tuple[str, ...] = (),
         title: text contained in the title (LIKE, with `%` and `_` escaped).
         hide: types left out (`a.b.execute`, or a prefix `http.uptime.*`).
         ids: only these rows (ticked ones; keep it under 1,000: see `actions.retry_failed`).
+        root: only rows under this family root (`root_id`: its descendants).
+        queue: only rows of this queue.
     """
     if not statuses:
         return Where((false(),))
@@ -61,11 +64,15 @@ def where(*, statuses: tuple[str, ...], types: tuple[str, ...] = (),
         conds.append(failure_group(failure))
     if parent is not None:
         conds.append(q.c.parent_id == parent)
+    if root is not None:
+        conds.append(q.c.root_id == root)
+    if queue is not None:
+        conds.append(q.c.queue == queue)
     if title:
         conds.append(q.c.title.contains(title, autoescape=True))
-    index = "ix_cronjob_queue_type_status" if types and not ids and parent is None else None
-    return Where(tuple(conds + hidden_types(hide)), index, bool(title) and not ids
-                 and parent is None)
+    narrow = ids or parent is not None or root is not None  # an index of its own
+    index = "ix_cronjob_queue_type_status" if types and not narrow else None
+    return Where(tuple(conds + hidden_types(hide)), index, bool(title) and not narrow)
 
 
 def _hinted(stmt, rows: Where):

@@ -58,7 +58,8 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
               parent_id: int | None = None, title: str | None = None,
               before: int | None = None, after: int | None = None, limit: int = 50,
               hide: tuple[str, ...] = (),
-              failure: tuple[str, tuple[str, ...]] | None = None) -> Page:
+              failure: tuple[str, tuple[str, ...]] | None = None,
+              queue: str | None = None) -> Page:
     """A page of `cronjob_queue` rows, newest first, filtered and keyset-paginated.
 
     Args:
@@ -74,6 +75,7 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
             windows of `SEARCH_WINDOW` ids, like a title.
         failure: only rows of this Failed-page group, `(fingerprint, unmarked)` (see
             `failure_group`).
+        queue: only rows of this queue.
 
     Returns:
         A `Page`.
@@ -81,13 +83,15 @@ def list_rows(conn: Connection, *, status: str | None = None, types: list[str] |
     limit = max(1, min(int(limit), 500))
     conds, window_low = _conditions(conn, status, parent_id, title, before, after, hide,
                                     failure)
+    if queue is not None:
+        conds.append(q.c.queue == queue)
     ascending = after is not None and before is None
     rows: list[dict] = []
     for job_type in (types or [None]):
         stmt = _list_select().where(*conds)
         if job_type is not None:
             stmt = stmt.where(q.c.type == job_type)
-        if parent_id is None and not title:
+        if parent_id is None and not title and queue is None:
             stmt = _force_index(stmt, job_type is not None, bool(status))
         stmt = stmt.order_by(q.c.id.asc() if ascending else q.c.id.desc()).limit(limit + 1)
         rows.extend(dict(r) for r in conn.execute(stmt).mappings())
@@ -205,19 +209,41 @@ def failed_counts(conn: Connection, since: datetime, cap: int = COUNT_CAP) -> di
 
 
 def count_by_status(conn: Connection, types: list[str] | None = None,
-                    cap: int = COUNT_CAP) -> dict[str, tuple[int, bool]]:
-    """Capped row counts per status (of `types` only when given): `{status: (n, capped)}`."""
+                    cap: int = COUNT_CAP, *, parent_id: int | None = None,
+                    queue: str | None = None) -> dict[str, tuple[int, bool]]:
+    """Capped row counts per status of the rows of `types`, `parent_id` and `queue` (each
+    only when given): `{status: (n, capped)}`.
+
+    The children of a parent are counted in one grouped read of `ix_cronjob_queue_parent`
+    (exact: a family's size); else one capped count per status on the `(type, status,
+    id)`, claim `(queue, status, ...)` or `(status, id)` index."""
+    if parent_id is not None:
+        return _children_by_status(conn, parent_id, types, queue)
     counts = {}
     for status in STATUSES:
         n, capped = 0, False
         for job_type in (types or [None]):  # one (type, status) index range each
             conds = [q.c.status == status] + ([q.c.type == job_type] if job_type else [])
+            conds += [q.c.queue == queue] if queue is not None else []
             part, more = capped_count(conn, *conds, cap=cap - n)
             n, capped = n + part, capped or more
             if capped:
                 break
         counts[status] = (n, capped)
     return counts
+
+
+def _children_by_status(conn: Connection, parent_id: int, types: list[str] | None,
+                        queue: str | None) -> dict[str, tuple[int, bool]]:
+    """`count_by_status` of the children of `parent_id` (of `types`, `queue`)."""
+    stmt = (select(q.c.status, func.count()).where(q.c.parent_id == parent_id)
+            .group_by(q.c.status))
+    if types:
+        stmt = stmt.where(q.c.type.in_(types))
+    if queue is not None:
+        stmt = stmt.where(q.c.queue == queue)
+    found = {str(status): int(n) for status, n in conn.execute(stmt)}
+    return {status: (found.get(status, 0), False) for status in STATUSES}
 
 
 def throughput(conn: Connection, now: datetime, cap: int = 100_000) -> dict[str, tuple[int, bool]]:

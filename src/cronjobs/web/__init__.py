@@ -1,7 +1,8 @@
 """The automation dashboard: a Flask app with one blueprint per page group.
 
 Pages: Overview (`/`), Tasks (`/tasks`), a task (`/tasks/<name>`), Queue (`/queue`), Job
-(`/jobs/<id>`, its texts whole at `/jobs/<id>/raw/<field>`), Workers (`/workers`, the busy
+(`/jobs/<id>`, its texts whole at `/jobs/<id>/raw/<field>`), a family (`/jobs/<id>/family`,
+its JSON `/api/jobs/<id>/family`: `family.py`), Workers (`/workers`, the busy
 view; Stop at `/jobs/<id>/stop`), Failed (`/failed`), bulk operations (`/operations/<id>`),
 Pauses & blocks (`/flow`); JSON: `/api/tasks`, `/api/jobs`, `/api/jobs/<id>`, and what the
 pages poll to update themselves (`/api/overview`, `/api/queue`, `/api/jobs/<id>/live`:
@@ -100,6 +101,7 @@ def _install(web: Flask, app: App) -> None:
         api,
         auth,
         failed,
+        family,
         fields,
         flow,
         health,
@@ -119,7 +121,7 @@ def _install(web: Flask, app: App) -> None:
     tasks.install(web)
     proxy.install(web, app.settings.dashboard.proxy)
     for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
-                      operations.bp, api.bp, live.bp, flow.bp):
+                      operations.bp, api.bp, live.bp, flow.bp, family.bp):
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)

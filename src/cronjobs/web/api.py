@@ -38,7 +38,8 @@ def jobs():
     f = queue_filters(hide_by_default=False)
     with cronjobs_app().engine.connect() as conn:
         page = store.views.list_rows(conn, status=f["status"], types=f["types"],
-                                     parent_id=f["parent"], title=f["title"],
+                                     parent_id=f["parent"], queue=f["queue"],
+                                     title=f["title"],
                                      before=f["before"], after=f["after"], limit=f["limit"],
                                      hide=f["hide"])
     response = jsonify(_clean(page.rows))

@@ -9,6 +9,7 @@ from flask import Blueprint, abort, current_app, redirect, render_template, requ
 
 from .. import limits, store
 from ..actions import operator
+from ..errors import InvalidJob
 from ..family import depends
 from ..flow.state import pauses_holding, untaken, waits_for
 from ..handler import stage_of
@@ -54,9 +55,9 @@ def queue_filters(hide_by_default: bool = True, args=None) -> dict:
             action's form carries the page's filters).
 
     Returns:
-        `{status, type, task, types, parent, title, before, after, limit, housekeeping,
-        hide}`: `housekeeping` is True when those rows are shown, `hide` the types left
-        out (empty when shown, or when a task, type or parent is asked for).
+        `{status, type, task, types, parent, queue, title, before, after, limit,
+        housekeeping, hide}`: `housekeeping` is True when those rows are shown, `hide` the
+        types left out (empty when shown, or when a task, type or parent is asked for).
     """
     app = cronjobs_app()
     args = request.args if args is None else args
@@ -75,11 +76,18 @@ def queue_filters(hide_by_default: bool = True, args=None) -> dict:
     if title and len(title) > 255:
         abort(400, "title filter is longer than 255 characters")
     parent = _int_arg("parent", args=args)
+    queue = (args.get("queue") or "").strip() or None
+    if queue is not None:
+        try:
+            limits.check_queue(queue)
+        except InvalidJob as exc:
+            abort(400, str(exc))
     flag = args.get("housekeeping")
     shown = flag == "1" if hide_by_default else flag != "0"
     hide = () if shown or types or parent is not None else HOUSEKEEPING_TYPES
     return {"status": status, "type": job_type, "task": task, "types": types,
-            "parent": parent, "title": title, "before": _int_arg("before", args=args),
+            "parent": parent, "queue": queue, "title": title,
+            "before": _int_arg("before", args=args),
             "after": _int_arg("after", 0, args=args),
             "limit": _int_arg("limit", 1, 500, args=args) or 50,
             "housekeeping": shown, "hide": hide}
@@ -87,13 +95,13 @@ def queue_filters(hide_by_default: bool = True, args=None) -> dict:
 
 def queue_links(f: dict) -> dict:
     """Query arguments that keep the filters `f` in the Queue page's links:
-    `{"keep": all but the page, "keep_base": task, type and the housekeeping toggle,
-    "live_args": the page's own arguments}`."""
+    `{"keep": all but the page, "keep_base": every filter but the status (the status
+    links), "live_args": the page's own arguments}`."""
     flag = "1" if f["housekeeping"] else None
-    keep = {"status": f["status"], "type": f["type"], "task": f["task"], "parent": f["parent"],
+    base = {"type": f["type"], "task": f["task"], "parent": f["parent"], "queue": f["queue"],
             "title": f["title"], "housekeeping": flag}
-    return {"keep": keep, "keep_base": {"type": f["type"], "task": f["task"],
-                                        "housekeeping": flag},
+    keep = {"status": f["status"], **base}
+    return {"keep": keep, "keep_base": base,
             "live_args": {**keep, "before": f["before"], "after": f["after"],
                           "limit": request.args.get("limit")}}
 
@@ -120,16 +128,18 @@ def throughput(conn, now: datetime) -> dict:
 
 
 def queue_page(f: dict) -> dict:
-    """The rows, counts and throughput of the Queue page for filters `f`."""
+    """The rows, counts and throughput of the Queue page for filters `f` (the counts per
+    status are those of the rows of its type, task, parent and queue filters)."""
     app = cronjobs_app()
     with app.engine.connect() as conn:
         page = store.views.list_rows(conn, status=f["status"], types=f["types"],
-                                     parent_id=f["parent"], title=f["title"],
-                                     before=f["before"], after=f["after"], limit=f["limit"],
-                                     hide=f["hide"])
+                                     parent_id=f["parent"], queue=f["queue"],
+                                     title=f["title"], before=f["before"], after=f["after"],
+                                     limit=f["limit"], hide=f["hide"])
         discover = [r["id"] for r in page.rows if stage_of(r["type"]) == "discover"]
         children = store.views.children_counts(conn, discover)
-        counts = store.views.count_by_status(conn, f["types"])
+        counts = store.views.count_by_status(conn, f["types"], parent_id=f["parent"],
+                                             queue=f["queue"])
         speed = throughput(conn, app.clock.now())
         after = depends.waiting_for(conn, [r["id"] for r in page.rows
                                            if r["status"] == Status.WAITING])
@@ -142,7 +152,7 @@ QUEUE_POLL_SECONDS = 3
 
 @bp.get("/queue")
 def queue():
-    """Rows filtered by status, type, task, parent and title text, newest first; the rows
+    """Rows filtered by status, type, task, parent, queue and title text, newest first; the rows
     and counts update themselves (`/api/queue`)."""
     f = queue_filters()
     app = cronjobs_app()

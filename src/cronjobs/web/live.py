@@ -25,11 +25,12 @@ def _iso(value):
 @bp.get("/api/queue")
 def queue():
     """The Queue page's rows and counts for the same filters (`status`, `task`, `type`,
-    `parent`, `title`, `housekeeping`, `before`, `after`, `limit`).
+    `parent`, `queue`, `title`, `housekeeping`, `before`, `after`, `limit`).
 
     Returns:
         `{"rows": [{id, type, status, attempts, max_attempts, scheduled_at, finished_at,
-        title}], "counts": {status: [n, capped]}, "html"}`.
+        title}], "counts": {status: [n, capped]}, "html"}`; `counts` are of the rows of
+        the `task`, `type`, `parent` and `queue` filters (not the title's).
     """
     f = queue_filters()
     data = queue_page(f)

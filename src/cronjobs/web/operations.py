@@ -9,8 +9,8 @@ selection whose operation runs is refused (409, with that operation's progress).
 
 The form's fields: `action` (retry, cancel, delete), `scope` (`ticked`: the `id` boxes
 and the `page` box, which carries every id of its page; `all`: the filter), `source`
-(`queue`: status, type, task, parent, title, housekeeping; `failed`: type, group, a row id
-of a Failed-page group).
+(`queue`: status, type, task, parent, queue, title, housekeeping; `failed`: type, group, a
+row id of a Failed-page group; `family`: root, the family page's root row: its rows).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from .view import ROW_ID_MAX, cronjobs_app
 bp = Blueprint("operations", __name__)
 
 TICKED_MAX = 500  # ticked ids a form may carry: a page of the Queue holds at most 500 rows
-QUEUE_FIELDS = ("status", "type", "task", "parent", "title", "housekeeping")
+QUEUE_FIELDS = ("status", "type", "task", "parent", "queue", "title", "housekeeping")
 FAILED_FIELDS = ("type", "group")
+FAMILY_FIELDS = ("root",)
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,13 @@ def read_form(form: MultiDict) -> BulkForm:
     if action not in bulk.ACTIONS:
         abort(400, f"action must be one of {', '.join(bulk.ACTIONS)}, got {action!r}")
     source, scope = form.get("source", "queue"), form.get("scope", "")
-    if source not in ("queue", "failed") or scope not in ("ticked", "all"):
-        abort(400, f"source must be queue or failed and scope ticked or all, got "
+    if source not in ("queue", "failed", "family") or scope not in ("ticked", "all"):
+        abort(400, f"source must be queue, failed or family and scope ticked or all, got "
                    f"{source!r} and {scope!r}")
-    names = QUEUE_FIELDS if source == "queue" else FAILED_FIELDS
+    names = {"queue": QUEUE_FIELDS, "failed": FAILED_FIELDS, "family": FAMILY_FIELDS}[source]
     kept = {n: form.get(n, "").strip() for n in names if form.get(n, "").strip()}
+    if source == "family":
+        return _family_form(action, scope, kept)
     back = (url_for("jobs.queue", **kept) if source == "queue"
             else url_for("failed.failed", **kept))
     fields = [("action", action), ("source", source), ("scope", scope), *kept.items()]
@@ -117,8 +120,20 @@ def read_form(form: MultiDict) -> BulkForm:
                         fields, back)
     f = queue_filters(args=MultiDict(kept))
     selection = Selection(f["status"], types=tuple(f["types"] or ()), parent=f["parent"],
-                          title=f["title"], hide=f["hide"])
+                          title=f["title"], hide=f["hide"], queue=f["queue"])
     return BulkForm(action, selection, fields, back)
+
+
+def _family_form(action: str, scope: str, kept: dict) -> BulkForm:
+    """The bulk action of the family page (Retry failed): the rows under root `root`."""
+    root = kept.get("root", "")
+    if scope != "all" or not root.isascii() or not root.isdigit() \
+            or not 1 <= int(root) <= ROW_ID_MAX:
+        abort(400, f"a family's action takes scope all and a root row id, got {scope!r} "
+                   f"and {root!r}")
+    fields = [("action", action), ("source", "family"), ("scope", scope), ("root", root)]
+    return BulkForm(action, Selection(root=int(root)), fields,
+                    url_for("family.page", job_id=int(root)))
 
 
 def _refused(exc: OperationRunning):

@@ -15,6 +15,7 @@ from flask_babel import gettext as _
 
 from .. import limits, store
 from ..errors import InvalidJob, TaskRefused, TaskRunning
+from ..family.view import Family, read_families
 from ..flow.state import TaskFlow, task_flows
 from ..handler import stage_of
 from ..schedule.manual import new_request_token, run_now
@@ -89,32 +90,63 @@ def _task_row(task: str) -> TaskRow:
     return row
 
 
-def run_stats(runs: list[dict]) -> dict:
-    """Success rate and durations of finished runs (rows of `views.list_rows`).
+def run_seconds(run: dict, fam: Family | None = None) -> float | None:
+    """How long a run took: its family's duration when it has rows under it (from the
+    root's start to the family's last finish), else the row's own; None when unknown."""
+    if fam is not None and fam.total and fam.duration_seconds is not None:
+        return fam.duration_seconds
+    start, end = run["started_at"], run["finished_at"]
+    return (end - start).total_seconds() if start and end and end >= start else None
+
+
+def run_ended(run: dict, fam: Family | None = None) -> bool | None:
+    """Whether a run succeeded, by its family: True when its family's last completion's
+    outcome is `success` (or, before a completion is recorded, when the root completed,
+    every row under it finished and none failed), False when it ended otherwise, None
+    while it has not ended (the root or a row under it pending or running)."""
+    if run["status"] not in (Status.COMPLETED, Status.FAILED):
+        return None
+    if fam is None or not fam.total and not fam.generation:
+        return run["status"] == Status.COMPLETED
+    if fam.generation:
+        return fam.outcome == "success"
+    if not fam.complete:
+        return None
+    return run["status"] == Status.COMPLETED and not fam.counts.get(Status.FAILED)
+
+
+def run_stats(runs: list[dict], families: dict[int, Family] | None = None) -> dict:
+    """Success rate and durations of finished runs (rows of `views.list_rows`), by their
+    families when given (`run_ended`, `run_seconds`).
 
     Returns:
         `{"finished": n, "completed": n, "rate": fraction or None, "median": seconds or
-        None, "longest": seconds or None}` over the completed and failed runs.
+        None, "longest": seconds or None}` over the runs that ended.
     """
-    ended = [r for r in runs if r["status"] in (Status.COMPLETED, Status.FAILED)]
-    done = [r for r in ended if r["status"] == Status.COMPLETED]
-    seconds = [(r["finished_at"] - r["started_at"]).total_seconds() for r in ended
-               if r["started_at"] and r["finished_at"] and r["finished_at"] >= r["started_at"]]
+    families = families or {}
+    ended = [r for r in runs if run_ended(r, families.get(r["id"])) is not None]
+    done = [r for r in ended if run_ended(r, families.get(r["id"]))]
+    seconds = [s for r in ended if (s := run_seconds(r, families.get(r["id"]))) is not None]
     return {"finished": len(ended), "completed": len(done),
             "rate": len(done) / len(ended) if ended else None,
             "median": statistics.median(seconds) if seconds else None,
             "longest": max(seconds) if seconds else None}
 
 
-def duration_chart(runs: list[dict]):
-    """Bars of the runs' durations, oldest left, coloured by outcome."""
+def duration_chart(runs: list[dict], families: dict[int, Family] | None = None):
+    """Bars of the runs' durations (their families' when they have one: `run_seconds`),
+    oldest left, coloured by outcome (a family with a failed row is a failure)."""
+    families = families or {}
     columns = []
     for r in reversed(runs):
-        start, end = r["started_at"], r["finished_at"]
-        seconds = (end - start).total_seconds() if start and end and end >= start else 0.0
+        fam = families.get(r["id"])
+        seconds = run_seconds(r, fam) or 0.0
+        ok = run_ended(r, fam)
+        shade = r["status"] if ok is None or r["status"] != Status.COMPLETED else (
+            "completed" if ok else "failed")
         tip = _("#%(id)s %(status)s, %(seconds)s s", id=r["id"], status=_(r["status"]),
                 seconds=f"{seconds:.3f}")
-        columns.append(charts.Column([(seconds, f"seg-{r['status']}")], tip))
+        columns.append(charts.Column([(seconds, f"seg-{shade}")], tip))
     return charts.bars(columns, label=_("Duration of the last runs"), unit=" s",
                        chart_id="chart-durations")
 
@@ -131,6 +163,14 @@ def example_payload(cls: type | None) -> str:
         return "{}"
 
 
+def other_types(app, row: TaskRow) -> list[tuple[str, type]]:
+    """The task's types other than the one it starts, with their handler classes (those
+    this dashboard has): a discover task's executes, whose limits the Settings box shows."""
+    registry = handler_registry(app)
+    found = [(t, registry.resolve_handler(t)) for t in row.types if t != row.type]
+    return [(t, cls) for t, cls in found if cls is not None]
+
+
 def _task_page(task: str, error: str | None = None, payload_text: str = "", code: int = 200):
     app = cronjobs_app()
     row = _task_row(task)
@@ -139,13 +179,16 @@ def _task_page(task: str, error: str | None = None, payload_text: str = "", code
         runs = store.views.list_rows(conn, types=[row.type], limit=RUNS_SHOWN).rows
         discover = [r["id"] for r in runs if stage_of(r["type"]) == "discover"]
         children = store.views.children_counts(conn, discover)
+        families = read_families(conn, [r["id"] for r in runs])
     zone = app.settings.timezone
     return render_template(
-        "task.html", t=row, cls=cls, runs=runs, children=children, error=error,
+        "task.html", t=row, cls=cls, runs=runs, children=children, families=families,
+        other_types=other_types(app, row), error=error,
         payload_text=payload_text, example_payload=example_payload(cls),
         zone=zone if row.frequency and is_cron(row.frequency) else "UTC",
-        fires=next_fires(row.frequency, page_now(), zone), stats=run_stats(runs),
-        chart=duration_chart(runs), gone=_gone([row]), token=new_request_token(),
+        fires=next_fires(row.frequency, page_now(), zone),
+        stats=run_stats(runs, families), chart=duration_chart(runs, families),
+        gone=_gone([row]), token=new_request_token(),
         flow=flows_of(app, [row])[row.task],
         payload_limit=limits.PAYLOAD_MAX_BYTES), code
 
