@@ -16,8 +16,8 @@ SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 TASKS_ALL = ["TASK", "TYPE", "FREQUENCY", "ENABLED", "AVAILABLE", "SOURCE", "LAST_RUN_AT",
              "LAST_JOB", "LAST_STATUS", "FAMILY", "NEXT_RUN_AT", "LAST_MANUAL_AT", "MANUAL_JOB",
-             "MANUAL_STATUS", "OVERLAP", "SKIPPED", "LAST_SKIPPED", "SKIP_REASON", "BUFFERED",
-             "LIMITS", "PAUSED"]
+             "MANUAL_STATUS", "AFTER", "OVERLAP", "SKIPPED", "LAST_SKIPPED", "SKIP_REASON",
+             "BUFFERED", "LIMITS", "PAUSED"]
 HANDLERS_ALL = ["TYPE", "TASK", "CLASS", "SOURCE", "FREQUENCY", "QUEUE", "MAX_ATTEMPTS",
                 "MAX_RUNTIME", "LIMITS", "AVAILABLE"]
 

@@ -62,7 +62,7 @@ def test_two_cli_runs_at_once_give_one_row_and_a_refusal_naming_it(db_url, make_
     header, *lines = out.splitlines()
     assert header.split() == ["TASK", "TYPE", "FREQUENCY", "ENABLED", "AVAILABLE", "SOURCE",
                               "LAST_RUN_AT", "LAST_JOB", "LAST_STATUS", "FAMILY", "NEXT_RUN_AT",
-                              "LAST_MANUAL_AT", "MANUAL_JOB", "MANUAL_STATUS", "OVERLAP",
+                              "LAST_MANUAL_AT", "MANUAL_JOB", "MANUAL_STATUS", "AFTER", "OVERLAP",
                               "SKIPPED", "LAST_SKIPPED", "SKIP_REASON", "BUFFERED", "LIMITS",
                               "PAUSED"]
     assert mine.last_job_id is None and mine.last_run_at is None

@@ -88,7 +88,7 @@ def test_failed_command_lists_groups_and_retries(db_url, make_app, tmp_path):
     out = run_cli(["failed"], env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split() == ["COUNT", "TYPE", "NEWEST", "ERROR"]
+    assert lines[0].split() == ["COUNT", "TYPE", "NEWEST", "PATTERN", "E.G."]
     assert lines[1].split()[:3] == ["2", "test.summary.execute", str(a[-1])]
     assert lines[2].split()[:3] == ["1", "test.shape.execute", str(b)]
     typed = run_cli(["failed", "--type", "test.shape.execute", "--retry"], env, cwd=tmp_path)
