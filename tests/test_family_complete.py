@@ -225,3 +225,36 @@ def test_recover_stale_failing_the_last_child_completes_the_family(app):
     assert queue.recover_stale(0, app=app) == 1
     [done] = completions(app, root)
     assert done["outcome"] == "failure" and json.loads(done["counts"]) == {"failed": 1}
+
+
+def test_cleanup_with_zero_day_retention_keeps_a_family_until_its_callback_ran(app):
+    from cronjobs import queue
+    root = dispatch_root(app, children=3, fail=[2])
+    from cronjobs.testing import drain as run
+    run(app, limit=3)  # the discover and two children: one child still pending
+    retention = {"completed": 0, "failed": 0, "cancelled": 0}
+    queue.cleanup(retention, app=app)
+    with app.engine.connect() as conn:
+        left = conn.execute(sa.select(sa.func.count()).select_from(cronjob_queue).where(
+            (cronjob_queue.c.root_id == root) | (cronjob_queue.c.id == root))).scalar_one()
+    assert left == 4  # nothing of a family still going
+    with app.engine.begin() as conn:  # the last child ends; the callback waits (paused)
+        from cronjobs import store
+        store.flow.pause(conn, "type", "fam.fan.complete", now=app.clock.now(), by="test")
+    run(app)
+    queue.cleanup(retention, app=app)
+    with app.engine.connect() as conn:
+        left = conn.execute(sa.select(sa.func.count()).select_from(cronjob_queue).where(
+            (cronjob_queue.c.root_id == root) | (cronjob_queue.c.parent_id == root)
+            | (cronjob_queue.c.id == root))).scalar_one()
+    assert left == 6  # root, 3 children, 2 callback rows (one waiting behind its pause)
+    with app.engine.begin() as conn:
+        store.flow.resume(conn, "type", "fam.fan.complete")
+    run(app)
+    [seen] = [s for s in SEEN if s["kind"] == "complete"]
+    assert seen["counts"] == {"completed": 2, "failed": 1}  # it counted every row
+    for _ in range(4):  # children first, then the callbacks, then the root
+        queue.cleanup(retention, app=app)
+    with app.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(cronjob_queue).where(
+            cronjob_queue.c.id == root)).scalar_one() == 0

@@ -175,7 +175,11 @@ def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
                                                    up.c.parent_id.is_not(None)))
     rows = conn.execute(select(q.c.status, func.count()).where(
         past(q), q.c.id.not_in(select(kept.c.id)),
-        or_(q.c.root_id.is_(None), q.c.root_id.not_in(_busy_roots()))).group_by(q.c.status))
+        or_(and_(q.c.root_id.is_(None),
+                 or_(q.c.parent_id.is_(None),
+                     ~func.coalesce(q.c.idempotency_key, "").like("family:%"),
+                     q.c.parent_id.not_in(_busy_roots()))),
+            q.c.root_id.not_in(_busy_roots()))).group_by(q.c.status))
     counts = {Status.COMPLETED.value: 0, Status.FAILED.value: 0, Status.CANCELLED.value: 0}
     counts.update({str(status): n for status, n in rows})
     return counts
@@ -198,9 +202,12 @@ def _busy_roots(roots: list[int] | None = None):
 
 def _outside_busy_families(conn: Connection, ids: list[int]) -> list[int]:
     """Of finished rows `ids`, those not in a family that is still going (a row under a
-    root whose family or callbacks have not finished stays: its completion counts it)."""
-    roots = {r[0]: r[1] for r in conn.execute(
-        select(q.c.id, q.c.root_id).where(q.c.id.in_(ids), q.c.root_id.is_not(None)))}
+    root whose family or callbacks have not finished stays, its callback rows too: its
+    completion counts it)."""
+    roots = {i: root if root is not None else parent for i, root, parent, key in conn.execute(
+        select(q.c.id, q.c.root_id, q.c.parent_id, q.c.idempotency_key).where(
+            q.c.id.in_(ids), q.c.parent_id.is_not(None)))
+        if root is not None or (key or "").startswith("family:")}  # a callback: its root
     if not roots:
         return ids
     busy = {r[0] for r in conn.execute(_busy_roots(sorted(set(roots.values()))))}
