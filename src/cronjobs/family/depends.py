@@ -32,10 +32,9 @@ from sqlalchemy import Connection
 
 from ..errors import InvalidJob
 from ..status import FINAL, Ended, Status
-from ..store import actions as store_actions
 from ..store import dependencies as deps
 
-__all__ = ["MAX_DEPENDENCIES", "Admission", "Settled", "admit", "after_finish", "cancel_rows",
+__all__ = ["MAX_DEPENDENCIES", "Admission", "Settled", "admit", "after_finish",
            "check_ids", "record", "release_after_family", "release_ready",
            "settle_family_dependents", "waiting_for"]
 
@@ -321,26 +320,6 @@ def _outcome_from_rows(conn: Connection, root_id: int) -> str:
     root = deps.rows(conn, [root_id]).get(root_id)
     statuses = deps.family_statuses(conn, root_id) | {root["status"] if root else "completed"}
     return _SUCCESS if statuses <= {Status.COMPLETED} else "failure"
-
-
-def cancel_rows(conn: Connection, ids: list[int], now: datetime, who: str = "operator",
-                released: list[tuple[int, str]] | None = None) -> list[dict]:
-    """An operator's cancel of `pending` or `waiting` rows (`store.actions.cancel_pending`)
-    with its consequence: the rows waiting for them are cancelled or released in the same
-    transaction (`after_finish`).
-
-    Args:
-        released: the rows made `pending` are appended here, to ring after the commit
-            (None: the sweep rings their queues).
-
-    Returns:
-        `[{id, queue}]` of the rows cancelled (the signature of a bulk action).
-    """
-    changed = store_actions.cancel_pending(conn, ids, now, who)
-    settled = after_finish(conn, [(r["id"], Status.CANCELLED) for r in changed], now)
-    if released is not None:
-        released += settled.released
-    return changed
 
 
 def release_ready(conn: Connection, now: datetime, limit: int = 100) -> Settled:

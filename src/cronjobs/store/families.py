@@ -189,14 +189,6 @@ def callbacks(conn: Connection, root_id: int, generations: int | None = None) ->
     return [dict(r) for r in rows]
 
 
-def times(conn: Connection, root_id: int) -> dict:
-    """The first start and the last finish among the rows under root `root_id`:
-    `{"first_started_at", "last_finished_at"}` (naive UTC, None when none)."""
-    row = conn.execute(select(func.min(q.c.started_at), func.max(q.c.finished_at))
-                       .where(q.c.root_id == root_id)).first()
-    return {"first_started_at": row[0], "last_finished_at": row[1]}
-
-
 def root_row(conn: Connection, root_id: int) -> dict | None:
     """Row `root_id`'s `id`, `type`, `status`, `root_id`, `parent_id`, `created_at`,
     `started_at`, `finished_at`; None when it is gone."""
@@ -293,15 +285,6 @@ def failed_reasons_of(conn: Connection, root_ids: Iterable[int]) -> dict[int, di
     for root, reason, n in conn.execute(stmt):
         out.setdefault(int(root), {})[reason] = int(n)
     return out
-
-
-def family_ids(conn: Connection, root_id: int, statuses: Iterable[str],
-               limit: int = 1000) -> list[int]:
-    """Ids of up to `limit` rows under root `root_id` in `statuses`, lowest first (a
-    range of `ix_cronjob_queue_root_status` per status)."""
-    stmt = (select(q.c.id).where(q.c.root_id == root_id, q.c.status.in_(list(statuses)))
-            .order_by(q.c.id).limit(limit))
-    return [int(r[0]) for r in conn.execute(stmt)]
 
 
 def roots_of(conn: Connection, ids: Iterable[int]) -> dict[int, dict]:
