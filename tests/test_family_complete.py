@@ -258,3 +258,23 @@ def test_cleanup_with_zero_day_retention_keeps_a_family_until_its_callback_ran(a
     with app.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(cronjob_queue).where(
             cronjob_queue.c.id == root)).scalar_one() == 0
+
+
+def test_the_api_cancels_a_family_with_the_bearer_token(make_app):
+    from dashboard_helpers import TOKEN, web_client
+    SEEN.clear()
+    app = make_app(dashboard_token=TOKEN)
+    for cls in (Fan, FanItem):
+        app.handlers.register(cls.TYPE, cls)
+    root = dispatch_root(app, children=2)
+    from cronjobs.testing import drain as run
+    run(app, limit=1)
+    client = web_client(app)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.post(f"/api/jobs/{root}/family/cancel").status_code == 401
+    assert client.post("/api/jobs/999999/family/cancel", headers=bearer).status_code == 404
+    answer = client.post(f"/api/jobs/{root}/family/cancel", headers=bearer)
+    assert answer.status_code == 200, answer.data
+    assert answer.get_json() == {"root": root, "cancelled": 2, "stopping": 0}
+    assert [(c["generation"], c["outcome"]) for c in completions(app, root)] == [
+        (1, "cancelled")]

@@ -3,7 +3,7 @@ a progress bar that updates itself (`/api/jobs/ID/family/live`, every 2 s), the 
 grouped, the callback rows, **Cancel family** (a confirmation page, then
 `operator.cancel_family`) and **Retry failed** (a bulk retry of the family's failed rows,
 through the bulk actions' confirmation page). `/api/jobs/ID/family` gives the family as
-JSON (`Family.as_dict`).
+JSON (`Family.as_dict`); `POST /api/jobs/ID/family/cancel` cancels it.
 """
 
 from __future__ import annotations
@@ -67,6 +67,14 @@ def api(job_id: int):
     failures grouped, times, duration, rate, ETA, completions, callback rows); 404 for an
     unknown id."""
     return jsonify(json_value(family_of(job_id).as_dict()))
+
+
+@bp.post("/api/jobs/<id:job_id>/family/cancel")
+def api_cancel(job_id: int):
+    """Cancel the family of row `job_id` (`operator.cancel_family`): `{"root", "cancelled",
+    "stopping"}`; 404 for an unknown id. A Bearer request needs no CSRF token."""
+    family_of(job_id)
+    return jsonify(operator.cancel_family(cronjobs_app(), job_id, who="api"))
 
 
 @bp.get("/api/jobs/<id:job_id>/family/live")
