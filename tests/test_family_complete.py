@@ -278,3 +278,24 @@ def test_the_api_cancels_a_family_with_the_bearer_token(make_app):
     assert answer.get_json() == {"root": root, "cancelled": 2, "stopping": 0}
     assert [(c["generation"], c["outcome"]) for c in completions(app, root)] == [
         (1, "cancelled")]
+
+
+def test_rows_a_worker_still_runs_hold_the_family_even_when_written_one_by_one(app):
+    """A worker leaves a family to the rows of it that it still runs (no witness read);
+    a batch written row by row (the group commit's fallback) is not such a row: the last
+    one written completes the family."""
+    from cronjobs.job.outcome import from_return
+    root = dispatch_root(app, children=2)
+    from cronjobs.testing import drain as run
+    run(app, limit=1)  # the discover: 2 children pending
+    executor = Executor(app, "test:2")
+    with app.engine.begin() as conn:
+        claim = executor.claim_rows(conn, app.clock.now(), queue="default", limit=2)
+    prepared = [executor.prepare(row, claim.terms[row["type"]]) for row in claim.rows]
+    assert executor.held_families(set()) == {root}
+    assert executor.held_families({prepared[0].job.id}) == {root}  # the other child
+    plans = [executor.plan(p.job, from_return(True, FanItem()), 1.0) for p in prepared]
+    written = executor.writer.write_each(plans)
+    assert [final for _, final in written] == ["completed", "completed"]
+    assert [(c["generation"], c["outcome"]) for c in completions(app, root)] == [
+        (1, "success")]

@@ -140,7 +140,8 @@ class OutcomeWriter:
         return Finish(job, result, move.status, move.delay_seconds, values, duration_ms, now)
 
     def write(self, conn: Connection, plans: list[Finish],
-              released: list[tuple[int, str]] | None = None) -> list[str]:
+              released: list[tuple[int, str]] | None = None, *,
+              batch: set[int] | None = None) -> list[str]:
         """Write `plans` in the caller's transaction; returns their final statuses, in
         order: the planned status, `Ended.DELETED` for a cancelled childless row, or
         `Ended.LOST` when the run no longer held the row (nothing written).
@@ -154,6 +155,8 @@ class OutcomeWriter:
             released: the rows made `pending` by this write are appended here, `(id,
                 queue)`: ring them once the caller's transaction has committed
                 (`dispatching.send`); None: the sweep rings their queues.
+            batch: the ids of every plan of the caller's batch, when `plans` are part of
+                it (`write_each`): none of them counts as a row still held by the caller.
 
         Raises:
             OutcomesFenced: one of the common plans' runs lost its row: roll the
@@ -171,13 +174,13 @@ class OutcomeWriter:
         for plan, final in zip(plans, finals, strict=True):
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
                 write_block(conn, plan, self.app.clock)
-        ring_after = self._settle(conn, plans, finals)
+        ring_after = self._settle(conn, plans, finals, batch)
         if released is not None:
             released += ring_after
         return finals
 
-    def _settle(self, conn: Connection, plans: list[Finish],
-                finals: list[str]) -> list[tuple[int, str]]:
+    def _settle(self, conn: Connection, plans: list[Finish], finals: list[str],
+                batch: set[int] | None = None) -> list[tuple[int, str]]:
         """What the rows this transaction finished start (`family.settle.after_finish`):
         the rows waiting for them, their families' completions and callbacks. Returns the
         rows made pending, `(id, queue)`."""
@@ -189,7 +192,8 @@ class OutcomeWriter:
             (Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key,
                       task_run(p.job), p.job.worker_id), final) for p, final in ended],
             ended[0][0].now,
-            held=self._held({p.job.id for p in plans}) if self._held is not None else None)
+            held=self._held({p.job.id for p in plans} | (batch or set()))
+            if self._held is not None else None)
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
         job, final = plan.job, plan.status
@@ -222,10 +226,12 @@ class OutcomeWriter:
             StoreError: a transient error (deadlock) persisted.
             DatabaseRefused: the database refused even the `refused` write.
         """
+        batch = {plan.job.id for plan in plans}
+
         def write(plan: Finish) -> str:
             def transaction(conn: Connection) -> tuple[str, list[tuple[int, str]]]:
                 released: list[tuple[int, str]] = []
-                return self.write(conn, [plan], released)[0], released
+                return self.write(conn, [plan], released, batch=batch)[0], released
 
             final, released = retry_while_unavailable(
                 lambda: run_in_transaction(self.app.engine, transaction),
