@@ -40,4 +40,5 @@ def test_the_family_check_uses_the_indexes(make_app):
                 assert step["type"] in ("range", "ref", "eq_ref", "const"), (statement, step)
                 assert step["key"] in ("PRIMARY", "ix_cronjob_queue_root_status",
                                        "ix_cronjob_queue_parent"), step
-                assert int(step["rows"] or 0) <= 10 * len(roots), step  # an estimate
+                # an estimate: three status ranges per root (pending, waiting, running)
+                assert int(step["rows"] or 0) <= 15 * len(roots), step

@@ -63,12 +63,10 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             and runtime; pass `queue` if theirs is not the default).
         session: the caller's SQLAlchemy Session: the row is written in its transaction
             and the message is sent only after it commits (nothing on rollback).
-        depends_on: ids of rows that must finish first: the row is `waiting` until
-            they have (a family root: until its whole family has completed), then
-            `pending`. Refused when an id does not exist or would wait for this row
-            (its own family root).
-        allow_failed: False (default): a dependency that failed or was cancelled cancels
-            the row (reason `dependency_failed`, no attempt used); True: it runs anyway.
+        depends_on: ids of rows to finish first (a family root: its whole family): the
+            row is `waiting` until then. Refused for a missing id or a cycle.
+        allow_failed: False (default): a failed or cancelled dependency cancels the row
+            (reason `dependency_failed`, no attempt used); True: it runs anyway.
 
     Returns:
         The id of the new row, or of the row that already holds `idempotency_key`.

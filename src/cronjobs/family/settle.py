@@ -54,6 +54,8 @@ class Finished:
         task_run: the row is a task's scheduled or manual run.
         worker: the worker that ran it (its running rows are the family's witnesses
             first); None: an operator's or recover-stale's change.
+        callbacks: whether its type's handler has family callbacks, when the caller
+            knows (the claim resolved it); None: resolved here if needed.
     """
 
     id: int
@@ -62,6 +64,7 @@ class Finished:
     key: str | None = None
     task_run: bool = False
     worker: str | None = None
+    callbacks: bool | None = None
 
 
 Ring = tuple[int, str]  # a row made pending by a completion, `(id, queue)`: rung after the commit
@@ -121,7 +124,8 @@ def _settle_once(conn: Connection, app: App, finished: list[Finished], now: date
         for f in roots:
             if f.id in parents:
                 families.add(f.id)
-            elif f.task_run or _has_callbacks(app, f.type):
+            elif f.task_run or (f.callbacks if f.callbacks is not None
+                                else _has_callbacks(app, f.type)):
                 alone.append(f.id)
     started: list[Ring] = []
     cancelled: list[tuple[int, int | None]] = []
@@ -208,8 +212,10 @@ def complete(conn: Connection, app: App, root: dict,
                        getattr(cls, "MIN_SUCCESS_RATIO", 1.0))
     if not rows.record_completion(conn, root_id, generation, outcome, dict(status_counts), now):
         return None, []
-    update_task_status(conn, root_id, Status.COMPLETED if outcome == SUCCESS else Status.FAILED,
-                       now, success=outcome == SUCCESS)
+    if root["status"] == Status.COMPLETED:  # a task's run that ended otherwise said so
+        update_task_status(conn, root_id,
+                           Status.COMPLETED if outcome == SUCCESS else Status.FAILED, now,
+                           success=outcome == SUCCESS)
     log.info("family %s complete (generation %s): %s, %s", root_id, generation, outcome,
              json.dumps(dict(status_counts), sort_keys=True), extra={"trace_id": root_id})
     if cls is None:

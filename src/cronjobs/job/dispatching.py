@@ -4,13 +4,13 @@ Every new row is made here: the public API (`cronjobs.queue.dispatch`,
 `submit`, `dispatch_many`), a running handler's children (`JobContext.dispatch_child`),
 the scheduler's slots and manual runs. So the rules live in one place:
 
-- `build_row` checks every argument (limits from `cronjobs.limits`) and the type: a type
-  no handler of this process is registered for is refused (`InvalidJob`, with a "did you
-  mean" hint), unless the caller says `known_type=False` or the type matches a pattern of
-  `CRONJOBS_REMOTE_TYPES` (a type that only another codebase's workers run). It computes
-  the derived columns of a row (its queue). What the handler that runs the row decides
-  is left unset: `max_attempts` (unless the caller gives it) is set at claim time by the
-  claiming worker (`store.claim_jobs`), as is the lease.
+- `build_row` (`job.rows`) checks every argument (limits from `cronjobs.limits`) and the
+  type: a type no handler of this process is registered for is refused (`InvalidJob`,
+  with a "did you mean" hint), unless the caller says `known_type=False` or the type
+  matches a pattern of `CRONJOBS_REMOTE_TYPES` (a type that only another codebase's
+  workers run). It computes the derived columns of a row (its queue). What the handler
+  that runs the row decides is left unset: `max_attempts` (unless the caller gives it) is
+  set at claim time by the claiming worker (`store.claim_jobs`), as is the lease.
 - `insert_row` inserts one row under the idempotency-key rules (a taken key gives the
   holder's row); `insert_rows` many, in one statement when no row has a key.
 - The broker hears of a row only after its transaction committed (`send`,
@@ -21,14 +21,10 @@ the scheduler's slots and manual runs. So the rules live in one place:
 
 from __future__ import annotations
 
-import difflib
-import json
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
@@ -36,12 +32,14 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import limits, store
 from ..app import App
-from ..clock import as_utc
 from ..errors import InvalidJob
 from ..family import depends
-from ..flow import rules as flowrules
 from ..status import Reason, Status
 from ..store.db import run_in_transaction
+from .rows import build_row as build_row
+from .rows import check_type as check_type
+from .rows import is_remote as is_remote
+from .rows import limit_key_of as limit_key_of
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
     from sqlalchemy.orm import Session
@@ -229,155 +227,6 @@ def _submit_many_after(app: App, rows: list[dict], afters: list[tuple[list[int],
         else:
             send(app, job_id, values["queue"], delay(app, values["scheduled_at"]), wait=True)
     return [i for i, _ in done]
-
-
-def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str | None = None,
-              parent_id: int | None = None, priority: int = 5,
-              scheduled_at: datetime | None = None, title: str | None = None,
-              max_attempts: int | None = None, queue: str | None = None,
-              known_type: bool = True, root_id: int | None = None) -> dict:
-    """Check dispatch arguments and return the column values of a new row.
-
-    Args:
-        max_attempts: attempts of this row (>= 1); None leaves it unset, and the worker
-            that claims the row sets its handler's MAX_ATTEMPTS (the handler that runs
-            the row decides, not this process's registry).
-        known_type: False accepts a type no handler of this process is registered for
-            (one that another codebase's workers run); see `check_type`.
-        root_id: the first row of the new row's family (a handler's `dispatch` passes
-            its own row's root); default `parent_id`. Ignored without `parent_id`.
-
-    Raises:
-        InvalidJob: naming the bad argument and its value.
-    """
-    cls = _handler_of(app, type, known_type)
-    payload_json = _payload_json(payload)
-    if title is not None:
-        limits.check_name(title, "title", limits.TITLE_MAX_CHARS, allow_empty=True)
-    if idempotency_key is not None:
-        limits.check_key(idempotency_key)
-    if queue is not None:
-        limits.check_queue(queue)
-    if not isinstance(priority, int) or isinstance(priority, bool) \
-            or not -2**31 <= priority < 2**31:
-        raise InvalidJob(f"priority must be an integer from -2**31 to 2**31-1, got {priority!r}")
-    if max_attempts is not None and (not isinstance(max_attempts, int)
-                                     or isinstance(max_attempts, bool)
-                                     or not 1 <= max_attempts < 2**31):
-        raise InvalidJob(f"max attempts must be an integer from 1 to 2**31-1, "
-                         f"got {max_attempts!r}")
-    _check_id(parent_id, "parent id")
-    _check_id(root_id, "root id")
-    scheduled_at = _scheduled_utc(scheduled_at)
-    now = app.clock.now()
-    return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
-            "limit_key": limit_key_of(cls, payload),
-            "priority": priority, "payload": payload_json, "attempts": 0,
-            "max_attempts": max_attempts, "idempotency_key": idempotency_key,
-            "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
-            "title": title, "scheduled_at": scheduled_at,
-            "created_at": now, "updated_at": now}
-
-
-def _scheduled_utc(value: object) -> datetime | None:
-    """`scheduled_at` as naive UTC (None stays None).
-
-    Raises:
-        InvalidJob: not a datetime, or an aware one with no UTC datetime (next to year 1
-            or 9999).
-    """
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise InvalidJob(f"scheduled_at must be a datetime, got {value!r}")
-    try:
-        return as_utc(value)
-    except OverflowError:
-        raise InvalidJob(f"scheduled_at is out of range in UTC, got {value!r}") from None
-
-
-def _check_id(value: object, what: str) -> None:
-    """Raise InvalidJob unless `value` is None or a row id (1 to 2**63 - 1)."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                              or not 1 <= value < 2**63):
-        raise InvalidJob(f"{what} must be a positive integer, got {value!r}")
-
-
-def limit_key_of(cls: type | None, payload: dict | None) -> str | None:
-    """The limit key of a new row of handler `cls` (its LIMIT_KEY field of `payload`, or
-    its `limit_key(payload)`); None without one.
-
-    Raises:
-        InvalidJob: the key is not text or a number, or is over 191 characters.
-    """
-    key = flowrules.key_of(cls, payload or {})
-    if key is not None:
-        limits.check_name(key, "limit key", limits.LIMIT_KEY_MAX_CHARS)
-    return key
-
-
-# A type no handler here knows (run by another codebase): a handler's TYPE, in ASCII names.
-REMOTE_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.(?:discover|execute)")
-
-
-def _handler_of(app: App, job_type: str, known_type: bool) -> type | None:
-    """The handler class of `job_type` here, or None for a remote type (`known_type=False`,
-    `--remote`, `remote_types`): another codebase's handler's TYPE, so of the same shape
-    (`REMOTE_TYPE`: dotted, ending in .discover or .execute), or no worker could ever run
-    the row.
-
-    Raises:
-        InvalidJob: a bad name, an unknown type (`check_type`), a remote type of
-            another shape.
-    """
-    limits.check_name(job_type, "job type", limits.TYPE_MAX_CHARS)
-    cls = app.resolve(job_type)
-    if cls is None and known_type:
-        check_type(app, job_type)
-    if cls is None and not REMOTE_TYPE.fullmatch(job_type):
-        raise InvalidJob(f"job type {job_type!r:.80} must be dotted names of letters, digits, "
-                         f"_ and - ending in .discover or .execute, as a handler's TYPE")
-    return cls
-
-
-def check_type(app: App, type: str) -> None:
-    """Refuse a type that no handler of this process is registered for, unless it matches
-    a pattern of the `remote_types` setting (`billing.*`: run by another codebase).
-
-    Raises:
-        InvalidJob: `unknown job type 'x' (did you mean 'y'?)`, one line.
-    """
-    if app.resolve(type) is not None or is_remote(app, type):
-        return
-    close = difflib.get_close_matches(type, list(app.handlers.registered_handlers()), n=1,
-                                      cutoff=0.8)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise InvalidJob(f"unknown job type {type!r}{hint}: no handler is registered for it here "
-                     f"(see `cronjobs list-handlers`); for a type that another codebase runs, "
-                     f"pass known_type=False (CLI --remote) or list it in "
-                     f"CRONJOBS_REMOTE_TYPES")
-
-
-def is_remote(app: App, type: str) -> bool:
-    """True when `type` matches a pattern of the `remote_types` setting (fnmatch, case
-    sensitive: `billing.*`, `*.export.execute`)."""
-    return any(fnmatchcase(type, pattern) for pattern in app.settings.remote_types)
-
-
-def _payload_json(payload: Any) -> str:
-    payload = {} if payload is None else payload
-    if not isinstance(payload, dict):
-        raise InvalidJob(f"payload must be a JSON object (dict), got "
-                         f"{payload.__class__.__name__}: {payload!r:.80}")
-    limits.check_json_depth(payload, "payload")
-    try:
-        payload_json = json.dumps(payload, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
-    except RecursionError:
-        raise InvalidJob("payload is not JSON-serialisable: nested too deeply") from None
-    limits.check_json_size(payload_json, "payload", limits.PAYLOAD_MAX_BYTES)
-    return payload_json
 
 
 def insert_row(conn, values: dict, *, taken: bool = False) -> tuple[dict, bool]:

@@ -23,7 +23,7 @@ from ..status import Ended, Status
 from ..store.db import classify, run_in_transaction
 from . import dispatching, failures
 from .context import JobContext, Runtime
-from .finishing import Finish, OutcomeWriter
+from .finishing import Finish, HeldFamilies, OutcomeWriter
 from .outcome import (
     Outcome,
     disabled,
@@ -185,15 +185,17 @@ class Executor:
             flow = flow_control(app)
         self.claim_policy = store.ClaimPolicy(self, flow or None)
         self.holds_stored = False  # the last claim's probe found a pause or block stored
-        self.writer = OutcomeWriter(app, self.worker_id, held=self.held_families)
+        self._families = HeldFamilies()  # the families of the rows this executor runs
+        self.writer = OutcomeWriter(app, self.worker_id, held=self._families)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
-        self._families: dict[int, int] = {}  # id of a running row -> its family's root
         self._lock = threading.Lock()
         self.jobs_done = 0
 
     def terms(self, job_type: str) -> Terms:
-        """The `Terms` of `job_type` in this executor: its handler resolved once."""
+        """The `Terms` of `job_type` in this executor: its handler resolved once (and
+        whether it has family callbacks noted for the outcome writer)."""
         cls = self.app.resolve(job_type)
+        self._families.note_type(job_type, cls)
         runtime = float(cls.MAX_RUNTIME) if cls is not None else 120.0
         return Terms(cls, runtime + self.app.settings.lease_grace_seconds,
                      int(cls.MAX_ATTEMPTS) if cls is not None else None, runtime,
@@ -230,15 +232,13 @@ class Executor:
         if instant is None:
             with self._lock:
                 self._running[job.id] = (job.attempts, terms.lease_seconds)
-                self._families[job.id] = job.root_id or job.id
+            self._families.add(job.id, job.root_id or job.id)
         return Prepared(job, terms, instant)
 
     def held_families(self, finishing: set[int]) -> set[int]:
         """The families (root ids) of which this executor runs a row besides `finishing`
-        (the rows of the transaction being written): such a row's end is written by this
-        executor after that transaction, and decides the family then (`family.settle`)."""
-        with self._lock:
-            return {root for job_id, root in self._families.items() if job_id not in finishing}
+        (`HeldFamilies.held`)."""
+        return self._families.held(finishing)
 
     def _instant(self, job: Job, cls: type | None) -> Outcome | None:
         try:
@@ -257,7 +257,7 @@ class Executor:
         """Stop renewing the lease of `job_id`."""
         with self._lock:
             self._running.pop(job_id, None)
-            self._families.pop(job_id, None)
+        self._families.drop(job_id)
 
     def _task_enabled(self, job_type: str) -> bool:
         """The kill switch of the type's task. A task the scheduler has not seen yet is

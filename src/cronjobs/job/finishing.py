@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,7 +20,7 @@ from sqlalchemy import Connection
 from .. import limits, store
 from ..app import App
 from ..family.settle import Finished, after_finish
-from ..handler import Job
+from ..handler import Job, callback_kinds
 from ..status import FINAL, Ended, Reason, Status
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
 from .dispatching import send
@@ -29,7 +28,7 @@ from .outcome import Outcome, Policy, next_state, refused, unrecordable
 
 log = logging.getLogger("cronjobs.worker.loop")
 
-__all__ = ["Finish", "OutcomeWriter"]
+__all__ = ["Finish", "HeldFamilies", "OutcomeWriter"]
 
 
 @dataclass
@@ -98,6 +97,43 @@ def ring(app: App, released: list[tuple[int, str]]) -> None:
             send(app, job_id, queue)
 
 
+class HeldFamilies:
+    """The families (root ids) of the rows one worker runs, for its outcome writer: a
+    family of which the worker still runs a row besides those it is writing is left to
+    that row's end, which the same worker writes after this transaction
+    (`family.settle.after_finish`: no witness read, no lock). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._roots: dict[int, int] = {}  # id of a running row -> its family's root
+        self._callbacks: dict[str, bool] = {}  # type -> its handler has family callbacks
+        self._lock = threading.Lock()
+
+    def note_type(self, job_type: str, cls: type | None) -> None:
+        """Whether `job_type`'s handler class `cls` (as the claim resolved it) has family
+        callbacks: the writer then need not resolve it again."""
+        self._callbacks[job_type] = cls is not None and bool(callback_kinds(cls))
+
+    def has_callbacks(self, job_type: str) -> bool | None:
+        """What `note_type` noted of `job_type`; None when it was not."""
+        return self._callbacks.get(job_type)
+
+    def add(self, job_id: int, root_id: int) -> None:
+        """Row `job_id` of family `root_id` runs here from now on."""
+        with self._lock:
+            self._roots[job_id] = root_id
+
+    def drop(self, job_id: int) -> None:
+        """Row `job_id` no longer runs here (its end was written)."""
+        with self._lock:
+            self._roots.pop(job_id, None)
+
+    def held(self, finishing: set[int]) -> set[int]:
+        """The families of the rows running here besides `finishing` (the rows of the
+        transaction being written)."""
+        with self._lock:
+            return {root for job_id, root in self._roots.items() if job_id not in finishing}
+
+
 class OutcomeWriter:
     """Plans and writes the end of runs for one worker (or one caller of the executor).
 
@@ -105,13 +141,12 @@ class OutcomeWriter:
         app: its engine, clock and settings (the retry backoff cap, the unknown-type
             grace) are used.
         worker_id: named in the process-log line and the `no_handler` error.
-        held: the families (root ids) of which the caller runs rows besides the given
-            ones (`Executor.held_families`): their completion is decided when those end,
-            by the caller, after this transaction (`family.settle`); None: none.
+        held: the families of the rows the caller runs (`HeldFamilies`): a family of
+            which it runs rows besides those written is decided when those end, by the
+            caller, after this transaction (`family.settle`); None: none.
     """
 
-    def __init__(self, app: App, worker_id: str,
-                 held: Callable[[set[int]], set[int]] | None = None) -> None:
+    def __init__(self, app: App, worker_id: str, held: HeldFamilies | None = None) -> None:
         self.app = app
         self.worker_id = worker_id
         self._held = held
@@ -190,9 +225,10 @@ class OutcomeWriter:
             return []
         return after_finish(conn, self.app, [
             (Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key,
-                      task_run(p.job), p.job.worker_id), final) for p, final in ended],
-            ended[0][0].now,
-            held=self._held({p.job.id for p in plans} | (batch or set()))
+                      task_run(p.job), p.job.worker_id,
+                      self._held.has_callbacks(p.job.type) if self._held else None), final)
+             for p, final in ended], ended[0][0].now,
+            held=self._held.held({p.job.id for p in plans} | (batch or set()))
             if self._held is not None else None)
 
     def _write_one(self, conn: Connection, plan: Finish) -> str:
@@ -201,8 +237,9 @@ class OutcomeWriter:
             final = Ended.DELETED
         elif not store.finish_job(conn, job.id, job.attempts, plan.values):
             return Ended.LOST
-        if task_run(job):  # its success is its family's (`family.settle`, just after)
-            store.update_task_status(conn, job.id, final, plan.now, success=False)
+        if task_run(job):  # a completed run's success is its family's (`family.settle`)
+            store.update_task_status(conn, job.id, final, plan.now,
+                                     success=False if final == Status.COMPLETED else None)
         return final
 
     def write_each(self, plans: list[Finish], *, give_up_seconds: float | None = 600,

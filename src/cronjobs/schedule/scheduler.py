@@ -30,12 +30,12 @@ from typing import Any
 from .. import store
 from ..app import App, current
 from ..clock import as_utc
-from ..errors import CronjobsError, DatabaseRefused, InvalidJob
-from ..family import depends
+from ..errors import CronjobsError, DatabaseRefused
 from ..job import dispatching
 from ..status import Status
 from ..store.db import run_in_transaction
 from . import overlap
+from .after import depth, start_after, start_waiting
 from .slots import Slot, current_slot, is_cron, slot_start, slots_between
 from .tasks import TaskInfo, after_of, set_enabled, task_infos
 
@@ -100,12 +100,7 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     due = [(info, slot) for info, slot in due if info.task in rows]
     held += paused + failed
     overlap.record(app, held, now)
-    for h in held:
-        report.skipped[h.info.task] = h.decision.reason
-        if h.decision.detail is not None:
-            report.errors[h.info.task] = h.decision.detail
-        if h.decision.action in (overlap.BUFFER, overlap.WAIT):
-            report.buffered.add(h.info.task)
+    _report_held(report, held)
     started = _start_all(app, due, rows, now, report, after)
     for info, slot in due:
         job_id = started.get(info.task)
@@ -239,6 +234,16 @@ def _log_slotless_error(task: str, error: str) -> None:
         log.error("task %s: no slot can be computed: %s", task, error)
 
 
+def _report_held(report: TickReport, held: list) -> None:
+    """Note in `report` the slots the overlap policy, a pause or an error held back."""
+    for h in held:
+        report.skipped[h.info.task] = h.decision.reason
+        if h.decision.detail is not None:
+            report.errors[h.info.task] = h.decision.detail
+        if h.decision.action in (overlap.BUFFER, overlap.WAIT):
+            report.buffered.add(h.info.task)
+
+
 def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
                now: datetime, report: TickReport, after: dict[str, str]) -> dict[str, int]:
     """Start the due slots of one tick in one transaction: claim every slot record, insert
@@ -249,7 +254,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
     due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
     plain = [(info, slot) for info, slot in due if info.task not in after]
     ordered = sorted([d for d in due if d[0].task in after],
-                     key=lambda d: (_depth(d[0].task, after), d[0].task))
+                     key=lambda d: (depth(d[0].task, after), d[0].task))
 
     def claim_and_insert(conn) -> tuple[dict[str, int], dict[str, str], set[str]]:
         won = store.claim_slots(conn, [(info.task, slot.key) for info, slot in plain], now)
@@ -258,17 +263,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
                                  for (info, slot), job_id in zip(mine, ids, strict=True)], now)
         started = {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
-        waits: dict[str, str] = {}
-        held: set[str] = set()
-        for info, slot in ordered:
-            job_id, status = _start_after(app, conn, info, slot, rows[info.task],
-                                          after[info.task], started, now)
-            if job_id is None and status is not None:
-                waits[info.task] = after[info.task]
-            elif job_id is not None:
-                started[info.task] = job_id
-                if status != Status.PENDING:
-                    held.add(info.task)
+        waits, held = start_waiting(app, conn, ordered, rows, after, started, now)
         return started, waits, held
 
     if not due:
@@ -298,55 +293,16 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
     return started
 
 
-def _depth(task: str, after: dict[str, str]) -> int:
-    """How many tasks `task` runs after, in a chain (`after_of` refused cycles)."""
-    depth = 0
-    while task in after:
-        task, depth = after[task], depth + 1
-    return depth
-
-
-def _start_after(app: App, conn, info: TaskInfo, slot: Slot, values: dict, other: str,
-                 started: dict[str, int], now: datetime) -> tuple[int | None, str | None]:
-    """Start the slot of a task that runs after task `other` (`AFTER`), in the tick's
-    transaction: its row waits for `other`'s row of the same slot (its whole family),
-    whatever that run's outcome (`allow_failed`). When `other`'s slot has no row yet, the
-    slot is not claimed: the next ticks look again until the slot passes.
-
-    Returns:
-        `(job id, its status)`; `(None, "after")` while `other`'s slot has no row;
-        `(None, None)` when another scheduler claimed the slot.
-    """
-    first = started.get(other) or store.slot_jobs(conn, [(other, slot.key)]).get(
-        (other, slot.key))
-    if first is None:
-        return None, "after"
-    if not store.claim_slot(conn, info.task, slot.key, now):
-        return None, None
-    try:
-        values = dispatching.admitted(app, conn, values, [first], allow_failed=True)
-    except InvalidJob:  # `other`'s run is gone (a cancelled row deleted): it has ended
-        first = None
-    row, created = dispatching.insert_row(conn, values)
-    if created and first is not None:
-        depends.record(conn, row["id"], [first], True)
-    store.record_run(conn, info.task, slot=slot.key, job_id=row["id"], now=now,
-                     next_run_at=slot.next_at)
-    if values["status"] != Status.PENDING:
-        store.update_task_status(conn, row["id"], values["status"], now)
-    return row["id"], values["status"]
-
-
 def _start_each(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
                 now: datetime, report: TickReport, after: dict[str, str]) -> dict[str, int]:
     """Start the due slots one transaction each (after the tick's batch was refused): a
     slot the database refuses is an `error` of that task alone, tried again next tick."""
     started: dict[str, int] = {}
-    for info, slot in sorted(due, key=lambda d: _depth(d[0].task, after)):
+    for info, slot in sorted(due, key=lambda d: depth(d[0].task, after)):
         try:
             if info.task in after:
                 job_id, status = run_in_transaction(app.engine, lambda c, i=info, s=slot: (
-                    _start_after(app, c, i, s, rows[i.task], after[i.task], started, now)))
+                    start_after(app, c, i, s, rows[i.task], after[i.task], started, now)))
                 if job_id is None and status is not None:
                     report.skipped[info.task] = "after"
                 elif status == Status.PENDING:

@@ -55,11 +55,8 @@ def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 5
         values = {"status": status, "error": error, "locked_until": None, "updated_at": now,
                   "traceback": None, "fingerprint": mark(error) if mark else None,
                   "outcome_reason": Reason.LEASE_EXPIRED,
-                  "process_logs": limits.bounded_log(row["process_logs"], line)}
-        if exhausted:
-            values["finished_at"] = now
-        else:
-            values["scheduled_at"] = now
+                  "process_logs": limits.bounded_log(row["process_logs"], line),
+                  "finished_at" if exhausted else "scheduled_at": now}
         result = conn.execute(q.update().where(q.c.id == row["id"], q.c.status == Status.RUNNING,
                                                q.c.attempts == row["attempts"]).values(**values))
         if result.rowcount == 1:
