@@ -52,8 +52,6 @@ class Finished:
         root_id: its family's root (None: the row has no parent).
         key: its idempotency key (a callback row's starts with `family:`).
         task_run: the row is a task's scheduled or manual run.
-        worker: the worker that ran it (its running rows are the family's witnesses
-            first); None: an operator's or recover-stale's change.
         callbacks: whether its type's handler has family callbacks, when the caller
             knows (the claim resolved it); None: resolved here if needed.
     """
@@ -63,7 +61,6 @@ class Finished:
     root_id: int | None
     key: str | None = None
     task_run: bool = False
-    worker: str | None = None
     callbacks: bool | None = None
 
 
@@ -114,7 +111,6 @@ def _settle_once(conn: Connection, app: App, finished: list[Finished], now: date
                  parents: set[int] | None,
                  held: set[int]) -> tuple[list[Ring], list[tuple[int, int | None]]]:
     own = {f.id for f in finished}
-    workers = {f.root_id or f.id: f.worker for f in finished if f.worker}
     families: set[int] = {f.root_id for f in finished if f.root_id is not None}
     roots = [f for f in finished if f.root_id is None and not is_callback(f.key)]
     alone: list[int] = []
@@ -130,8 +126,7 @@ def _settle_once(conn: Connection, app: App, finished: list[Finished], now: date
     started: list[Ring] = []
     cancelled: list[tuple[int, int | None]] = []
     for root_id in sorted((families | set(alone)) - held):
-        if root_id not in alone and rows.running_witness(
-                conn, root_id, own, workers.get(root_id)) is not None:
+        if root_id not in alone and rows.running_witness(conn, root_id, own) is not None:
             continue
         root = rows.lock_root(conn, root_id)
         if root is None or root["status"] not in FINAL:

@@ -225,7 +225,7 @@ class OutcomeWriter:
             return []
         return after_finish(conn, self.app, [
             (Finished(p.job.id, p.job.type, p.job.root_id, p.job.idempotency_key,
-                      task_run(p.job), p.job.worker_id,
+                      task_run(p.job),
                       self._held.has_callbacks(p.job.type) if self._held else None), final)
              for p, final in ended], ended[0][0].now,
             held=self._held.held({p.job.id for p in plans} | (batch or set()))

@@ -80,26 +80,18 @@ def roots_with_children(conn: Connection, ids: Iterable[int]) -> set[int]:
     return links(conn, ids, ())[0]
 
 
-def running_witness(conn: Connection, root_id: int, own: Iterable[int],
-                    worker_id: str | None = None) -> int | None:
+def running_witness(conn: Connection, root_id: int, own: Iterable[int]) -> int | None:
     """A `running` row of family `root_id`, not in `own` (this transaction's rows) and not
     locked by another transaction, locked until this one ends; None when there is none.
-    On SQLite (one writer) any running row not in `own`.
-
-    Args:
-        worker_id: the finishing worker: its own running rows are taken first (their
-            finish comes after this transaction anyway, from the same worker), so the
-            lock seldom makes another worker's finish wait; then the newest.
-    """
+    The newest is taken (likely still running its job, not in another worker's finishing
+    batch, whose writes the lock would hold up); read in index order, so only that row is
+    locked. On SQLite (one writer) any running row not in `own`."""
     dialect = name(conn)
     own_ids = _ids(own) or "0"
-    mine = (f"CASE WHEN worker_id = {ph(dialect, 'worker')} THEN 0 ELSE 1 END, "
-            if worker_id else "")
     sql = (f"SELECT id FROM {TABLE} WHERE root_id = {ph(dialect, 'root')} "
            f"AND status = 'running' AND id NOT IN ({own_ids}) "
-           f"ORDER BY {mine}id DESC LIMIT 1{lock_sql(dialect, skip=True)}")
-    params = {"root": int(root_id), "worker": worker_id} if worker_id else {"root": int(root_id)}
-    row = conn.exec_driver_sql(sql, params).first()
+           f"ORDER BY id DESC LIMIT 1{lock_sql(dialect, skip=True)}")
+    row = conn.exec_driver_sql(sql, {"root": int(root_id)}).first()
     return None if row is None else int(row[0])
 
 
