@@ -14,7 +14,9 @@ has completed is decided in each transaction that finishes one of its rows
 
 `running_witness` runs once per family per finishing batch, and not at all while the
 finishing worker itself runs another row of the family (that row's end, written by the
-same worker after this transaction, decides: `Executor.held_families`); the root is
+same worker after this transaction, decides: `Executor.held_families`; not covered:
+recover-stale taking that row from a worker still alive, which would have to stop
+renewing its leases for `recover_stale_minutes` while it goes on committing); the root is
 locked only by a batch whose family had no free running row left (its last rows, or a
 moment when every running row was being finished), so finishing children do not queue
 on the root.
