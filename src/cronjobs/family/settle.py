@@ -68,11 +68,6 @@ Ring = tuple[int, str]  # a row made pending by a completion, `(id, queue)`: run
 MAX_ROUNDS = 16  # families completed by rows cancelled by completions, and so on
 
 
-def callback_key(root_id: int, generation: int, kind: str) -> str:
-    """The idempotency key of callback `kind` of completion `generation` of a family."""
-    return f"{KEY_PREFIX}{int(root_id)}:{int(generation)}:{kind}"
-
-
 def is_callback(key: str | None) -> bool:
     """True for a callback row's idempotency key."""
     return bool(key) and key.startswith(KEY_PREFIX)
@@ -225,7 +220,7 @@ def complete(conn: Connection, app: App, root: dict,
                   "limit_key": None, "priority": 5,
                   "payload": json.dumps({"family": root_id, "generation": generation}),
                   "attempts": 0, "max_attempts": None,
-                  "idempotency_key": callback_key(root_id, generation, kind),
+                  "idempotency_key": rows.callback_key(root_id, generation, kind),
                   "parent_id": root_id, "root_id": None,
                   "title": f"{kind} of family {root_id} (generation {generation})",
                   "scheduled_at": None, "created_at": now, "updated_at": now}

@@ -155,10 +155,16 @@ def completions(conn: Connection, root_id: int) -> list[dict]:
 CALLBACK_KINDS = ("complete", "success", "failure")
 
 
+def callback_key(root_id: int, generation: int, kind: str) -> str:
+    """The idempotency key of callback `kind` of completion `generation` of a family:
+    `family:<root>:<generation>:<kind>`."""
+    return f"family:{int(root_id)}:{int(generation)}:{kind}"
+
+
 def callback_keys(root_id: int, generations: int) -> list[str]:
     """The idempotency keys the callback rows of completions 1 to `generations` of family
-    `root_id` may hold (`family:<root>:<generation>:<kind>`)."""
-    return [f"family:{int(root_id)}:{g}:{kind}" for g in range(1, generations + 1)
+    `root_id` may hold (`callback_key`)."""
+    return [callback_key(root_id, g, kind) for g in range(1, generations + 1)
             for kind in CALLBACK_KINDS]
 
 

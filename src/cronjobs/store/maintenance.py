@@ -10,6 +10,7 @@ from sqlalchemy import alias as aliased  # Core: the same SQL as the ORM's, with
 
 from .. import limits
 from ..status import Reason, Status
+from .jobs import live_in_families
 from .models import cronjob_queue as q
 from .models import cronjob_slot
 from .sql import db_now, due, skip_locked
@@ -182,19 +183,16 @@ def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
     return counts
 
 
-def _busy_roots(roots: list[int] | None = None):
+def _busy_roots():
     """SELECT of the roots whose family is not over: the root or a row under it is
-    pending, waiting or running, or one of its callback rows (`parent_id` the root, no `root_id`,
-    key `family:...`) is; limited to `roots` when given."""
+    pending, waiting or running, or one of its callback rows (`parent_id` the root, no
+    `root_id`, key `family:...`) is (`jobs.live_in_families` answers the same for given
+    roots, through the indexes)."""
     live = q.c.status.in_((Status.PENDING, Status.WAITING, Status.RUNNING))
-    parts = [select(q.c.id.label("root")).where(live),
-             select(q.c.root_id).where(live, q.c.root_id.is_not(None)),
-             select(q.c.parent_id).where(live, q.c.root_id.is_(None),
-                                         q.c.idempotency_key.like("family:%"))]
-    if roots is not None:
-        parts = [parts[0].where(q.c.id.in_(roots)), parts[1].where(q.c.root_id.in_(roots)),
-                 parts[2].where(q.c.parent_id.in_(roots))]
-    return union(*parts)
+    return union(select(q.c.id.label("root")).where(live),
+                 select(q.c.root_id).where(live, q.c.root_id.is_not(None)),
+                 select(q.c.parent_id).where(live, q.c.root_id.is_(None),
+                                             q.c.idempotency_key.like("family:%")))
 
 
 def _outside_busy_families(conn: Connection, ids: list[int]) -> list[int]:
@@ -207,7 +205,7 @@ def _outside_busy_families(conn: Connection, ids: list[int]) -> list[int]:
         if root is not None or (key or "").startswith("family:")}  # a callback: its root
     if not roots:
         return ids
-    busy = {r[0] for r in conn.execute(_busy_roots(sorted(set(roots.values()))))}
+    busy = live_in_families(conn, sorted(set(roots.values())))
     return [i for i in ids if roots.get(i) not in busy]
 
 
