@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import click
 
+from .. import durations
 from ..errors import CronjobsError
 from .base import Integer, _app, _dump, _table, main
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_PAUSE_SECONDS = 366 * 86400
+MAX_PAUSE_SECONDS = durations.YEAR_SECONDS
 
 
 def parse_duration(value: str) -> float:
@@ -20,12 +17,11 @@ def parse_duration(value: str) -> float:
     Raises:
         click.BadParameter: naming the value.
     """
-    match = _DURATION.match(value)
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)] if match else 0
-    if not 0 < seconds <= MAX_PAUSE_SECONDS:
+    try:
+        return durations.seconds(value, name="--for")
+    except ValueError:
         raise click.BadParameter(f"must be a duration such as 90s, 30m, 2h or 1d (more than 0, "
-                                 f"at most a year), got {value!r}", param_hint="--for")
-    return seconds
+                                 f"at most a year), got {value!r}", param_hint="--for") from None
 
 
 def _target(queue: str | None, job_type: str | None, task: str | None) -> tuple[str, str]:

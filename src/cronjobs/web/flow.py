@@ -7,13 +7,12 @@ the value, an unknown pause or block a 404, and nothing is written then.
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 from flask import Blueprint, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
-from .. import limits, store
+from .. import durations, limits, store
 from ..actions import operator
 from ..errors import InvalidJob
 from ..flow.state import held_now, queue_limits, type_limits
@@ -22,10 +21,7 @@ from .view import cronjobs_app, handler_registry
 bp = Blueprint("flow", __name__)
 ACTIONS = ("pause", "resume", "unblock")
 SCOPES = ("queue", "type", "task")
-# The same durations as `cronjobs pause --for` (cli/flow.py): a bare number is seconds.
-DURATION_MAX = timedelta(days=366)
-_DURATION = re.compile(r"\s*(\d{1,9}(?:\.\d{1,6})?)\s*([smhd]?)\s*\Z")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION_MAX = timedelta(seconds=durations.YEAR_SECONDS)
 
 
 def parse_duration(text: str | None) -> timedelta | None:
@@ -37,12 +33,11 @@ def parse_duration(text: str | None) -> timedelta | None:
     """
     if text is None or not text.strip():
         return None
-    found = _DURATION.match(text)
-    seconds = float(found[1]) * _UNIT_SECONDS[found[2]] if found else 0.0
-    if not 0 < seconds <= DURATION_MAX.total_seconds():
+    try:
+        return timedelta(seconds=durations.seconds(text, name="duration"))
+    except ValueError:
         raise InvalidJob(f"duration must be such as 90s, 30m, 2h or 1d (more than 0, at most "
-                         f"a year), got {text[:40]!r}")
-    return timedelta(seconds=seconds)
+                         f"a year), got {text[:40]!r}") from None
 
 
 def _targets(app) -> dict[str, list[str]]:
