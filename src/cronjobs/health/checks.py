@@ -153,7 +153,7 @@ def scheduler(app: App, check: Check) -> None:
     task -> that slot's key."""
     now = app.clock.now()
     scheduled = _scheduled(app)
-    periods = [_period(i.frequency, now, app.settings.timezone) for i in scheduled]
+    periods = [_period(i.frequency, now, i.timezone) for i in scheduled]
     failed = _failed_slots(app, scheduled)
     with app.engine.connect() as conn:
         last = store.views.last_tick_at(conn)
@@ -211,7 +211,7 @@ def overdue(app: App, check: Check) -> None:
                      or store.views.first_slot_at(conn, info.task))
             if since is None:
                 continue  # never started: the scheduler check speaks for it
-            period = _period(info.frequency, now, app.settings.timezone)
+            period = _period(info.frequency, now, info.timezone)
             age = _age(now, since)
             late[info.task] = round(age / period, 2)
             ago = ("last successful run" if info.runtime.get("last_success_at")

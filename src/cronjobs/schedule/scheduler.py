@@ -112,7 +112,7 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
         if last is not None and skipped is not None and len(skipped) == len(last):
             last = max(last, skipped)  # a slot recorded as skipped was not missed
         if last is not None:
-            missed = slots_between(info.frequency, last, slot, app.settings.timezone)
+            missed = slots_between(info.frequency, last, slot, info.timezone)
             if missed:
                 more = "+" if missed >= 1000 and is_cron(info.frequency) else ""
                 log.info("task %s: %d%s missed slot(s) after %s coalesced into %s", info.task,
@@ -153,11 +153,11 @@ def _skip_reason(app: App, info: TaskInfo, now: datetime) -> tuple[str | None, S
         return "disabled", None
     if not info.available:
         return "unavailable", None
-    slot = current_slot(info.frequency, now, app.settings.timezone)
+    slot = current_slot(info.frequency, now, info.timezone)
     last = info.runtime["last_slot"]
     if last == slot.key:
         return "already-run", slot
-    if _older_than_last(app, info, slot, app.settings.timezone):
+    if _older_than_last(app, info, slot, info.timezone):
         return "older-slot", slot
     if is_cron(info.frequency) and last is None and slot.at < now.replace(second=0, microsecond=0):
         return "not-yet", slot  # a new cron task waits for its next fire time

@@ -123,7 +123,7 @@ def task_rows(app: App) -> list[TaskRow]:
             origin = "handler" if handler_frequency else None
         next_run = rt.get("next_run_at")
         if next_run is None and info.frequency and info.enabled:
-            next_run = current_slot(info.frequency, now, app.settings.timezone).next_at
+            next_run = current_slot(info.frequency, now, info.timezone).next_at
         rows.append(TaskRow(
             task=info.task, type=info.type, types=tuple(registry.task_types(info.task)),
             frequency=info.frequency, frequency_from=origin, handler_frequency=handler_frequency,

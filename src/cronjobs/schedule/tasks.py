@@ -37,6 +37,12 @@ class TaskInfo:
         enabled: the kill switch (`cronjob_runtime.enabled`).
         available: the handler's `available()` (False when it raised).
         runtime: the task's `cronjob_runtime` row (the columns read).
+        timezone: the IANA zone its cron lines are read in (the settings' `timezone`
+            unless the task has its own).
+        schedule: the name of the `SCHEDULES` entry this task is (`<task>:<name>`), None
+            for a handler's own task.
+        payload: the entry's payload, under `slot` and `schedule` in each scheduled run's
+            payload; None for a handler's own task.
     """
 
     task: str
@@ -46,6 +52,9 @@ class TaskInfo:
     enabled: bool
     available: bool
     runtime: dict
+    timezone: str = "UTC"
+    schedule: str | None = None
+    payload: dict | None = None
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -81,7 +90,7 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
         runtime = runtimes[task]
         frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
-                              _available(cls), runtime))
+                              _available(cls), runtime, app.settings.timezone))
     return infos
 
 
