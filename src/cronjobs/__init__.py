@@ -2,7 +2,8 @@
 
 Public API: `CronJobHandler`, `RetryLater`, `Job`, the `queue` module (`dispatch`,
 `submit`, `dispatch_many`, `get`, `process`, `recover_stale`, `cleanup`) and
-`scheduler.tick`. Nothing is connected at import time.
+`scheduler.tick`, and `health_check` (a decorator: a health check of your own, from
+`cronjobs.health.custom`). Nothing is connected at import time.
 
 `CronJobHandler`, `RetryLater` and `Job` are imported from `cronjobs.handler` on first
 use (lazy: CLI start-up time: `cronjobs --help` and the commands that need no handler
@@ -17,9 +18,10 @@ from .errors import CronjobsError
 
 if TYPE_CHECKING:
     from .handler import CronJobHandler, Job, RetryLater
+    from .health.custom import health_check
 
 __version__ = "0.1.0"
-__all__ = ["CronJobHandler", "CronjobsError", "Job", "RetryLater", "__version__"]
+__all__ = ["CronJobHandler", "CronjobsError", "Job", "RetryLater", "__version__", "health_check"]
 
 _FROM_HANDLER = frozenset({"CronJobHandler", "Job", "RetryLater"})
 
@@ -32,4 +34,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(handler, name)
         globals()[name] = value
         return value
+    if name == "health_check":
+        from .health import custom  # lazy: `import cronjobs` stays cheap
+
+        globals()[name] = custom.health_check
+        return custom.health_check
     raise AttributeError(f"module 'cronjobs' has no attribute {name!r}")

@@ -15,7 +15,9 @@ from .base import Integer, _app, _dump, _fail, _table, main
 @click.option("--timeout", type=click.FloatRange(0.1, 60), default=None, metavar="S",
               help="Answer within S seconds (default CRONJOBS_HEALTH_TIMEOUT_SECONDS, 3).")
 def health(as_json: bool, timeout: float | None) -> None:
-    """Check database, broker, queues, workers, scheduler, overdue tasks, disk and memory.
+    """Check database, broker, queues, workers, scheduler, overdue tasks, disk and memory,
+    and the checks of your own (`@cronjobs.health_check`, entry points
+    `cronjobs.health_checks`).
 
     Exit status 0 ok, 1 warn, 2 fail; 3 when no check failed but a check itself broke
     (check_error: what it checks is unknown)."""

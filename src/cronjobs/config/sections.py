@@ -219,6 +219,16 @@ class HealthSettings(Section):
                                        description="Memory use that warns (percent).")
     memory_fail_percent: float = Field(default=97, gt=0, le=100,
                                        description="Memory use that fails (percent).")
+    check_modules: tuple[str, ...] = Field(
+        default=(),
+        description="Modules imported before each health run, for the checks they register "
+                    "with `@cronjobs.health_check` (besides the `cronjobs.health_checks` entry "
+                    "points); comma-separated in the variable, a list in TOML.")
+
+    @field_validator("check_modules", mode="before")
+    @classmethod
+    def _split_modules(cls, value: Any) -> Any:
+        return split_commas(value)
 
 
 class AlertSettings(Section):

@@ -70,6 +70,16 @@ class Check:
         if self.status != CHECK_ERROR:
             self.status = worst([self.status, status])
 
+    def fail(self, message: str) -> None:
+        """Report that what this check watches is failing: one problem
+        `check:<name>` at `fail` with `message` (one line for a person)."""
+        self.problem(f"check:{self.name}", "fail", f"{self.name}: {message}")
+
+    def warn(self, message: str) -> None:
+        """Report a warning about what this check watches: one problem `check:<name>`
+        at `warn` with `message` (one line for a person)."""
+        self.problem(f"check:{self.name}", "warn", f"{self.name}: {message}")
+
     def broke(self, exc: BaseException) -> None:
         """Record that the check itself raised `exc` (`check_error`, problem
         `check_error:<name>` at `warn`); problems it found before are kept."""

@@ -5,7 +5,8 @@ A check that has not answered by the deadline (a hung database or broker) is rep
 server can never hang `cronjobs health`, `/health` or the health task. A check that raises
 a database or network error found an outage (`fail`); one that raises anything else (a
 missing module, a permission error, a bug) is itself broken: its status is `check_error`,
-which never reads as an outage of what it checks.
+which never reads as an outage of what it checks. A check of your own (`custom.py`) that
+raises or has not answered is always `check_error`.
 
 The checks read through the health engine (`health_engine`): a small pool of their own
 whose statements, lock waits and connects end a second after `health_timeout_seconds`.
@@ -25,6 +26,7 @@ from ..errors import migrate_first, names_missing_table
 from ..store.db import classify, our_error
 from .check import Check, CheckFn, HealthReport, worst
 from .checks import ALL
+from .custom import HealthCheck, app_checks
 
 
 def health_engine(app: App) -> Engine:
@@ -46,7 +48,8 @@ def run_health(app: App, timeout_seconds: float | None = None,
         app: the system to check (its database is read through `health_engine(app)`).
         timeout_seconds: the deadline for the whole run (default
             `settings.health.timeout_seconds`).
-        checks: `(name, fn(app, check))` pairs (default: `checks.ALL`).
+        checks: `(name, fn(app, check))` pairs (default: `checks.ALL` and the checks of
+            your own, `custom.app_checks(app)`).
         running: the check threads of earlier runs by check name (`SharedHealth` keeps
             them): a check whose earlier thread is still running is not started again
             but reported `fail` at once, so a hung server never piles up threads.
@@ -57,7 +60,8 @@ def run_health(app: App, timeout_seconds: float | None = None,
     """
 
     timeout = app.settings.health.timeout_seconds if timeout_seconds is None else timeout_seconds
-    checks = checks or ALL
+    checks = checks or ALL + app_checks(app)
+    own = {name for name, fn in checks if isinstance(fn, HealthCheck)}
     running = {} if running is None else running
     view = app.using(health_engine(app))
     started, at = time.monotonic(), app.clock.now()
@@ -78,7 +82,7 @@ def run_health(app: App, timeout_seconds: float | None = None,
     for check, thread in zip(results, threads, strict=True):
         if thread is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
-        final.append(_late(check.name, timeout, thread is None)
+        final.append(_late(check.name, timeout, thread is None, check.name in own)
                      if thread is None or thread.is_alive() else check)
     if "database" in unreached:
         final = [_not_checked(c) if c.name in unreached - {"database"} else c for c in final]
@@ -95,10 +99,15 @@ def _not_checked(found: Check) -> Check:
     return check
 
 
-def _late(name: str, timeout: float, earlier: bool) -> Check:
+def _late(name: str, timeout: float, earlier: bool, own: bool = False) -> Check:
+    """A check that has not answered by the deadline: `fail` (a hung server), or
+    `check_error` for a check of your own (`own`): what it watches is unknown."""
     late = Check(name, duration_ms=timeout * 1000)
     late.message = (f"no answer within {timeout:g} s"
                     + (" (its previous run has not answered yet)" if earlier else ""))
+    if own:
+        late.broke(TimeoutError(late.message))
+        return late
     late.problem(name, "fail", f"{name}: {late.message}")
     return late
 

@@ -4,7 +4,7 @@ database answers) and `/health` (the full report). Public; the full report needs
 | route | 200 | 503 | touches |
 |---|---|---|---|
 | `/health/live` | always, when the process answers | never | nothing |
-| `/health/ready` | the database answered `SELECT 1` | no answer (or its check broke) | database |
+| `/health/ready` | the database and each critical check of your own pass | one does not | those |
 | `/health` | `ok`, `warn` (also a broken check) | `fail`: a real outage | database, broker, ... |
 
 `/health` and `/health/ready` each run at most one report at a time in this process and
@@ -18,6 +18,7 @@ from flask import Blueprint, Flask, current_app, jsonify
 
 from ..health import SharedHealth
 from ..health.checks import database
+from ..health.custom import critical_checks
 from .auth import authenticated
 
 bp = Blueprint("health", __name__)
@@ -32,14 +33,15 @@ def live():
 
 @bp.get("/health/ready")
 def ready():
-    """Readiness: 200 when the database answers (workers, broker and schedule do not
-    matter); 503 when it does not or the check itself broke. The token adds the check."""
+    """Readiness: 200 when the database answers and every critical check of your own
+    passes (workers, broker, schedule and the other checks do not matter); 503 when one
+    does not or broke. The token adds the checks."""
     report = current_app.extensions["cronjobs_ready"].report()
-    check = report.checks[0]
-    status = "ok" if check.status in ("ok", "warn") else check.status
+    bad = [c.status for c in report.checks if c.status not in ("ok", "warn")]
+    status = bad[0] if bad else "ok"
     body = {"status": status}
     if authenticated():
-        body["checks"] = [check.as_dict()]
+        body["checks"] = [c.as_dict() for c in report.checks]
     return jsonify(body), 200 if status == "ok" else 503
 
 
@@ -57,6 +59,7 @@ def install(web: Flask) -> None:
     app = web.extensions["cronjobs_app"]
     ttl = app.settings.health.cache_seconds
     web.extensions["cronjobs_health"] = SharedHealth(app, ttl_seconds=ttl)
-    web.extensions["cronjobs_ready"] = SharedHealth(app, [("database", database)], ttl_seconds=ttl)
+    web.extensions["cronjobs_ready"] = SharedHealth(
+        app, [("database", database), *critical_checks(app)], ttl_seconds=ttl)
     web.register_blueprint(bp)
 
