@@ -18,7 +18,6 @@ import cronjobs
 from alert_helpers import Inbox
 from conftest import cli_env, run_cli
 from cronjobs.health import CHECK_ERROR, alerts, run_health
-from cronjobs.health.checks import database
 from cronjobs.health.custom import HealthCheck, app_checks, registered, unregister
 from cronjobs.testing import FrozenClock
 from dashboard_helpers import BEARER, TOKEN, recent_t0, web_client
