@@ -21,6 +21,7 @@ from cronjobs.schedule.manual import run_now
 from cronjobs.schedule.scheduler import tick
 from cronjobs.store.models import cronjob_queue, cronjob_runtime
 from cronjobs.testing import drain
+from dashboard_helpers import TOKEN, login, web_client
 from registry import check_class
 
 T0 = datetime(2026, 3, 2, 0, 0, 5)
@@ -51,6 +52,26 @@ class Backup(CronJobHandler):
         return True
 
 
+class Sweep(CronJobHandler):
+    TYPE = "expect.sweep.discover"
+    FREQUENCY = "hour"
+    ISOLATION = "thread"
+    AUTO_PAUSE_AFTER_FAILURES = 1
+
+    def handle(self, payload, job):
+        self.dispatch("expect.sweep.execute", {})
+        return True  # the row completes; its family fails
+
+
+class SweepItem(CronJobHandler):
+    TYPE = "expect.sweep.execute"
+    ISOLATION = "thread"
+    MAX_ATTEMPTS = 1
+
+    def handle(self, payload, job):
+        raise RuntimeError("item failed")
+
+
 @pytest.fixture
 def inbox():
     box = Inbox()
@@ -58,10 +79,10 @@ def inbox():
     box.close()
 
 
-def app_with(make_app, inbox, cls):
+def app_with(make_app, inbox, cls, **settings):
     STATE.update(fail=True, seconds=0.0)
     app = make_app(clock=FrozenClock(T0), handler_paths=(),
-                   alert_webhook_url=inbox.url + "/hook")
+                   alert_webhook_url=inbox.url + "/hook", **settings)
     app.handlers.register(cls.TYPE, cls)
     return app
 
@@ -95,7 +116,7 @@ def scheduled_run(app, task: str) -> int:
     return job
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_third_failure_in_a_row_pauses_alerts_once_and_resume_clears(make_app, inbox, db_url,
                                                                       namespace):
     app, task = app_with(make_app, inbox, Flaky), "expect-flaky"
@@ -184,6 +205,36 @@ def test_a_run_outside_the_duration_range_is_too_fast_or_too_slow_until_one_is_i
     app.clock.advance(86400)
     scheduled_run(app, task)
     assert problems(app, "too_") == {}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_dashboards_resume_clears_the_auto_pause_and_the_streak(make_app, inbox):
+    app, task = app_with(make_app, inbox, Flaky, dashboard_token=TOKEN,
+                         tasks={"expect-flaky": {"auto_pause_after_failures": 2}}), "expect-flaky"
+    for _ in range(2):
+        scheduled_run(app, task)
+        app.clock.advance(60)
+    with app.engine.connect() as conn:
+        [pause] = [p for p in store.list_pauses(conn, app.clock.now()) if p["name"] == task]
+    assert pause["reason"] == "auto: 2 failures in a row"  # the settings win over the class
+    client = web_client(app)
+    done = client.post("/flow/resume", data={"csrf_token": login(client), "scope": "task",
+                                             "name": task})
+    assert done.status_code == 303
+    assert runtime(app, task)["failure_streak"] == 0
+    with app.engine.connect() as conn:
+        assert not store.is_task_paused(conn, task, app.clock.now())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
+def test_a_discovers_run_fails_when_its_family_does(make_app, inbox):
+    app, task = app_with(make_app, inbox, Sweep), "expect-sweep"
+    app.handlers.register(SweepItem.TYPE, SweepItem)
+    scheduled_run(app, task)
+    state = runtime(app, task)
+    assert (state["last_status"], state["failure_streak"]) == ("failed", 1)
+    with app.engine.connect() as conn:
+        assert store.is_task_paused(conn, task, app.clock.now())
 
 
 class Bad(Flaky):
