@@ -182,6 +182,15 @@ class CronJobHandler:
         MIN_SUCCESS_RATIO: the share of the rows under a root (0.0 to 1.0) that must
             complete for its family to count as a success (`on_success` rather than
             `on_failure`; a task's last success); 1.0 (the default): every one.
+        AUTO_PAUSE_AFTER_FAILURES: pause the task (reason `auto: N failures in a row`)
+            when this many of its scheduled runs in a row failed (a discover's outcome is
+            its family's); an integer >= 1, None (the default): never. `cronjobs resume
+            --task` lifts the pause and starts the count again.
+        EXPECT: what health expects of the task: `{"success_within": "26h", "duration":
+            ("30s", "20m")}` (either key optional; durations as `cronjobs.durations`
+            reads them): `overdue:<task>` fails once `success_within` passed without a
+            successful run; `too_fast:<task>` / `too_slow:<task>` warn when the last run's
+            duration is outside the range. None (the default): no expectations.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -210,6 +219,8 @@ class CronJobHandler:
     AFTER: ClassVar[str | None] = None
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
+    AUTO_PAUSE_AFTER_FAILURES: ClassVar[int | None] = None
+    EXPECT: ClassVar[dict | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

@@ -130,7 +130,8 @@ def cancel_family(app: App, job_id: int, *, who: str = "operator") -> dict:
 
 def resume(app: App, scope: str, name: str) -> bool:
     """Lift the pause of queue, type or task `name` (`scope`) and ring the queues whose
-    due rows it held (they wait for no doorbell of their own).
+    due rows it held (they wait for no doorbell of their own). A task's count of failed
+    runs in a row (`AUTO_PAUSE_AFTER_FAILURES`) starts again from 0.
 
     Returns:
         True if a pause was lifted, False if there was none.
@@ -138,7 +139,13 @@ def resume(app: App, scope: str, name: str) -> bool:
     Raises:
         InvalidJob: a bad scope or name (`store.resume`'s).
     """
-    lifted = run_in_transaction(app.engine, lambda c: store.resume(c, scope, name))
+    def lift(conn) -> int:
+        done = store.resume(conn, scope, name)
+        if scope == "task":  # a resumed task starts counting failed runs afresh
+            store.runtime.reset_failure_streak(conn, name, app.clock.now())
+        return done
+
+    lifted = run_in_transaction(app.engine, lift)
     if lifted and scope == "queue":
         ring_due(app, queue=name)
     elif lifted:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..flow.rules import check_concurrency, parse_rate
+from ..schedule.expect import check_auto_pause, parse_expect
 from ..schedule.slots import check_frequency
 from .urls import check_http_url
 
@@ -20,6 +21,10 @@ class TaskSettings(BaseModel):
             expression, overriding the handler's `FREQUENCY`.
         after: another task whose run of the same slot must have ended first,
             overriding the handler's `AFTER` (`""`: none).
+        auto_pause_after_failures: pause the task after this many failed scheduled runs
+            in a row, overriding the handler's `AUTO_PAUSE_AFTER_FAILURES` (None: its).
+        expect: `{success_within = "26h", duration = ["30s", "20m"]}`, overriding the
+            handler's `EXPECT` (None: its).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,6 +42,27 @@ class TaskSettings(BaseModel):
         description="Overrides the handler's AFTER: the task whose run of the same slot "
                     "(its whole family) must have ended before this task's slot starts; "
                     "an empty string: none.")
+    auto_pause_after_failures: int | None = Field(
+        None,
+        description="Overrides the handler's AUTO_PAUSE_AFTER_FAILURES: pause the task "
+                    "(reason `auto: N failures in a row`) when this many of its scheduled "
+                    "runs in a row failed; `cronjobs resume --task` lifts it.")
+    expect: dict | None = Field(
+        None,
+        description="Overrides the handler's EXPECT: a table with `success_within` (a "
+                    "duration: `overdue:<task>` fails past it) and `duration` (`[min, "
+                    "max]`: `too_fast` / `too_slow` outside it); either key optional.")
+
+    @field_validator("auto_pause_after_failures", mode="before")
+    @classmethod
+    def _check_auto_pause(cls, value: object) -> object:
+        return check_auto_pause(value, "auto_pause_after_failures")
+
+    @field_validator("expect", mode="before")
+    @classmethod
+    def _check_expect(cls, value: object) -> object:
+        parse_expect(value, "expect")
+        return value
 
     @field_validator("frequency")
     @classmethod

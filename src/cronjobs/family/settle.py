@@ -30,8 +30,10 @@ from sqlalchemy import Connection
 
 from ..app import App
 from ..handler import callback_kinds, callback_type
+from ..schedule.expect import AUTO_PAUSE_BY, auto_pause_of, auto_pause_reason
 from ..status import FINAL, Reason, Status
 from ..store import families as rows
+from ..store.flow import is_task_paused, pause
 from ..store.insert import insert_job
 from ..store.runtime import update_task_status
 from . import depends
@@ -203,9 +205,9 @@ def complete(conn: Connection, app: App, root: dict,
     if not rows.record_completion(conn, root_id, generation, outcome, dict(status_counts), now):
         return None, []
     if root["status"] == Status.COMPLETED:  # a task's run that ended otherwise said so
-        update_task_status(conn, root_id,
-                           Status.COMPLETED if outcome == SUCCESS else Status.FAILED, now,
-                           success=outcome == SUCCESS)
+        task_run_ended(conn, app, root_id,
+                       Status.COMPLETED if outcome == SUCCESS else Status.FAILED, now,
+                       success=outcome == SUCCESS)
     log.info("family %s complete (generation %s): %s, %s", root_id, generation, outcome,
              json.dumps(dict(status_counts), sort_keys=True), extra={"trace_id": root_id})
     if cls is None:
@@ -228,6 +230,29 @@ def complete(conn: Connection, app: App, root: dict,
         if created:
             started.append((int(row["id"]), queue))
     return outcome, started
+
+
+def task_run_ended(conn: Connection, app: App, job_id: int, status: str, now: datetime, *,
+                   success: bool | None = None) -> None:
+    """Record how a task's scheduled run `job_id` ended (`store.update_task_status`), in
+    the transaction that writes that end; the failed run that brings the task's
+    `failure_streak` to its `AUTO_PAUSE_AFTER_FAILURES` (N) pauses the task (scope `task`,
+    reason `auto: N failures in a row`, by `cronjobs`) unless it is paused already.
+
+    Args:
+        status: the run's status (a discover's: its family's outcome, `success`);
+            `now`: naive UTC.
+    """
+    failed = update_task_status(conn, job_id, status, now, success=success)
+    if failed is None:
+        return
+    task, job_type, streak = failed
+    limit = auto_pause_of(app.resolve(job_type), app.settings.task(task))
+    if limit is None or streak < limit or is_task_paused(conn, task, now):
+        return
+    pause(conn, "task", task, now=now, reason=auto_pause_reason(limit), by=AUTO_PAUSE_BY)
+    log.warning("task %s paused: %s failures in a row (AUTO_PAUSE_AFTER_FAILURES = %s)",
+                task, streak, limit, extra={"trace_id": job_id})
 
 
 def _outcome(root_status: str, status_counts: Counter, cancelled: bool, ratio: float) -> str:

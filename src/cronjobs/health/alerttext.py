@@ -90,3 +90,31 @@ def message(entries: list[dict], now: datetime, host: str) -> dict:
     return {"event": "problem" if problems else "recovered", "status": status, "host": host,
             "at": now.isoformat() + "Z", "problems": problems, "recovered": recovered,
             "subject": subject, "text": "\n".join([subject] + [e["line"] for e in entries])}
+
+
+def amount(seconds: float) -> str:
+    """A duration someone configured, in the largest unit that divides it exactly: `26 h`,
+    `7 d`, `90 min`, `45 s` (fractions of a second rounded)."""
+    whole = max(0, round(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if whole and whole % size == 0:
+            return f"{whole // size} {unit}"
+    return f"{whole} s"
+
+
+def not_succeeded(task: str, within_seconds: float) -> str:
+    """`task db-backup has not succeeded in 26 h` (EXPECT's `success_within`, seconds)."""
+    return f"task {task} has not succeeded in {amount(within_seconds)}"
+
+
+def failed_in_a_row(task: str, failures: int, paused: bool) -> str:
+    """`task X failed 3 times in a row; paused` (AUTO_PAUSE_AFTER_FAILURES)."""
+    return f"task {task} failed {failures} times in a row" + ("; paused" if paused else "")
+
+
+def ran_outside(task: str, seconds: float, least: float | None, most: float | None) -> str:
+    """`task X ran 2 s, expected at least 30 s` (below `least`, seconds) or `task X ran
+    25 min, expected at most 20 min` (above `most`)."""
+    if least is not None and seconds < least:
+        return f"task {task} ran {span(seconds)}, expected at least {amount(least)}"
+    return f"task {task} ran {span(seconds)}, expected at most {amount(most or 0)}"

@@ -16,6 +16,7 @@ from ..schedule.slots import current_slot
 from ..schedule.tasks import task_infos
 from ..store.engines import backend_name, sqlite_file
 from ..worker import heartbeat
+from . import expectations
 from .check import Check
 
 
@@ -202,11 +203,15 @@ def _failed_slots(app: App, scheduled: list) -> dict[str, tuple[str, str]]:
 
 def overdue(app: App, check: Check) -> None:
     """Tasks whose last successful scheduled run is older than 2x (warn) / 5x (fail) their
-    period."""
+    period, or (fail) than their `EXPECT` `success_within`; a task's last run outside its
+    `EXPECT` duration (`too_fast:` / `too_slow:`); `AUTO_PAUSE_AFTER_FAILURES` reached
+    (`failing:`). See `expectations`."""
     now = app.clock.now()
     late = {}
+    scheduled = _scheduled(app)
+    expects = expectations.expects_of(app, scheduled)
     with app.engine.connect() as conn:
-        for info in _scheduled(app):
+        for info in scheduled:
             since = (info.runtime.get("last_success_at")
                      or store.views.first_slot_at(conn, info.task))
             if since is None:
@@ -214,18 +219,25 @@ def overdue(app: App, check: Check) -> None:
             period = _period(info.frequency, now, info.timezone)
             age = _age(now, since)
             late[info.task] = round(age / period, 2)
-            ago = ("last successful run" if info.runtime.get("last_success_at")
-                   else "first run started")
-            if age > 5 * period:
-                check.problem(f"overdue:{info.task}", "fail",
-                              f"task {info.task}: {ago} {age:.0f} s ago, over 5x its "
-                              f"frequency ({info.frequency})")
-            elif age > 2 * period:
-                check.problem(f"overdue:{info.task}", "warn",
-                              f"task {info.task}: {ago} {age:.0f} s ago, over 2x its "
-                              f"frequency ({info.frequency})")
+            if expectations.success_within(check, info.task, expects.get(info.task), age):
+                continue
+            _late(check, info, age, period)
+        expectations.durations(conn, scheduled, expects, check)
+        expectations.failing(app, conn, scheduled, now, check)
     check.data = {"periods_since_success": late}
     check.message = f"{len(check.problems)} overdue task(s) of {len(late)}"
+
+
+def _late(check: Check, info, age: float, period: float) -> None:
+    """`overdue:<task>`: warn past 2x its period (seconds), fail past 5x."""
+    ago = ("last successful run" if info.runtime.get("last_success_at")
+           else "first run started")
+    for times, status in ((5, "fail"), (2, "warn")):
+        if age > times * period:
+            check.problem(f"overdue:{info.task}", status,
+                          f"task {info.task}: {ago} {age:.0f} s ago, over {times}x its "
+                          f"frequency ({info.frequency})")
+            return
 
 
 def flow(app: App, check: Check) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 
 from .. import limits, store
 from ..app import App
-from ..family.settle import Finished, after_finish
+from ..family.settle import Finished, after_finish, task_run_ended
 from ..handler import Job, callback_kinds
 from ..status import FINAL, Ended, Reason, Status
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
@@ -238,8 +238,8 @@ class OutcomeWriter:
         elif not store.finish_job(conn, job.id, job.attempts, plan.values):
             return Ended.LOST
         if task_run(job):  # a completed run's success is its family's (`family.settle`)
-            store.update_task_status(conn, job.id, final, plan.now,
-                                     success=False if final == Status.COMPLETED else None)
+            task_run_ended(conn, self.app, job.id, final, plan.now,
+                           success=False if final == Status.COMPLETED else None)
         return final
 
     def write_each(self, plans: list[Finish], *, give_up_seconds: float | None = 600,

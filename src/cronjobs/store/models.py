@@ -150,6 +150,9 @@ cronjob_runtime = Table(
     Column("last_skipped_at", UtcDateTime, nullable=True),
     Column("last_skip_reason", String(16), nullable=True),
     Column("buffered_slot", String(32), nullable=True),
+    # Migration 0016: scheduled runs in a row that failed (reset by a success and by
+    # `resume --task`); AUTO_PAUSE_AFTER_FAILURES pauses the task when it reaches N.
+    Column("failure_streak", Integer, nullable=False, server_default="0"),
 )
 
 # One row per (task, slot) that was started: the database's proof that a slot ran,

@@ -148,14 +148,33 @@ SUCCESS_STATUSES = (Status.COMPLETED, Status.CANCELLED, Ended.DELETED)
 
 
 def update_task_status(conn: Connection, job_id: int, status: str, now: datetime, *,
-                       success: bool | None = None) -> None:
+                       success: bool | None = None) -> tuple[str, str, int] | None:
     """Copy a finished job's status to the task whose last scheduled job it is; a run that
     ended well (`success`, default: status in SUCCESS_STATUSES) also sets `last_success_at`
-    (the overdue check of `health`)."""
-    values = {"last_status": status, "updated_at": now}
-    if status in SUCCESS_STATUSES if success is None else success:
-        values["last_success_at"] = now
+    (the overdue check of `health`) and ends the task's `failure_streak`; a `failed` run
+    adds one to it.
+
+    Returns:
+        `(task, its type, failure_streak)` after a failed run of a task, else None.
+    """
+    values: dict[str, Any] = {"last_status": status, "updated_at": now}
+    ok = status in SUCCESS_STATUSES if success is None else success
+    if ok:
+        values.update(last_success_at=now, failure_streak=0)
+    elif status == Status.FAILED:
+        values["failure_streak"] = rt.c.failure_streak + 1
     conn.execute(rt.update().where(rt.c.last_job_id == job_id).values(**values))
+    if ok or status != Status.FAILED:
+        return None
+    row = conn.execute(select(rt.c.task, rt.c.type, rt.c.failure_streak)
+                       .where(rt.c.last_job_id == job_id)).first()
+    return (row.task, row.type, int(row.failure_streak)) if row else None
+
+
+def reset_failure_streak(conn: Connection, task: str, now: datetime) -> None:
+    """Set the `failure_streak` of `task` back to 0 (`cronjobs resume --task`)."""
+    conn.execute(rt.update().where(rt.c.task == task, rt.c.failure_streak != 0)
+                 .values(failure_streak=0, updated_at=now))
 
 
 def _record_runs_sql(conn: Connection, runs: list[tuple[str, str, int, datetime | None]],

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, case, func, literal, select
 
 from ..status import FINAL, Status
-from .models import STATUSES, cronjob_slot
+from .models import STATUSES, cronjob_family, cronjob_slot
 from .models import cronjob_queue as q
 from .models import cronjob_runtime as rt
 
@@ -382,3 +382,13 @@ def finished_since(conn: Connection, since: datetime, after_id: int,
                    (q.c.finished_at > since) | ((q.c.finished_at == since) & (q.c.id > after_id)))
             .order_by(q.c.finished_at, q.c.id).limit(limit))
     return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def last_completed_root(conn: Connection, job_type: str) -> int | None:
+    """The id of the newest parentless row of `job_type` whose family has completed (a
+    `cronjob_family` record), or None: a task's last ended run (EXPECT's duration).
+    Reads `ix_cronjob_queue_type` newest first."""
+    done = select(cronjob_family.c.root_id).where(cronjob_family.c.root_id == q.c.id).exists()
+    stmt = (select(q.c.id).where(q.c.type == job_type, q.c.parent_id.is_(None), done)
+            .order_by(q.c.id.desc()).limit(1))
+    return conn.execute(stmt).scalar()
