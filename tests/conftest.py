@@ -5,6 +5,7 @@ answer fails the test (run `make test`, which starts them)."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import subprocess
 import sys
@@ -227,6 +228,17 @@ def _collect_garbage():
     it, not at the end of the session."""
     yield
     gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _root_log_level():
+    """Give the root logger its level back after every test: a test that sets logging up
+    as a command does (`cronjobs.logs`: root at INFO) would otherwise make later tests
+    capture INFO lines they never asked for (caplog's handler sits on the root)."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
 
 def cli_env(db_url: str, namespace: str = "cronjobs", broker_url: str = "memory://",
             **extra: str) -> dict:
