@@ -182,6 +182,17 @@ class CronJobHandler:
         MIN_SUCCESS_RATIO: the share of the rows under a root (0.0 to 1.0) that must
             complete for its family to count as a success (`on_success` rather than
             `on_failure`; a task's last success); 1.0 (the default): every one.
+        CATCHUP: what a tick does with the slots missed while no scheduler ticked:
+            `"latest"` (the default: the current slot starts even when late, the missed
+            ones before it are coalesced), `"none"` (a slot starts only from a tick within
+            its first minute), `"all"` (every missed slot that began within
+            CATCHUP_WINDOW before now starts, oldest first, at most CATCHUP_MAX per tick).
+            Slots not started are recorded as skipped with the reason `missed`. See
+            `cronjobs.schedule.catchup`; `[tasks.<task>] catchup` overrides it.
+        CATCHUP_WINDOW: `"all"`: how far back a missed slot may have begun and still
+            start, a duration (`"6h"`, seconds; default `"1d"`).
+        CATCHUP_MAX: `"all"`: at most this many slots started by one tick (int >= 1,
+            default 100); the next ticks go on where it stopped.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -210,6 +221,9 @@ class CronJobHandler:
     AFTER: ClassVar[str | None] = None
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
+    CATCHUP: ClassVar[str] = "latest"
+    CATCHUP_WINDOW: ClassVar[str | float] = "1d"
+    CATCHUP_MAX: ClassVar[int] = 100
 
     error: str | None = None
     gateway_error: str | None = None

@@ -135,3 +135,37 @@ def tasks_run(task: str, again: bool, force: bool) -> None:
     from ..schedule.manual import run_now  # lazy: CLI start-up time
 
     click.echo(run_now(task, again=again, force=force, app=_app()).id)
+
+
+@main.command()
+@click.argument("task")
+@click.option("--from", "start", required=True,
+              help="The first instant of the range, ISO 8601 (UTC if naive): slots that "
+                   "begin at or after it.")
+@click.option("--to", "end", required=True,
+              help="The last instant of the range, ISO 8601 (UTC if naive): slots that "
+                   "begin at or before it.")
+@click.option("--dry-run", is_flag=True, help="Print the slots it would make (key and UTC "
+                                              "time) and write nothing.")
+def backfill(task: str, start: str, end: str, dry_run: bool) -> None:
+    """Make one row per slot of TASK that begins from --from to --to (both inclusive).
+
+    Prints the row ids one per line, in slot order. Idempotent: a slot that already ran
+    (by the scheduler or an earlier backfill) prints its existing row id and makes
+    nothing; the scheduler never starts a backfilled slot again. Cron lines are read in
+    the task's zone. Unless the task's OVERLAP is allow, each new row waits for the one
+    before, so they run one at a time; limits and pauses hold them as any row. Refused
+    (exit 2): an unknown task, a task without a frequency, --to before --from, a range of
+    more than 10,000 slots."""
+    from ..schedule.backfill import backfill as do_backfill  # lazy: CLI start-up time
+
+    first, last = _parse_time(start, "--from"), _parse_time(end, "--to")
+    done = do_backfill(task, first, last, dry_run=dry_run, app=_app())
+    for slot in done:
+        if not dry_run:
+            click.echo(slot.job_id)
+        elif slot.job_id is None:
+            click.echo(f"cronjobs:{task}:{slot.key} {slot.at:%Y-%m-%d %H:%M} UTC")
+        else:
+            click.echo(f"cronjobs:{task}:{slot.key} {slot.at:%Y-%m-%d %H:%M} UTC "
+                       f"(ran already: job {slot.job_id})")

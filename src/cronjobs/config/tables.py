@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from ..durations import seconds
 from ..flow.rules import check_concurrency, parse_rate
+from ..schedule.catchup import check_max, check_mode
 from ..schedule.slots import check_frequency
 from .urls import check_http_url
 
@@ -20,6 +22,8 @@ class TaskSettings(BaseModel):
             expression, overriding the handler's `FREQUENCY`.
         after: another task whose run of the same slot must have ended first,
             overriding the handler's `AFTER` (`""`: none).
+        catchup, catchup_window, catchup_max: override the handler's `CATCHUP`,
+            `CATCHUP_WINDOW` (a duration) and `CATCHUP_MAX` (missed runs).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,6 +41,36 @@ class TaskSettings(BaseModel):
         description="Overrides the handler's AFTER: the task whose run of the same slot "
                     "(its whole family) must have ended before this task's slot starts; "
                     "an empty string: none.")
+    catchup: str | None = Field(
+        None,
+        description="Overrides the handler's CATCHUP: `latest` (start the current slot even "
+                    "when late), `none` (only within a slot's first minute) or `all` (every "
+                    "missed slot of the catch-up window).")
+    catchup_window: str | float | None = Field(
+        None,
+        description="Overrides the handler's CATCHUP_WINDOW: how far back a missed slot may "
+                    "have begun and still start with `catchup = \"all\"` (`6h`, seconds).")
+    catchup_max: int | None = Field(
+        None,
+        description="Overrides the handler's CATCHUP_MAX: at most this many missed slots "
+                    "started by one tick with `catchup = \"all\"`.")
+
+    @field_validator("catchup")
+    @classmethod
+    def _check_catchup(cls, value: str | None) -> str | None:
+        return None if value is None else check_mode(value, "catchup")
+
+    @field_validator("catchup_window", mode="before")
+    @classmethod
+    def _check_catchup_window(cls, value: object) -> object:
+        if value is not None:
+            seconds(value, name="catchup_window")
+        return value
+
+    @field_validator("catchup_max", mode="before")
+    @classmethod
+    def _check_catchup_max(cls, value: object) -> object:
+        return None if value is None else check_max(value, "catchup_max")
 
     @field_validator("frequency")
     @classmethod
