@@ -79,8 +79,8 @@ def test_all_starts_the_window_once_chained_in_slot_order(make_app):
     assert [r["idempotency_key"] for r in rows] == [f"cronjobs:cu-five:{k}" for k in keys]
     assert [r["status"] for r in rows] == ["pending"] + ["waiting"] * 11
     with app.engine.connect() as conn:
-        deps = conn.execute(sa.select(cronjob_dependency.c.job_id, cronjob_dependency.c.depends_on_id)
-                            .order_by(cronjob_dependency.c.job_id)).all()
+        dep = cronjob_dependency.c
+        deps = conn.execute(sa.select(dep.job_id, dep.depends_on_id).order_by(dep.job_id)).all()
     ids = [r["id"] for r in rows]
     assert [tuple(d) for d in deps] == list(zip(ids[1:], ids[:-1], strict=True))
     rt = runtime(app)
