@@ -55,11 +55,14 @@ class Plan:
         start: the slots to start, oldest first (empty: none).
         missed: how many slots are missed for good (recorded with reason `missed`).
         newest_missed: the key of the newest of them (None when `missed` is 0).
+        after: the key of the slot they follow (the task's last run or skip; None for a
+            task that never ran).
     """
 
     start: list[Slot] = field(default_factory=list)
     missed: int = 0
     newest_missed: str | None = None
+    after: str | None = None
 
 
 def check_mode(value: object, name: str = "CATCHUP") -> str:
@@ -145,14 +148,14 @@ def plan(rule: Catchup, frequency: str, runtime: dict, slot: Slot, now: datetime
         return _missed_before(frequency, base, slot, tz, [slot])
     if rule.mode == "none":
         before = _missed_before(frequency, base, slot, tz, [])
-        return Plan([], before.missed + 1, slot.key)
+        return Plan([], before.missed + 1, slot.key, base[0])
     edge = now - timedelta(seconds=rule.window_seconds)
     inside = (s for s in _walk(frequency, base, edge, slot, tz) if s.key not in claimed)
     start = list(islice(inside, rule.max_per_tick))
     outside = current_slot(frequency, edge, tz)  # the newest slot that began at or before edge
     if outside.at <= base[1]:
         return Plan(start)
-    return Plan(start, slots_between(frequency, base[0], outside, tz) + 1, outside.key)
+    return Plan(start, slots_between(frequency, base[0], outside, tz) + 1, outside.key, base[0])
 
 
 def _missed_before(frequency: str, base: tuple[str, datetime] | None, slot: Slot, tz: str,
@@ -165,7 +168,7 @@ def _missed_before(frequency: str, base: tuple[str, datetime] | None, slot: Slot
     if not count:
         return Plan(start)
     previous = current_slot(frequency, slot.at - timedelta(seconds=1), tz)
-    return Plan(start, count, previous.key)
+    return Plan(start, count, previous.key, base[0])
 
 
 def _walk(frequency: str, base: tuple[str, datetime], edge: datetime, slot: Slot,

@@ -27,7 +27,7 @@ from ..status import Status
 from ..store.db import run_in_transaction
 from .catchup import Catchup, Plan, baseline, catchup_of, plan
 from .overlap import policy_of
-from .slots import Slot
+from .slots import Slot, is_cron
 from .tasks import TaskInfo
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
@@ -109,8 +109,14 @@ def record(app: App, catchups: Catchups, now: datetime) -> None:
                 if store.runtime.record_missed(conn, info.task, p.missed, p.newest_missed, now)]
 
     for info, p in run_in_transaction(app.engine, write):
-        log.info("task %s: %d slot(s) missed up to %s (CATCHUP %s)", info.task, p.missed,
-                 p.newest_missed, catchup_of(info.handler, app.settings.task(info.task)).mode)
+        more = "+" if p.missed >= 1000 and is_cron(info.frequency) else ""  # counted to 1000
+        mode = catchup_of(info.handler, app.settings.task(info.task)).mode
+        if mode == "latest":
+            log.info("task %s: %d%s missed slot(s) after %s coalesced into %s", info.task,
+                     p.missed, more, p.after, p.start[0].key)
+        else:
+            log.info("task %s: %d%s missed slot(s) after %s, up to %s, not started (CATCHUP "
+                     "%s)", info.task, p.missed, more, p.after, p.newest_missed, mode)
 
 
 def start_extras(app: App, conn, won: list[tuple[TaskInfo, Slot, int]], catchups: Catchups,
