@@ -37,7 +37,8 @@ def tick(now: str | None) -> None:
             click.echo(f"buffered {task}: its slot starts when the previous run is done")
             continue
         note = {"unavailable": " (module not installed)",
-                "buffered": " (a buffered slot waits already)"}.get(reason, "")
+                "buffered": " (a buffered slot waits already)",
+                "missed": " (its slot began too long ago for its CATCHUP)"}.get(reason, "")
         if task in report.errors:
             note = f" ({report.errors[task]})"
         click.echo(f"skipped {task}: {reason}{note}")
@@ -82,7 +83,8 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
     by the settings. OVERLAP is the handler's policy while its last run is still going;
     SKIPPED counts slots that started nothing, LAST_SKIPPED and SKIP_REASON (running,
-    buffered, paused, error) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
+    buffered, paused, error, missed) name the last; BUFFERED is the slot a buffer_one task
+    keeps waiting.
     LIMITS are its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY; PAUSED names the live
     pauses that hold it (`cronjobs pause`). FAMILY is the last scheduled run's family:
     "200 children: 176 ok, 24 failed (13 timeouts) — 9.2 s — callback completed". On a

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from .. import store
@@ -43,11 +43,14 @@ class Catchups:
             (`CATCHUP = "all"`), oldest first.
         late: the tasks that start nothing because their slot is missed (`none`, or `all`
             with nothing left in its window).
+        started: `(info, slot, job id, status, queue)` of each catch-up slot after a first
+            that `start_extras` started (set in the tick's transaction).
     """
 
     missed: list[tuple[TaskInfo, Plan]]
     extras: dict[str, list[tuple[Slot, dict]]]
     late: set[str]
+    started: list[tuple[TaskInfo, Slot, int, str, str]] = field(default_factory=list)
 
 
 def split(app: App, due: list[tuple[TaskInfo, Slot]], now: datetime,
@@ -120,17 +123,16 @@ def record(app: App, catchups: Catchups, now: datetime) -> None:
 
 
 def start_extras(app: App, conn, won: list[tuple[TaskInfo, Slot, int]], catchups: Catchups,
-                 now: datetime) -> list[tuple[TaskInfo, Slot, int, str, str]]:
-    """Start the catch-up slots after each won first slot, in the tick's transaction.
+                 now: datetime) -> None:
+    """Start the catch-up slots after each won first slot, in the tick's transaction, and
+    note them in `catchups.started` (a slot claimed already, by a backfill say, is passed
+    over).
 
     Args:
         won: `(info, first slot, its job id)` of the slots this scheduler started.
-
-    Returns:
-        `(info, slot, job id, status, queue)` of each slot started (a slot claimed
-        already, by a backfill say, is passed over).
     """
-    started = []
+    started = catchups.started
+    started.clear()  # a transaction retried runs this again
     for info, _, first in won:
         previous = first
         chain = policy_of(info.handler) != "allow"
@@ -149,4 +151,17 @@ def start_extras(app: App, conn, won: list[tuple[TaskInfo, Slot, int]], catchups
             started.append((info, slot, row["id"], values.get("status", Status.PENDING),
                             values["queue"]))
             previous = row["id"]
-    return started
+
+
+def announce(app: App, catchups: Catchups, report: list[tuple[str, str, int]],
+             rung: set[str]) -> None:
+    """After the tick's commit: add the catch-up slots started to `report` (the
+    `TickReport.started` list), log them, and ring each queue not `rung` yet once for
+    those that are `pending` (the others wait for the one before)."""
+    for info, slot, job_id, status, queue in catchups.started:
+        report.append((info.task, slot.key, job_id))
+        log.info("task %s slot %s started as job %s (catch-up)", info.task, slot.key, job_id,
+                 extra={"trace_id": job_id})
+        if status == Status.PENDING and queue not in rung:
+            rung.add(queue)
+            dispatching.send(app, job_id, queue)

@@ -244,11 +244,10 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
                now: datetime, report: TickReport, after: dict[str, str],
                catchups: missed.Catchups) -> dict[str, int]:
     """Start the due slots of one tick in one transaction: claim every slot record, insert
-    the jobs of the slots won (`rows`: task -> its slot's job row), note the runs, start
-    the catch-up slots after them (`missed.start_extras`, added to `report.started`); then
-    the slots of the tasks that run after another (`_start_after`); then ring each queue
-    once. Returns task -> job id for the slots this scheduler won (a lost slot logs at
-    DEBUG only)."""
+    the jobs of the slots won (`rows`: task -> its slot's job row), note the runs and start
+    the catch-up slots after them (`missed`); then the slots of the tasks that run after
+    another (`_start_after`); then ring each queue once. Returns task -> job id for the
+    slots this scheduler won (a lost slot logs at DEBUG only)."""
     due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
     plain = [(info, slot) for info, slot in due if info.task not in after]
     ordered = sorted([d for d in due if d[0].task in after],
@@ -261,14 +260,12 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
                                  for (info, slot), job_id in zip(mine, ids, strict=True)], now)
         started = {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
-        extras[:] = missed.start_extras(app, conn, [(i, s, started[i.task]) for i, s in mine],
-                                        catchups, now)
+        missed.start_extras(app, conn, [(i, s, started[i.task]) for i, s in mine], catchups, now)
         waits, held = start_waiting(app, conn, ordered, rows, after, started, now)
         return started, waits, held
 
     if not due:
         return {}
-    extras: list = []
     try:
         started, waits, held = run_in_transaction(app.engine, claim_and_insert)
     except DatabaseRefused:  # e.g. a job row already holds a slot's key: one by one
@@ -291,11 +288,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         if queue not in rung and info.task not in held:  # a message rings its queue
             rung.add(queue)
             dispatching.send(app, job_id, queue)
-    for info, slot, job_id, status, queue in extras:
-        report.started.append((info.task, slot.key, job_id))
-        if status == Status.PENDING and queue not in rung:
-            rung.add(queue)
-            dispatching.send(app, job_id, queue)
+    missed.announce(app, catchups, report.started, rung)
     return started
 
 
