@@ -196,3 +196,18 @@ def test_task_settings_win_and_are_checked():
         TaskSettings(catchup_window="-1h")
     with pytest.raises(ValueError, match="catchup must be one of"):
         TaskSettings(catchup="every")
+
+
+@SQLITE
+def test_all_passes_over_the_slots_a_backfill_made(make_app):
+    from cronjobs.schedule.backfill import backfill
+
+    app, clock = setup(make_app, handler("all", CATCHUP_WINDOW="1h"))
+    clock.set(DOWN)
+    made = backfill("cu-five", datetime(2026, 3, 2, 12, 5), datetime(2026, 3, 2, 12, 20), app=app)
+    assert [b.key for b in made] == [f"2026030212{m:02d}" for m in range(5, 25, 5)]
+    started = mine(tick(DOWN, app=app))
+    assert sorted(started) == [f"2026030212{m:02d}" for m in range(25, 60, 5)] + ["202603021300"]
+    keys = [r["idempotency_key"] for r in scheduled(app)]
+    assert len(keys) == 13 and len(set(keys)) == 13
+    assert runtime(app)["skipped_count"] == 24
