@@ -133,7 +133,8 @@ def plan(rule: Catchup, frequency: str, runtime: dict, slot: Slot, now: datetime
         now: the tick's instant, naive UTC.
         tz: the zone its cron lines are read in.
         claimed: keys of slots after the baseline that already have a run (a backfill's):
-            neither started again nor missed.
+            not started again (`all` only; one older than the window still counts as
+            missed).
 
     Returns:
         A `Plan`.
