@@ -117,6 +117,7 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
             log.info("task %s: buffered slot %s started as job %s (slot %s)", info.task,
                      info.runtime["buffered_slot"], job_id, slot.key)
         report.started.append((info.task, slot.key, job_id))
+    report.started.sort(key=lambda s: (s[0], s[2]))  # a task's catch-up slots in slot order
     if _clock_back_warned and not any(r == "older-slot" for r in report.skipped.values()):
         _clock_back_warned.clear()  # the clock is ahead again: a new jump back is said again
     return report
