@@ -120,6 +120,11 @@ class OperationNotRunning(JobStateError):
     """A stalled operation was to be resumed, but it is done, failed or does not exist."""
 
 
+class BackfillRefused(CronjobsError):
+    """A backfill was refused: its range is reversed or too long, or the task has no
+    frequency (`cronjobs.schedule.backfill`)."""
+
+
 _NO_TABLE = ("no such table", "doesn't exist", "does not exist")
 
 

@@ -191,6 +191,17 @@ class CronJobHandler:
             reads them): `overdue:<task>` fails once `success_within` passed without a
             successful run; `too_fast:<task>` / `too_slow:<task>` warn when the last run's
             duration is outside the range. None (the default): no expectations.
+        CATCHUP: what a tick does with the slots missed while no scheduler ticked:
+            `"latest"` (the default: the current slot starts even when late, the missed
+            ones before it are coalesced), `"none"` (a slot starts only from a tick within
+            its first minute), `"all"` (every missed slot that began within
+            CATCHUP_WINDOW before now starts, oldest first, at most CATCHUP_MAX per tick).
+            Slots not started are recorded as skipped with the reason `missed`. See
+            `cronjobs.schedule.catchup`; `[tasks.<task>] catchup` overrides it.
+        CATCHUP_WINDOW: `"all"`: how far back a missed slot may have begun and still
+            start, a duration (`"6h"`, seconds; default `"1d"`).
+        CATCHUP_MAX: `"all"`: at most this many slots started by one tick (int >= 1,
+            default 100); the next ticks go on where it stopped.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -221,6 +232,9 @@ class CronJobHandler:
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
     AUTO_PAUSE_AFTER_FAILURES: ClassVar[int | None] = None
     EXPECT: ClassVar[dict | None] = None
+    CATCHUP: ClassVar[str] = "latest"
+    CATCHUP_WINDOW: ClassVar[str | float] = "1d"
+    CATCHUP_MAX: ClassVar[int] = 100
 
     error: str | None = None
     gateway_error: str | None = None

@@ -37,7 +37,8 @@ def tick(now: str | None) -> None:
             click.echo(f"buffered {task}: its slot starts when the previous run is done")
             continue
         note = {"unavailable": " (module not installed)",
-                "buffered": " (a buffered slot waits already)"}.get(reason, "")
+                "buffered": " (a buffered slot waits already)",
+                "missed": " (its slot began too long ago for its CATCHUP)"}.get(reason, "")
         if task in report.errors:
             note = f" ({report.errors[task]})"
         click.echo(f"skipped {task}: {reason}{note}")
@@ -82,7 +83,8 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     MANUAL_JOB, MANUAL_STATUS the last manual run. A frequency ending in * is overridden
     by the settings. OVERLAP is the handler's policy while its last run is still going;
     SKIPPED counts slots that started nothing, LAST_SKIPPED and SKIP_REASON (running,
-    buffered, paused, error) name the last; BUFFERED is the slot a buffer_one task keeps waiting.
+    buffered, paused, error, missed) name the last; BUFFERED is the slot a buffer_one task
+    keeps waiting.
     LIMITS are its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY; PAUSED names the live
     pauses that hold it (`cronjobs pause`). FAMILY is the last scheduled run's family:
     "200 children: 176 ok, 24 failed (13 timeouts) — 9.2 s — callback completed". On a
@@ -135,3 +137,37 @@ def tasks_run(task: str, again: bool, force: bool) -> None:
     from ..schedule.manual import run_now  # lazy: CLI start-up time
 
     click.echo(run_now(task, again=again, force=force, app=_app()).id)
+
+
+@main.command()
+@click.argument("task")
+@click.option("--from", "start", required=True,
+              help="The first instant of the range, ISO 8601 (UTC if naive): slots that "
+                   "begin at or after it.")
+@click.option("--to", "end", required=True,
+              help="The last instant of the range, ISO 8601 (UTC if naive): slots that "
+                   "begin at or before it.")
+@click.option("--dry-run", is_flag=True, help="Print the slots it would make (key and UTC "
+                                              "time) and write nothing.")
+def backfill(task: str, start: str, end: str, dry_run: bool) -> None:
+    """Make one row per slot of TASK that begins from --from to --to (both inclusive).
+
+    Prints the row ids one per line, in slot order. Idempotent: a slot that already ran
+    (by the scheduler or an earlier backfill) prints its existing row id and makes
+    nothing; the scheduler never starts a backfilled slot again. Cron lines are read in
+    the task's zone. Unless the task's OVERLAP is allow, each new row waits for the one
+    before, so they run one at a time; limits and pauses hold them as any row. Refused
+    (exit 2): an unknown task, a task without a frequency, --to before --from, a range of
+    more than 10,000 slots."""
+    from ..schedule.backfill import backfill as do_backfill  # lazy: CLI start-up time
+
+    first, last = _parse_time(start, "--from"), _parse_time(end, "--to")
+    done = do_backfill(task, first, last, dry_run=dry_run, app=_app())
+    for slot in done:
+        if not dry_run:
+            click.echo(slot.job_id)
+        elif slot.job_id is None:
+            click.echo(f"cronjobs:{task}:{slot.key} {slot.at:%Y-%m-%d %H:%M} UTC")
+        else:
+            click.echo(f"cronjobs:{task}:{slot.key} {slot.at:%Y-%m-%d %H:%M} UTC "
+                       f"(ran already: job {slot.job_id})")

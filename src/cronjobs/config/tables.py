@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from ..durations import seconds
 from ..flow.rules import check_concurrency, parse_rate
+from ..schedule.catchup import check_max, check_mode
 from ..schedule.expect import check_auto_pause, parse_expect
 from ..schedule.slots import check_frequency
 from .urls import check_http_url
@@ -25,6 +27,8 @@ class TaskSettings(BaseModel):
             in a row, overriding the handler's `AUTO_PAUSE_AFTER_FAILURES` (None: its).
         expect: `{success_within = "26h", duration = ["30s", "20m"]}`, overriding the
             handler's `EXPECT` (None: its).
+        catchup, catchup_window, catchup_max: override the handler's `CATCHUP`,
+            `CATCHUP_WINDOW` (a duration) and `CATCHUP_MAX` (missed runs).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -63,6 +67,36 @@ class TaskSettings(BaseModel):
     def _check_expect(cls, value: object) -> object:
         parse_expect(value, "expect")
         return value
+    catchup: str | None = Field(
+        None,
+        description="Overrides the handler's CATCHUP: `latest` (start the current slot even "
+                    "when late), `none` (only within a slot's first minute) or `all` (every "
+                    "missed slot of the catch-up window).")
+    catchup_window: str | float | None = Field(
+        None,
+        description="Overrides the handler's CATCHUP_WINDOW: how far back a missed slot may "
+                    "have begun and still start with `catchup = \"all\"` (`6h`, seconds).")
+    catchup_max: int | None = Field(
+        None,
+        description="Overrides the handler's CATCHUP_MAX: at most this many missed slots "
+                    "started by one tick with `catchup = \"all\"`.")
+
+    @field_validator("catchup")
+    @classmethod
+    def _check_catchup(cls, value: str | None) -> str | None:
+        return None if value is None else check_mode(value, "catchup")
+
+    @field_validator("catchup_window", mode="before")
+    @classmethod
+    def _check_catchup_window(cls, value: object) -> object:
+        if value is not None:
+            seconds(value, name="catchup_window")
+        return value
+
+    @field_validator("catchup_max", mode="before")
+    @classmethod
+    def _check_catchup_max(cls, value: object) -> object:
+        return None if value is None else check_max(value, "catchup_max")
 
     @field_validator("frequency")
     @classmethod

@@ -45,7 +45,7 @@ log = logging.getLogger("cronjobs.schedule.scheduler")
 
 POLICIES = OVERLAPS
 DEFAULT = "skip"
-SKIP_REASONS = ("running", "buffered", "paused", "error")
+SKIP_REASONS = ("running", "buffered", "paused", "error", "missed")  # missed: schedule.catchup
 
 START, SKIP, BUFFER, WAIT, NONE = "start", "skip", "buffer", "wait", "none"
 

@@ -3,10 +3,11 @@
 Exactly once per slot, with any number of schedulers: a run needs the unique
 `cronjob_slot(task, slot)` record, inserted in the same transaction as the job row. A
 scheduler that loses the race gets "already claimed" and logs at DEBUG only. Missed slots
-are coalesced: a tick runs the latest slot once and logs how many fire instants were
-skipped. Slots are ordered by their instants (`slots.slot_start`), never by their keys: a
-cron fire in the second pass of a repeated DST hour has a key of its own
-(`202610250215+0100`) that sorts before the first pass's `202610250230` but comes later.
+follow the task's `CATCHUP` (`schedule.catchup`, `schedule.missed`): by default a tick
+runs the latest slot once and records the others as skipped (`missed`). Slots are ordered
+by their instants (`slots.slot_start`), never by their keys: a cron fire in the second
+pass of a repeated DST hour has a key of its own (`202610250215+0100`) that sorts before
+the first pass's `202610250230` but comes later.
 
 One task never stops the others: a slot whose job row cannot be made (the handler's
 `limit_key` raises on the slot's payload `{"slot": key}`, say) is recorded as skipped with
@@ -34,9 +35,9 @@ from ..errors import CronjobsError, DatabaseRefused
 from ..job import dispatching
 from ..status import Status
 from ..store.db import run_in_transaction
-from . import overlap
+from . import missed, overlap
 from .after import depth, start_after, start_waiting
-from .slots import Slot, current_slot, is_cron, slot_start, slots_between
+from .slots import Slot, current_slot, is_cron, slot_start
 from .tasks import TaskInfo, after_of, set_enabled, task_infos
 
 __all__ = ["TaskInfo", "TickReport", "run_forever", "set_enabled", "task_infos", "tick"]
@@ -63,9 +64,11 @@ class TickReport:
             `skipped` (the current slot was recorded as skipped by an earlier tick); `paused`
             (the task is paused: `cronjobs pause --task`; the slot is recorded as skipped);
             `error`: the slot's job row could not be made (`errors` says why; the slot is
-            recorded as skipped); `after`: the task runs after another (`AFTER`) whose
-            run of this slot has no row yet (checked again by the next ticks until the
-            slot passes: a slot never started is coalesced as a missed one).
+            recorded as skipped); `missed`: the slot began too long ago for the task's
+            `CATCHUP` (`none`: over a minute; `all`: before its window), recorded as
+            skipped; `after`: the task runs after another (`AFTER`) whose run of this
+            slot has no row yet (checked again by the next ticks until the slot passes:
+            a slot never started is coalesced as a missed one).
         errors: task -> the one-line error of each `error` skip of this tick.
         buffered: the tasks of `skipped` whose `buffered` slot is the one that waits (it
             starts when the previous run's family ends), not one dropped.
@@ -94,33 +97,27 @@ def tick(now: datetime | None = None, *, app: App | None = None) -> TickReport:
     now = as_utc(now) if now is not None else app.clock.now()
     report = TickReport(now)
     after = after_of(app)
-    due, paused = overlap.hold_paused(app, _due(app, now, report), now)
+    due, catchups = missed.split(app, _due(app, now, report), now, _slot_row)
+    report.skipped.update(dict.fromkeys(catchups.late, "missed"))
+    missed.record(app, catchups, now)
+    due, paused = overlap.hold_paused(app, due, now)
     due, held = overlap.hold_back(app, due)
     rows, failed = _slot_rows(app, due)
     due = [(info, slot) for info, slot in due if info.task in rows]
     held += paused + failed
     overlap.record(app, held, now)
     _report_held(report, held)
-    started = _start_all(app, due, rows, now, report, after)
+    started = _start_all(app, due, rows, now, report, after, catchups)
     for info, slot in due:
         job_id = started.get(info.task)
         if job_id is None:
             report.skipped.setdefault(info.task, "lost-race")
             continue
-        last = info.runtime["last_slot"]
-        skipped = info.runtime.get("last_skipped_slot")
-        if last is not None and skipped is not None and len(skipped) == len(last):
-            last = max(last, skipped)  # a slot recorded as skipped was not missed
-        if last is not None:
-            missed = slots_between(info.frequency, last, slot, info.timezone)
-            if missed:
-                more = "+" if missed >= 1000 and is_cron(info.frequency) else ""
-                log.info("task %s: %d%s missed slot(s) after %s coalesced into %s", info.task,
-                         missed, more, last, slot.key)
         if info.runtime.get("buffered_slot"):
             log.info("task %s: buffered slot %s started as job %s (slot %s)", info.task,
                      info.runtime["buffered_slot"], job_id, slot.key)
         report.started.append((info.task, slot.key, job_id))
+    report.started.sort(key=lambda s: (s[0], s[2]))  # a task's catch-up slots in slot order
     if _clock_back_warned and not any(r == "older-slot" for r in report.skipped.values()):
         _clock_back_warned.clear()  # the clock is ahead again: a new jump back is said again
     return report
@@ -245,12 +242,13 @@ def _report_held(report: TickReport, held: list) -> None:
 
 
 def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
-               now: datetime, report: TickReport, after: dict[str, str]) -> dict[str, int]:
+               now: datetime, report: TickReport, after: dict[str, str],
+               catchups: missed.Catchups) -> dict[str, int]:
     """Start the due slots of one tick in one transaction: claim every slot record, insert
-    the jobs of the slots won (`rows`: task -> its slot's job row), note the runs; then
-    the slots of the tasks that run after another (`_start_after`); then ring each queue
-    once. Returns task -> job id for the slots this scheduler won (a lost slot logs at
-    DEBUG only)."""
+    the jobs of the slots won (`rows`: task -> its slot's job row), note the runs and start
+    the catch-up slots after them (`missed`); then the slots of the tasks that run after
+    another (`_start_after`); then ring each queue once. Returns task -> job id for the
+    slots this scheduler won (a lost slot logs at DEBUG only)."""
     due = sorted(due, key=lambda d: (d[0].task, d[1].key))  # one lock order for everyone
     plain = [(info, slot) for info, slot in due if info.task not in after]
     ordered = sorted([d for d in due if d[0].task in after],
@@ -263,6 +261,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         store.record_runs(conn, [(info.task, slot.key, job_id, slot.next_at)
                                  for (info, slot), job_id in zip(mine, ids, strict=True)], now)
         started = {info.task: job_id for (info, _), job_id in zip(mine, ids, strict=True)}
+        missed.start_extras(app, conn, [(i, s, started[i.task]) for i, s in mine], catchups, now)
         waits, held = start_waiting(app, conn, ordered, rows, after, started, now)
         return started, waits, held
 
@@ -290,6 +289,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         if queue not in rung and info.task not in held:  # a message rings its queue
             rung.add(queue)
             dispatching.send(app, job_id, queue)
+    missed.announce(app, catchups, report.started, rung)
     return started
 
 
@@ -329,6 +329,9 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     return dispatching.build_row(app, info.type, {"slot": slot.key},
                                  title=f"{info.task} {slot.key}",
                                  idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+
+
+slot_row = _slot_row  # the public name: a backfill makes its slots' rows the same way
 
 
 def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) -> int | None:

@@ -212,3 +212,38 @@ def slot_jobs(conn: Connection, slots: list[tuple[str, str]]) -> dict[tuple[str,
         if job_id is not None:
             out[(task, slot)] = int(job_id)
     return out
+
+
+def record_missed(conn: Connection, task: str, count: int, newest: str, now: datetime) -> bool:
+    """Record `count` slots of `task` missed for good (`CATCHUP`), the newest `newest`:
+    `skipped_count` + `count`, `last_skipped_slot`, `last_skipped_at`, `last_skip_reason`
+    = `missed`. Only when `newest` sorts after the task's `last_skipped_slot` (as
+    `record_skips`): schedulers that tick the same instant count the slots once. True
+    when this call recorded them."""
+    stmt = rt.update().where(
+        rt.c.task == task,
+        or_(rt.c.last_skipped_slot.is_(None), rt.c.last_skipped_slot < newest),
+    ).values(skipped_count=rt.c.skipped_count + int(count), last_skipped_slot=newest,
+             last_skipped_at=now, last_skip_reason="missed", updated_at=now)
+    return conn.execute(stmt).rowcount == 1
+
+
+def claimed_slots(conn: Connection, task: str, after: str | None = None,
+                  slots: list[str] | None = None) -> dict[str, int | None]:
+    """`{slot key: job id}` of the claimed slots of `task` (`cronjob_slot`) whose key sorts
+    after `after` (when given), or among `slots` (when given); the job id is None while
+    its claimer's transaction has not written it."""
+    stmt = select(cronjob_slot.c.slot, cronjob_slot.c.job_id).where(cronjob_slot.c.task == task)
+    if after is not None:
+        stmt = stmt.where(cronjob_slot.c.slot > after)
+    if slots is not None:
+        stmt = stmt.where(cronjob_slot.c.slot.in_(slots))
+    return {s: (int(j) if j is not None else None) for s, j in conn.execute(stmt)}
+
+
+def set_slot_job(conn: Connection, task: str, slot: str, job_id: int) -> None:
+    """Note `job_id` as the run of the claimed slot `(task, slot)` without touching the
+    task's runtime row (a backfilled slot: the schedule's own state stays as it is)."""
+    conn.execute(cronjob_slot.update()
+                 .where(cronjob_slot.c.task == task, cronjob_slot.c.slot == slot)
+                 .values(job_id=job_id))
