@@ -182,6 +182,11 @@ class CronJobHandler:
         MIN_SUCCESS_RATIO: the share of the rows under a root (0.0 to 1.0) that must
             complete for its family to count as a success (`on_success` rather than
             `on_failure`; a task's last success); 1.0 (the default): every one.
+        SCHEDULES: more schedules of this handler, each a task of its own
+            (`<task>:<name>`): a list of dicts `{"name": "tr", "cron": "0 9 * * *",
+            "timezone": "Europe/Istanbul", "payload": {"market": "tr"}}` (timezone and
+            payload optional); each scheduled run's payload is the entry's payload with
+            `slot` and `schedule` (its name) added (docs/handlers.md, "Many schedules").
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -210,6 +215,7 @@ class CronJobHandler:
     AFTER: ClassVar[str | None] = None
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
+    SCHEDULES: ClassVar[list[dict] | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

@@ -326,7 +326,9 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     Raises:
         InvalidJob: the row cannot be made (the handler's `limit_key` raised, ...).
     """
-    return dispatching.build_row(app, info.type, {"slot": slot.key},
+    payload = {"slot": slot.key} if info.schedule is None else {
+        **(info.payload or {}), "slot": slot.key, "schedule": info.schedule}
+    return dispatching.build_row(app, info.type, payload,
                                  title=f"{info.task} {slot.key}",
                                  idempotency_key=f"cronjobs:{info.task}:{slot.key}")
 

@@ -27,6 +27,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     operations,
     queues,
     rates,
+    schedules,
     secrets,
     selection,
     stops,

@@ -18,6 +18,7 @@ from ..errors import InvalidJob, TaskRefused, TaskRunning
 from ..family.view import Family, read_families
 from ..flow.state import TaskFlow, task_flows
 from ..handler import stage_of
+from ..schedule.entries import schedule_tasks
 from ..schedule.manual import new_request_token, run_now
 from ..schedule.slots import current_slot, describe, fires_after, is_cron
 from ..schedule.taskrows import TaskRow, task_rows
@@ -234,7 +235,7 @@ def run(task: str):
     page (409) whose button sends the same request with `force`.
     """
     app = cronjobs_app()
-    if task not in handler_registry(app).tasks():
+    if task not in schedule_tasks(app):
         abort(404, f"unknown task {task!r}")
     from_task_page = request.form.get("back") == "task"
     text = request.form.get("payload") or ""
@@ -258,7 +259,7 @@ def enabled(task: str):
     """The kill switch: form field `enabled` = `1` (on) or `0` (off); back to the page it
     came from (`back` = `task`: the task's page)."""
     app = cronjobs_app()
-    if task not in handler_registry(app).tasks():
+    if task not in schedule_tasks(app):
         abort(404, f"unknown task {task!r}")
     value = request.form.get("enabled")
     if value not in ("0", "1"):
