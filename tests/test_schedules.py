@@ -163,3 +163,46 @@ def test_stored_entries_are_checked_and_nothing_is_written_on_bad_input(make_app
     changed = entries.update(app, "sx-report:x", "@hourly", payload={"k": 1})
     assert (changed.cron, changed.payload) == ("@hourly", {"k": 1})
     assert entries.find(app, "sx-report:x").cron == "@hourly"
+
+
+def cli(*args: str):
+    from click.testing import CliRunner
+
+    from cronjobs.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_cli_add_list_pause_resume_rm(make_app):
+    app, clock = setup(make_app)
+    out = cli("schedules", "add", "sx-report", "us", "--cron", "*/5 * * * *",
+              "--timezone", "America/New_York", "--payload", '{"market": "us"}')
+    assert out.exit_code == 0 and "added sx-report:us" in out.output, out.output
+    listed = {r["task"]: r for r in json.loads(cli("schedules", "list", "--json").output)}
+    assert listed["sx-report:us"]["source"] == "database"
+    assert listed["sx-report:us"]["payload"] == {"market": "us"}
+    assert listed["sx-report:tr"]["source"] == "code"
+    assert listed["sx-report:tr"]["timezone"] == "Europe/Istanbul"
+    assert listed["sx-report:tr"]["next_run_at"] == "2027-03-01T06:00:00Z"
+    assert "sx-report:us" in cli("schedules", "list").output
+    assert cli("schedules", "pause", "sx-report:us").exit_code == 0
+    assert json.loads(cli("schedules", "list", "--json").output)[-1]["paused"] is True
+    assert cli("schedules", "resume", "sx-report:us").output.strip() == "resumed sx-report:us"
+    assert cli("pause", "--task", "sx-report:tr").exit_code == 0  # the flow pause, the same
+    assert next(r for r in entries.listing(app) if r["name"] == "tr")["paused"] is True
+    assert "warning" not in cli("resume", "--task", "sx-report:tr").output
+    for args, message in [
+        (("add", "sx-report", "us", "--cron", "@daily"), "exists already"),
+        (("add", "sx-report", "eu", "--cron", "@daily", "--payload", "[1]"),
+         "--payload must be a JSON object"),
+        (("add", "sx-report", "eu", "--cron", "0 25 * * *"), "schedule eu: cron:"),
+        (("add", "nope", "eu", "--cron", "@daily"), "unknown task 'nope'"),
+        (("rm", "sx-report:tr"), "cannot be removed"),
+        (("pause", "sx-report:zz"), "no schedule 'sx-report:zz'"),
+    ]:
+        out = cli("schedules", *args)
+        assert out.exit_code == 2 and message in out.output, (args, out.output)
+        assert len(out.output.strip().splitlines()) == 1, out.output
+    assert [e.name for e in entries.entries(app) if e.source == "database"] == ["us"]
+    assert cli("schedules", "rm", "sx-report:us").output.strip() == "removed sx-report:us"
+    assert [e.source for e in entries.entries(app)] == ["code", "code"]

@@ -17,6 +17,7 @@ from ..app import App
 from ..errors import HandlerNotFound, InvalidJob
 from ..store.db import run_in_transaction
 from .entry import Entry, check_entry, check_schedules, entry_task, split_task
+from .slots import current_slot
 
 SOURCES = ("code", "database")
 
@@ -172,6 +173,34 @@ def paused_tasks(app: App) -> set[str]:
     with app.engine.connect() as conn:
         now = store.flow.flow_now(conn, app.clock)
         return {p["name"] for p in store.list_pauses(conn, now) if p["scope"] == "task"}
+
+
+def zone_of(app: App, entry: Entry) -> str:
+    """The zone entry `entry`'s cron line is read in: its own, else its handler's
+    `TIMEZONE`, else the settings' `timezone`."""
+    cls = app.handlers.resolve_handler(app.handlers.tasks()[entry.task])
+    return entry.timezone or getattr(cls, "TIMEZONE", None) or app.settings.timezone
+
+
+def listing(app: App) -> list[dict]:
+    """Every entry as `cronjobs schedules list`, the dashboard and `GET /api/schedules`
+    show it: dicts with `task` (the entry's, `<task>:<name>`), `handler_task`, `name`,
+    `cron`, `timezone` (the effective zone), `own_timezone` (the entry's, or None),
+    `payload` (a dict), `source` (`code` or `database`), `created_by`, `paused` (bool),
+    `next_run_at` (naive UTC: when its next slot begins; None while paused)."""
+    found = entries(app)
+    paused = paused_tasks(app)
+    now = app.clock.now()
+    out = []
+    for e in found:
+        zone = zone_of(app, e)
+        stopped = e.entry_task in paused
+        out.append({"task": e.entry_task, "handler_task": e.task, "name": e.name,
+                    "cron": e.cron, "timezone": zone, "own_timezone": e.timezone,
+                    "payload": e.payload, "source": e.source, "created_by": e.created_by,
+                    "paused": stopped,
+                    "next_run_at": None if stopped else current_slot(e.cron, now, zone).next_at})
+    return out
 
 
 def _stored(app: App, spec: str, verb: str) -> Entry:
