@@ -41,9 +41,9 @@ class Report(CronJobHandler):
         return True
 
 
-def setup(make_app, *classes: type):
+def setup(make_app, *classes: type, **settings):
     clock = FrozenClock(T0)
-    app = make_app(clock=clock, handler_paths=())
+    app = make_app(clock=clock, handler_paths=(), **settings)
     for cls in classes or (Report,):
         app.handlers.register(cls.TYPE, cls)
     return app, clock
@@ -205,4 +205,77 @@ def test_cli_add_list_pause_resume_rm(make_app):
         assert len(out.output.strip().splitlines()) == 1, out.output
     assert [e.name for e in entries.entries(app) if e.source == "database"] == ["us"]
     assert cli("schedules", "rm", "sx-report:us").output.strip() == "removed sx-report:us"
+    assert [e.source for e in entries.entries(app)] == ["code", "code"]
+
+
+def test_dashboard_add_shows_the_task_at_once_and_next_tick_starts_it(make_app):
+    from dashboard_helpers import TOKEN, login, web_client
+
+    app, clock = setup(make_app, dashboard_token=TOKEN)
+    client = web_client(app)
+    csrf = login(client)
+    page = client.get("/schedules").get_data(as_text=True)
+    assert "sx-report:tr" in page and "Europe/Istanbul" in page
+    bad = client.post("/schedules/add", data={"csrf_token": csrf, "task": "sx-report",
+                                               "name": "us", "cron": "0 9 * * *",
+                                               "timezone": "Mars/Base"})
+    assert bad.status_code == 400 and "Mars/Base" in bad.get_data(as_text=True)
+    assert client.post("/schedules/add", data={"task": "sx-report", "name": "us",
+                                               "cron": "@hourly"}).status_code == 403  # CSRF
+    assert [e.source for e in entries.entries(app)] == ["code", "code"]  # nothing stored
+    done = client.post("/schedules/add", data={
+        "csrf_token": csrf, "task": "sx-report", "name": "us", "cron": "*/5 * * * *",
+        "payload": '{"market": "us"}'})
+    assert done.status_code == 303
+    assert entries.find(app, "sx-report:us").created_by.startswith("dashboard@")
+    tasks = client.get("/tasks").get_data(as_text=True)
+    assert 'data-task="sx-report:us"' in tasks  # before any tick
+    assert client.get("/tasks/sx-report:us").status_code == 200
+    clock.set(datetime(2027, 3, 1, 6, 0, 30))
+    tick()
+    assert rows(app, "sx-report:us")[0]["payload"] == {
+        "market": "us", "slot": "202703010600", "schedule": "us"}
+    page = client.get("/tasks/sx-report:us").get_data(as_text=True)  # its own history
+    assert f'/jobs/{rows(app, "sx-report:us")[0]["id"]}"' in page
+    assert f'/jobs/{rows(app, "sx-report:tr")[0]["id"]}"' not in page
+    paused = client.post("/schedules/sx-report:us/pause", data={"csrf_token": csrf})
+    assert paused.status_code == 303
+    assert 'data-paused="1"' in client.get("/schedules").get_data(as_text=True)
+    client.post("/schedules/sx-report:us/resume", data={"csrf_token": csrf})
+    edited = client.post("/schedules/sx-report:us/edit", data={
+        "csrf_token": csrf, "cron": "@daily", "timezone": "", "payload": "[1]"})
+    assert edited.status_code == 400 and "payload must be a JSON object" in edited.get_data(
+        as_text=True)
+    client.post("/schedules/sx-report:us/edit", data={"csrf_token": csrf, "cron": "@daily"})
+    assert entries.find(app, "sx-report:us").cron == "@daily"
+    assert client.post("/schedules/sx-report:tr/remove",
+                       data={"csrf_token": csrf}).status_code == 400  # a code entry
+    assert client.post("/schedules/sx-report:us/remove",
+                       data={"csrf_token": csrf}).status_code == 303
+    assert 'data-task="sx-report:us"' not in client.get("/tasks").get_data(as_text=True)
+
+
+def test_api_list_add_pause_resume_delete_with_the_bearer_token(make_app):
+    from dashboard_helpers import BEARER, TOKEN, web_client
+
+    app, _ = setup(make_app, dashboard_token=TOKEN)
+    client = web_client(app)
+    assert client.get("/api/schedules").status_code == 401
+    made = client.post("/api/schedules", headers=BEARER, json={
+        "task": "sx-report", "name": "jp", "cron": "0 9 * * *", "timezone": "Asia/Tokyo",
+        "payload": {"market": "jp"}})
+    assert made.status_code == 201, made.get_json()
+    assert made.get_json()["task"] == "sx-report:jp"
+    bad = client.post("/api/schedules", headers=BEARER, json={
+        "task": "sx-report", "name": "x", "cron": "bad"})
+    assert bad.status_code == 400 and "'bad'" in bad.get_json()["error"]
+    assert client.post("/api/schedules/sx-report:jp/pause", headers=BEARER).status_code == 200
+    listed = {r["task"]: r for r in client.get("/api/schedules", headers=BEARER).get_json()}
+    assert listed["sx-report:jp"]["paused"] is True and listed["sx-report:jp"]["payload"] == {
+        "market": "jp"}
+    assert client.post("/api/schedules/sx-report:jp/resume", headers=BEARER).get_json()[
+        "paused"] is False
+    assert client.delete("/api/schedules/sx-report:tr", headers=BEARER).status_code == 400
+    assert client.delete("/api/schedules/sx-report:zz", headers=BEARER).status_code == 404
+    assert client.delete("/api/schedules/sx-report:jp", headers=BEARER).status_code == 200
     assert [e.source for e in entries.entries(app)] == ["code", "code"]

@@ -172,12 +172,19 @@ def other_types(app, row: TaskRow) -> list[tuple[str, type]]:
     return [(t, cls) for t, cls in found if cls is not None]
 
 
+def _entry_title(task: str) -> str | None:
+    """The title prefix of a schedule entry's runs (`report:tr `: its slots and its manual
+    runs; the entries of one handler share its type), None for a handler's own task."""
+    return f"{task} " if ":" in task else None
+
+
 def _task_page(task: str, error: str | None = None, payload_text: str = "", code: int = 200):
     app = cronjobs_app()
     row = _task_row(task)
     cls = handler_registry(app).resolve_handler(row.type)
     with app.engine.connect() as conn:
-        runs = store.views.list_rows(conn, types=[row.type], limit=RUNS_SHOWN).rows
+        runs = store.views.list_rows(conn, types=[row.type], limit=RUNS_SHOWN,
+                                     title=_entry_title(row.task)).rows
         discover = [r["id"] for r in runs if stage_of(r["type"]) == "discover"]
         children = store.views.children_counts(conn, discover)
         families = read_families(conn, [r["id"] for r in runs])
