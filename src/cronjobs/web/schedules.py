@@ -12,8 +12,8 @@ from flask_babel import gettext as _
 
 from ..errors import HandlerNotFound, InvalidJob
 from ..schedule import entries
-from .tasks import parse_payload
 from .family import json_value
+from .tasks import parse_payload
 from .view import cronjobs_app, handler_registry
 
 bp = Blueprint("schedules", __name__)
