@@ -28,8 +28,22 @@ def code_entries(app: App) -> list[Entry]:
     found = []
     for task, job_type in app.handlers.tasks().items():
         cls = app.handlers.resolve_handler(job_type)
-        found += [e for e in check_schedules(cls) if e.task == task]
+        if getattr(cls, "SCHEDULES", None) is not None:
+            found += [e for e in _checked(cls) if e.task == task]
     return found
+
+
+_checked_cache: dict[type, tuple[object, list[Entry]]] = {}
+
+
+def _checked(cls: type) -> list[Entry]:
+    """`check_schedules(cls)`, once per class and `SCHEDULES` object (a tick over many
+    entries does not check every cron line again)."""
+    schedules = cls.SCHEDULES
+    hit = _checked_cache.get(cls)
+    if hit is None or hit[0] is not schedules:
+        hit = _checked_cache[cls] = (schedules, check_schedules(cls))
+    return hit[1]
 
 
 def entries(app: App, conn=None) -> list[Entry]:

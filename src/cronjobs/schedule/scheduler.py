@@ -130,11 +130,12 @@ def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Sl
     """The tasks whose current slot may start now, with that slot; the others are noted in
     `report.skipped` with the reason."""
     due: list[tuple[TaskInfo, Slot]] = []
+    slots: dict[tuple[str, str], Slot] = {}  # one slot per (frequency, zone) per tick
     for info in task_infos(app, full=False):
         if not info.frequency:
             continue
         try:
-            reason, slot = _skip_reason(app, info, now)
+            reason, slot = _skip_reason(app, info, now, slots)
         except Exception as exc:  # e.g. a frequency stored by hand that no slot fits
             report.skipped[info.task] = "error"
             report.errors[info.task] = _one_line(exc)
@@ -147,13 +148,17 @@ def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Sl
     return due
 
 
-def _skip_reason(app: App, info: TaskInfo, now: datetime) -> tuple[str | None, Slot | None]:
-    """`(reason, slot)`: why the task's current slot does not start now (None: it does)."""
+def _skip_reason(app: App, info: TaskInfo, now: datetime,
+                 slots: dict | None = None) -> tuple[str | None, Slot | None]:
+    """`(reason, slot)`: why the task's current slot does not start now (None: it does);
+    `slots`: the tick's slot per (frequency, zone), as schedule entries share cron lines."""
     if not info.enabled:
         return "disabled", None
     if not info.available:
         return "unavailable", None
-    slot = current_slot(info.frequency, now, info.timezone)
+    slots = {} if slots is None else slots
+    slot = slots.get((info.frequency, info.timezone)) or slots.setdefault(
+        (info.frequency, info.timezone), current_slot(info.frequency, now, info.timezone))
     last = info.runtime["last_slot"]
     if last == slot.key:
         return "already-run", slot
