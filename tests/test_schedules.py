@@ -5,12 +5,14 @@ stop when removed (their history stays) and pause as their task does."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from datetime import datetime
 
 import pytest
 import sqlalchemy as sa
 
+from conftest import ROOT
 from cronjobs import CronJobHandler
 from cronjobs.clock import FrozenClock
 from cronjobs.errors import HandlerError, HandlerNotFound, InvalidJob, TaskRunning
@@ -279,3 +281,23 @@ def test_api_list_add_pause_resume_delete_with_the_bearer_token(make_app):
     assert client.delete("/api/schedules/sx-report:zz", headers=BEARER).status_code == 404
     assert client.delete("/api/schedules/sx-report:jp", headers=BEARER).status_code == 200
     assert [e.source for e in entries.entries(app)] == ["code", "code"]
+
+
+def test_the_readme_tour_handler_runs_on_a_schedule_as_written(make_app):
+    """The README's hint: the tour's handler with SCHEDULES (no rename) gets its `name`."""
+    spec = importlib.util.spec_from_file_location("tour_greet", ROOT / "docs" / "examples"
+                                                  / "GreetExecute.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tour = type("ScheduledGreet", (module.GreetExecute,), {"SCHEDULES": [
+        {"name": "ada", "cron": "*/5 * * * *", "payload": {"name": "Ada"}}]})
+    app, clock = setup(make_app, tour)
+    tick(T0)
+    started = tick(datetime(2027, 3, 1, 6, 0, 3)).started
+    assert ("tour-greet:ada", "202703010600") in [(t, k) for t, k, _ in started]
+    clock.set(datetime(2027, 3, 1, 6, 0, 4))
+    drain(app)
+    with app.engine.connect() as conn:
+        done = conn.execute(sa.select(cronjob_queue.c.status, cronjob_queue.c.result_payload)
+                            .where(cronjob_queue.c.title.startswith("tour-greet:ada "))).one()
+    assert done.status == "completed" and "Hello, Ada!" in done.result_payload
