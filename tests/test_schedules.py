@@ -187,6 +187,9 @@ def test_cli_add_list_pause_resume_rm(make_app):
     assert listed["sx-report:tr"]["timezone"] == "Europe/Istanbul"
     assert listed["sx-report:tr"]["next_run_at"] == "2027-03-01T06:00:00Z"
     assert "sx-report:us" in cli("schedules", "list").output
+    assert cli("tasks", "disable", "sx-report:us").output.strip() == "sx-report:us: disabled"
+    assert runtime(app, "sx-report:us")["enabled"] is False  # its own kill switch
+    assert runtime(app, "sx-report:tr")["enabled"] is True
     assert cli("schedules", "pause", "sx-report:us").exit_code == 0
     assert json.loads(cli("schedules", "list", "--json").output)[-1]["paused"] is True
     assert cli("schedules", "resume", "sx-report:us").output.strip() == "resumed sx-report:us"
@@ -237,6 +240,8 @@ def test_dashboard_add_shows_the_task_at_once_and_next_tick_starts_it(make_app):
     tick()
     assert rows(app, "sx-report:us")[0]["payload"] == {
         "market": "us", "slot": "202703010600", "schedule": "us"}
+    page = client.get("/tasks/sx-report:tr").get_data(as_text=True)
+    assert "Europe/Istanbul" in page  # an entry's next fire times in its own zone
     page = client.get("/tasks/sx-report:us").get_data(as_text=True)  # its own history
     assert f'/jobs/{rows(app, "sx-report:us")[0]["id"]}"' in page
     assert f'/jobs/{rows(app, "sx-report:tr")[0]["id"]}"' not in page

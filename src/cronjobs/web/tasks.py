@@ -18,6 +18,7 @@ from ..errors import InvalidJob, TaskRefused, TaskRunning
 from ..family.view import Family, read_families
 from ..flow.state import TaskFlow, task_flows
 from ..handler import stage_of
+from ..schedule import entries
 from ..schedule.entries import schedule_tasks
 from ..schedule.manual import new_request_token, run_now
 from ..schedule.slots import current_slot, describe, fires_after, is_cron
@@ -189,6 +190,8 @@ def _task_page(task: str, error: str | None = None, payload_text: str = "", code
         children = store.views.children_counts(conn, discover)
         families = read_families(conn, [r["id"] for r in runs])
     zone = app.settings.timezone
+    if _entry_title(task):  # a schedule entry: its own zone (or its handler's)
+        zone = entries.zone_of(app, entries.find(app, task))
     return render_template(
         "task.html", t=row, cls=cls, runs=runs, children=children, families=families,
         other_types=other_types(app, row), error=error,
