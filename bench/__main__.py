@@ -23,8 +23,8 @@ from pathlib import Path
 
 from . import report
 
-SCENARIOS = ("dispatch", "tick", "latency", "throughput", "flow", "families", "rate", "steady",
-             "memory", "cleanup", "cli", "peers")
+SCENARIOS = ("dispatch", "tick", "schedules", "latency", "throughput", "flow", "families",
+             "rate", "steady", "memory", "cleanup", "cli", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -202,6 +202,11 @@ class CronJobHandler:
             start, a duration (`"6h"`, seconds; default `"1d"`).
         CATCHUP_MAX: `"all"`: at most this many slots started by one tick (int >= 1,
             default 100); the next ticks go on where it stopped.
+        SCHEDULES: more schedules of this handler, each a task of its own
+            (`<task>:<name>`): a list of dicts `{"name": "tr", "cron": "0 9 * * *",
+            "timezone": "Europe/Istanbul", "payload": {"market": "tr"}}` (timezone and
+            payload optional); each scheduled run's payload is the entry's payload with
+            `slot` and `schedule` (its name) added (docs/handlers.md, "Many schedules").
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -235,6 +240,7 @@ class CronJobHandler:
     CATCHUP: ClassVar[str] = "latest"
     CATCHUP_WINDOW: ClassVar[str | float] = "1d"
     CATCHUP_MAX: ClassVar[int] = 100
+    SCHEDULES: ClassVar[list[dict] | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

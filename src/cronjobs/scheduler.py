@@ -5,6 +5,7 @@ The code lives in `cronjobs.schedule`; this module keeps `from cronjobs.schedule
 tick` working.
 """
 
-from .schedule.scheduler import TaskInfo, TickReport, run_forever, set_enabled, task_infos, tick
+from .schedule.scheduler import TaskInfo, TickReport, set_enabled, task_infos, tick
+from .schedule.service import run_forever
 
 __all__ = ["TaskInfo", "TickReport", "run_forever", "set_enabled", "task_infos", "tick"]

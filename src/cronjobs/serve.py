@@ -6,7 +6,7 @@ import logging
 import threading
 
 from .app import App
-from .schedule.scheduler import run_forever
+from .schedule.service import run_forever
 from .web.server import login_hint, open_server
 from .worker.loop import Signals, WorkerProcess
 

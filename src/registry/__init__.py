@@ -45,6 +45,7 @@ from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
 from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
 from cronjobs.schedule.catchup import check_handler as check_catchup
+from cronjobs.schedule.entry import check_schedules
 from cronjobs.schedule.expect import check_expectations
 from cronjobs.schedule.slots import check_frequency
 
@@ -340,6 +341,7 @@ def check_class(type: str, handler_class: type) -> None:
         handler_limits(handler_class)
         check_expectations(handler_class)
         check_catchup(handler_class)
+        check_schedules(handler_class)
     except ValueError as exc:
         raise HandlerError(f"{name}: {exc}") from None
 

@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (each module registers its commands)
     jobs,
     ops,
     scaffold,
+    schedules,
     tasks,
     workers,
 )

@@ -55,7 +55,7 @@ def scheduler() -> None:
     ticks")."""
     import logging  # lazy: CLI start-up time
 
-    from ..schedule.scheduler import run_forever
+    from ..schedule.service import run_forever
     from ..worker.loop import Signals
 
     app = _app()

@@ -40,6 +40,7 @@ from ..job import dispatching
 from ..status import Status
 from ..store.db import run_in_transaction
 from . import overlap
+from .entries import schedule_tasks
 from .tasks import task_infos
 
 log = logging.getLogger("cronjobs.schedule.manual")
@@ -80,6 +81,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
         payload: keys for the row's payload (a JSON object within the payload limits of
             `cronjobs.limits`); the row's payload is this with `"manual": True` added (the
             marker always wins, so the run is still a task run). None: `{"manual": True}`.
+            A schedule entry's task (`<task>:<name>`): over the entry's payload and
+            `"schedule": name`.
         force: start the run even while the task's scheduled run is still going under
             `OVERLAP = "skip"` (logged at WARNING).
 
@@ -100,7 +103,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     app = app or current()
     token = request_token or new_request_token()
     info = _runnable(app, task, token, payload)
-    values = dispatching.build_row(app, info.type, {**(payload or {}), "manual": True},
+    base = {} if info.schedule is None else {**(info.payload or {}), "schedule": info.schedule}
+    values = dispatching.build_row(app, info.type, {**base, **(payload or {}), "manual": True},
                                    priority=MANUAL_PRIORITY, title=f"{task} (manual)",
                                    idempotency_key=f"cronjobs:{task}:manual:{token}")
     skip = overlap.policy_of(info.handler) == "skip"
@@ -121,7 +125,7 @@ def _runnable(app: App, task: str, token: Any, payload: Any) -> Any:
     if not isinstance(token, str) or not _TOKEN.match(token):
         raise InvalidJob(f"request token must be 8 to 64 letters, digits, '-' or '_', "
                          f"got {token!r:.80}")
-    if task not in app.handlers.tasks():  # before task_infos(), which writes runtime rows
+    if task not in schedule_tasks(app):  # before task_infos(), which writes runtime rows
         raise HandlerNotFound(f"unknown task {task!r}; see `cronjobs tasks`")
     info = next(i for i in task_infos(app) if i.task == task)
     if not info.available:

@@ -1,4 +1,5 @@
-"""The scheduler: `tick(now)` starts each due task once per slot; `run_forever` ticks each minute.
+"""The scheduler: `tick(now)` starts each due task once per slot (`service.run_forever`
+ticks each minute).
 
 Exactly once per slot, with any number of schedulers: a run needs the unique
 `cronjob_slot(task, slot)` record, inserted in the same transaction as the job row. A
@@ -14,7 +15,7 @@ One task never stops the others: a slot whose job row cannot be made (the handle
 reason `error` (`overlap.record`, logged at ERROR once per slot; health's scheduler check
 fails while it is the task's latest slot), and every other due slot of the tick starts. A
 handler the worker would refuse (`CONCURRENCY = 0`, ...) stops the scheduler before its
-first tick (`run_forever`), as it stops `cronjobs worker` and `cronjobs tick`.
+first tick (`service.run_forever`), as it stops `cronjobs worker` and `cronjobs tick`.
 
 The task list and its kill switch (`TaskInfo`, `task_infos`, `set_enabled`) live in
 `cronjobs.schedule.tasks`; they are re-exported here, where code written before that split looks.
@@ -23,10 +24,8 @@ The task list and its kill switch (`TaskInfo`, `task_infos`, `set_enabled`) live
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from .. import store
 from ..app import App, current
@@ -40,7 +39,7 @@ from .after import depth, start_after, start_waiting
 from .slots import Slot, current_slot, is_cron, slot_start
 from .tasks import TaskInfo, after_of, set_enabled, task_infos
 
-__all__ = ["TaskInfo", "TickReport", "run_forever", "set_enabled", "task_infos", "tick"]
+__all__ = ["TaskInfo", "TickReport", "set_enabled", "task_infos", "tick"]
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
 _clock_back_warned: set[str] = set()  # non-empty while this process's clock is behind
@@ -127,11 +126,12 @@ def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Sl
     """The tasks whose current slot may start now, with that slot; the others are noted in
     `report.skipped` with the reason."""
     due: list[tuple[TaskInfo, Slot]] = []
+    slots: dict[tuple[str, str], Slot] = {}  # one slot per (frequency, zone) per tick
     for info in task_infos(app, full=False):
         if not info.frequency:
             continue
         try:
-            reason, slot = _skip_reason(app, info, now)
+            reason, slot = _skip_reason(app, info, now, slots)
         except Exception as exc:  # e.g. a frequency stored by hand that no slot fits
             report.skipped[info.task] = "error"
             report.errors[info.task] = _one_line(exc)
@@ -144,13 +144,17 @@ def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Sl
     return due
 
 
-def _skip_reason(app: App, info: TaskInfo, now: datetime) -> tuple[str | None, Slot | None]:
-    """`(reason, slot)`: why the task's current slot does not start now (None: it does)."""
+def _skip_reason(app: App, info: TaskInfo, now: datetime,
+                 slots: dict | None = None) -> tuple[str | None, Slot | None]:
+    """`(reason, slot)`: why the task's current slot does not start now (None: it does);
+    `slots`: the tick's slot per (frequency, zone), as schedule entries share cron lines."""
     if not info.enabled:
         return "disabled", None
     if not info.available:
         return "unavailable", None
-    slot = current_slot(info.frequency, now, info.timezone)
+    slots = {} if slots is None else slots
+    slot = slots.get((info.frequency, info.timezone)) or slots.setdefault(
+        (info.frequency, info.timezone), current_slot(info.frequency, now, info.timezone))
     last = info.runtime["last_slot"]
     if last == slot.key:
         return "already-run", slot
@@ -326,7 +330,9 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     Raises:
         InvalidJob: the row cannot be made (the handler's `limit_key` raised, ...).
     """
-    return dispatching.build_row(app, info.type, {"slot": slot.key},
+    payload = {"slot": slot.key} if info.schedule is None else {
+        **(info.payload or {}), "slot": slot.key, "schedule": info.schedule}
+    return dispatching.build_row(app, info.type, payload,
                                  title=f"{info.task} {slot.key}",
                                  idempotency_key=f"cronjobs:{info.task}:{slot.key}")
 
@@ -349,46 +355,3 @@ def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) ->
                  extra={"trace_id": job_id})
         dispatching.send(app, job_id, values["queue"])
     return job_id
-
-
-def run_forever(app: App, stop: threading.Event | None = None, *, background: bool = False) -> Any:
-    """Tick at second 0 of every minute with APScheduler until `stop` is set.
-
-    The handlers are loaded first: a handler the worker would refuse stops the scheduler
-    here, before its first tick, instead of failing every tick of every task.
-
-    Args:
-        background: start a BackgroundScheduler and return it instead of blocking.
-
-    Raises:
-        HandlerError, DuplicateHandlerType: a bad or conflicting handler class.
-        ConfigError: an AFTER naming no registered task, or a cycle of AFTERs.
-    """
-    app.handlers.load()
-    after_of(app)  # an AFTER naming no task, or a cycle of them: an error before any tick
-    # lazy: CLI start-up time (`cronjobs tick` and the dashboard's task pages need no APScheduler)
-    from apscheduler.schedulers.background import BackgroundScheduler
-    from apscheduler.triggers.cron import CronTrigger
-
-    scheduler = BackgroundScheduler(timezone="UTC")
-
-    def safe_tick() -> None:
-        try:
-            report = tick(app=app)
-            if report.started:
-                log.info("tick %s: started %s", report.now.strftime("%H:%M"),
-                         ", ".join(f"{t}#{j}" for t, _, j in report.started))
-        except Exception:
-            log.exception("tick failed; the next tick will try again")
-
-    scheduler.add_job(safe_tick, CronTrigger(second=0, timezone="UTC"), max_instances=1,
-                      coalesce=True, misfire_grace_time=50, id="cronjobs-tick")
-    scheduler.start()
-    log.info("scheduler started: ticking at second 0 of every minute (UTC)")
-    safe_tick()  # do not wait up to a minute for the first tick
-    if background:
-        return scheduler
-    stop = stop or threading.Event()
-    stop.wait()
-    scheduler.shutdown(wait=True)
-    return None

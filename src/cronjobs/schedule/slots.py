@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
@@ -172,6 +173,7 @@ def slot_start(frequency: str, key: str, tz: str = "UTC") -> datetime | None:
     return _utc(wall.replace(tzinfo=ZoneInfo(tz)))
 
 
+@lru_cache(maxsize=1024)  # schedule entries that share a cron line share the count
 def slots_between(frequency: str, after_key: str, slot: Slot, tz: str = "UTC",
                   limit: int = 1000) -> int:
     """How many slots lie strictly between the slot `after_key` and `slot` (for logging

@@ -17,6 +17,7 @@ from ..app import App, current
 from ..config.sources import did_you_mean
 from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
+from .entries import entries, schedule_tasks
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
@@ -43,6 +44,10 @@ class TaskInfo:
             for a handler's own task.
         payload: the entry's payload, under `slot` and `schedule` in each scheduled run's
             payload; None for a handler's own task.
+
+    A `SCHEDULES` entry (or one stored at run time) is a task of its own, `<task>:<name>`:
+    its frequency is the entry's cron line, its zone the entry's (else the handler's
+    `TIMEZONE`, else the settings'); `type` and `handler` are its handler's.
     """
 
     task: str
@@ -58,7 +63,8 @@ class TaskInfo:
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
-    """Every registered task with its effective frequency, switch and availability.
+    """Every registered task and schedule entry (`<task>:<name>`) with its effective
+    frequency, switch and availability.
 
     Creates the runtime row of a task seen for the first time (enabled unless the
     settings say otherwise or the handler is DESTRUCTIVE).
@@ -74,7 +80,9 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     columns = None if full else _TICK_COLUMNS
     with app.engine.connect() as conn:
         runtimes = store.list_runtimes(conn, columns)
-    known = registry.tasks()
+        found = entries(app, conn)  # the stored entries: one statement
+    known = schedule_tasks(app, found)
+    by_task = {e.entry_task: e for e in found}
     for line in unknown_sections(app):
         if line not in _warned:
             _warned.add(line)
@@ -88,6 +96,12 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     for task, job_type in known.items():
         cls = registry.resolve_handler(job_type)
         runtime = runtimes[task]
+        entry = by_task.get(task)
+        if entry is not None:  # a SCHEDULES entry (or a stored one): a task of its own
+            zone = entry.timezone or getattr(cls, "TIMEZONE", None) or app.settings.timezone
+            infos.append(TaskInfo(task, job_type, cls, entry.cron, bool(runtime["enabled"]),
+                                  _available(cls), runtime, zone, entry.name, entry.payload))
+            continue
         frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
                               _available(cls), runtime, app.settings.timezone))
@@ -177,7 +191,7 @@ def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
         HandlerNotFound: no registered handler belongs to `task`.
     """
     app = app or current()
-    if task not in app.handlers.tasks():
+    if task not in schedule_tasks(app):
         raise HandlerNotFound(f"unknown task {task!r}")
     task_infos(app)
     run_in_transaction(app.engine, lambda c: store.set_enabled(c, task, enabled, app.clock.now()))

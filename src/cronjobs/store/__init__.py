@@ -10,7 +10,8 @@
   queue), `stats`, `actions`, `operations`, `selection`, `alerts`, `fields`, `secrets`;
   `flow` (pauses, blocks, what waits behind them), `held` (the rows they hold, bounded,
   for metrics, health and the dashboard), `rates` (the rate rule: the start log, what a
-  rate limit admits now), `stops` (an operator's stop requests).
+  rate limit admits now), `stops` (an operator's stop requests), `schedules` (schedule
+  entries stored at run time).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -27,6 +28,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     operations,
     queues,
     rates,
+    schedules,
     secrets,
     selection,
     stops,
@@ -98,4 +100,5 @@ __all__ = [
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired",
     "queues", "secrets", "selection", "stops", "views", "FlowControl", "held", "rates",
     "live_in_families", "record_skips", "buffer_slot",
+    "schedules",
 ]

@@ -352,3 +352,19 @@ cronjob_flow_start = Table(
     Column("started_at", UtcDateTime, nullable=False),
     Index("ix_cronjob_flow_start", "limiter", "limit_key", "started_at"),
 )
+
+# Schedule entries added at run time (migration 0017): the entry `<task>:<name>` of the
+# handler whose task is `task`, with its cron line, zone (NULL: the handler's or the
+# settings'), payload (JSON text) and who made it (`cronjobs.store.schedules`).
+cronjob_schedule = Table(
+    "cronjob_schedule",
+    metadata,
+    Column("task", String(126), primary_key=True),  # + ":" + name: 191, as cronjob_runtime.task
+    Column("name", String(64), primary_key=True),
+    Column("cron", String(64), nullable=False),
+    Column("timezone", String(64), nullable=True),
+    Column("payload", Text, nullable=False),
+    Column("created_by", String(64), nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)

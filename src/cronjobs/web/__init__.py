@@ -110,6 +110,7 @@ def _install(web: Flask, app: App) -> None:
         operations,
         overview,
         proxy,
+        schedules,
         tasks,
         times,
         view,
@@ -121,7 +122,7 @@ def _install(web: Flask, app: App) -> None:
     tasks.install(web)
     proxy.install(web, app.settings.dashboard.proxy)
     for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
-                      operations.bp, api.bp, live.bp, flow.bp, family.bp):
+                      operations.bp, api.bp, live.bp, flow.bp, family.bp, schedules.bp):
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)

@@ -16,6 +16,7 @@ from .. import durations, limits, store
 from ..actions import operator
 from ..errors import InvalidJob
 from ..flow.state import held_now, queue_limits, type_limits
+from ..schedule.entries import schedule_tasks
 from .view import cronjobs_app, handler_registry
 
 bp = Blueprint("flow", __name__)
@@ -44,7 +45,7 @@ def _targets(app) -> dict[str, list[str]]:
     """What may be paused: the known queues, job types and tasks (sorted)."""
     registry = handler_registry(app)
     return {"queue": sorted(set(app.queues()) | set(queue_limits(app))),
-            "type": sorted(registry.registered_handlers()), "task": sorted(registry.tasks())}
+            "type": sorted(registry.registered_handlers()), "task": sorted(schedule_tasks(app))}
 
 
 def pause_form(form) -> dict:

@@ -18,6 +18,8 @@ from ..errors import InvalidJob, TaskRefused, TaskRunning
 from ..family.view import Family, read_families
 from ..flow.state import TaskFlow, task_flows
 from ..handler import stage_of
+from ..schedule import entries
+from ..schedule.entries import schedule_tasks
 from ..schedule.manual import new_request_token, run_now
 from ..schedule.slots import current_slot, describe, fires_after, is_cron
 from ..schedule.taskrows import TaskRow, task_rows
@@ -171,16 +173,25 @@ def other_types(app, row: TaskRow) -> list[tuple[str, type]]:
     return [(t, cls) for t, cls in found if cls is not None]
 
 
+def _entry_title(task: str) -> str | None:
+    """The title prefix of a schedule entry's runs (`report:tr `: its slots and its manual
+    runs; the entries of one handler share its type), None for a handler's own task."""
+    return f"{task} " if ":" in task else None
+
+
 def _task_page(task: str, error: str | None = None, payload_text: str = "", code: int = 200):
     app = cronjobs_app()
     row = _task_row(task)
     cls = handler_registry(app).resolve_handler(row.type)
     with app.engine.connect() as conn:
-        runs = store.views.list_rows(conn, types=[row.type], limit=RUNS_SHOWN).rows
+        runs = store.views.list_rows(conn, types=[row.type], limit=RUNS_SHOWN,
+                                     title=_entry_title(row.task)).rows
         discover = [r["id"] for r in runs if stage_of(r["type"]) == "discover"]
         children = store.views.children_counts(conn, discover)
         families = read_families(conn, [r["id"] for r in runs])
     zone = app.settings.timezone
+    if _entry_title(task):  # a schedule entry: its own zone (or its handler's)
+        zone = entries.zone_of(app, entries.find(app, task))
     return render_template(
         "task.html", t=row, cls=cls, runs=runs, children=children, families=families,
         other_types=other_types(app, row), error=error,
@@ -234,7 +245,7 @@ def run(task: str):
     page (409) whose button sends the same request with `force`.
     """
     app = cronjobs_app()
-    if task not in handler_registry(app).tasks():
+    if task not in schedule_tasks(app):
         abort(404, f"unknown task {task!r}")
     from_task_page = request.form.get("back") == "task"
     text = request.form.get("payload") or ""
@@ -258,7 +269,7 @@ def enabled(task: str):
     """The kill switch: form field `enabled` = `1` (on) or `0` (off); back to the page it
     came from (`back` = `task`: the task's page)."""
     app = cronjobs_app()
-    if task not in handler_registry(app).tasks():
+    if task not in schedule_tasks(app):
         abort(404, f"unknown task {task!r}")
     value = request.form.get("enabled")
     if value not in ("0", "1"):

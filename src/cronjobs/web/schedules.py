@@ -1,0 +1,159 @@
+"""The Schedules page (`/schedules`, linked from the nav and the Tasks page): every schedule
+entry (a handler's `SCHEDULES` and those stored at run time), with forms to add, edit,
+pause, resume and remove stored ones (POST with the session's CSRF token, recorded as
+`dashboard@<address>`); and the API (`GET`/`POST /api/schedules`, `POST
+/api/schedules/<task:name>/pause|resume`, `DELETE /api/schedules/<task:name>`, with the
+Bearer dashboard token). An entry added here is a task on the Tasks page at once."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, redirect, render_template, request, url_for
+from flask_babel import gettext as _
+
+from ..errors import HandlerNotFound, InvalidJob
+from ..schedule import entries
+from .family import json_value
+from .tasks import parse_payload
+from .view import cronjobs_app, handler_registry
+
+bp = Blueprint("schedules", __name__)
+
+
+def _by(kind: str) -> str:
+    return f"{kind}@{request.remote_addr or '-'}"[:64]
+
+
+def _page(error: str | None = None, code: int = 200, form=None):
+    app = cronjobs_app()
+    return render_template("schedules.html", rows=entries.listing(app), error=error,
+                           form=form or {}, tasks=sorted(handler_registry(app).tasks())), code
+
+
+def _refused(exc: Exception, code: int = 400):
+    return _page(_("Refused: %(reason)s", reason=str(exc)), code, request.form)
+
+
+def _fields(form) -> dict:
+    """`cron`, `timezone` (None when empty) and `payload` (a dict, or None) of a form.
+
+    Raises:
+        InvalidJob: a payload that is not a JSON object (naming the problem).
+    """
+    return {"cron": (form.get("cron") or "").strip(),
+            "timezone": (form.get("timezone") or "").strip() or None,
+            "payload": parse_payload(form.get("payload") or "")}
+
+
+@bp.get("/schedules")
+def index():
+    """The Schedules page."""
+    return _page()
+
+
+@bp.post("/schedules/add")
+def add():
+    """Add an entry (form: `task`, `name`, `cron`, optional `timezone`, `payload`); a bad
+    field is a 400 naming it and its value, and nothing is stored."""
+    form = request.form
+    try:
+        entries.add(cronjobs_app(), (form.get("task") or "").strip(),
+                    (form.get("name") or "").strip(), **_fields(form), by=_by("dashboard"))
+    except (InvalidJob, HandlerNotFound) as exc:
+        return _refused(exc)
+    return redirect(url_for("schedules.index"), 303)
+
+
+@bp.post("/schedules/<spec>/edit")
+def edit(spec: str):
+    """Change a stored entry's `cron`, `timezone` and `payload` (form)."""
+    try:
+        entries.update(cronjobs_app(), spec, **_fields(request.form))
+    except InvalidJob as exc:
+        return _refused(exc)
+    except HandlerNotFound as exc:
+        return _refused(exc, 404)
+    return redirect(url_for("schedules.index"), 303)
+
+
+@bp.post("/schedules/<spec>/<action>")
+def act(spec: str, action: str):
+    """`pause`, `resume` or `remove` entry `spec` (`TASK:NAME`); 404 for an unknown entry."""
+    app = cronjobs_app()
+    try:
+        if action == "pause":
+            entries.pause(app, spec, by=_by("dashboard"))
+        elif action == "resume":
+            entries.resume(app, spec)
+        elif action == "remove":
+            entries.remove(app, spec)
+        else:
+            raise HandlerNotFound(f"no action {action[:20]!r} (pause, resume or remove)")
+    except InvalidJob as exc:
+        return _refused(exc)
+    except HandlerNotFound as exc:
+        return _refused(exc, 404)
+    return redirect(url_for("schedules.index"), 303)
+
+
+def _api_error(exc: Exception, code: int):
+    return jsonify(error=str(exc)), code
+
+
+@bp.get("/api/schedules")
+def api_list():
+    """Every entry as JSON (`entries.listing`: task, name, cron, timezone, payload, source,
+    paused, next_run_at in UTC)."""
+    return jsonify(json_value(entries.listing(cronjobs_app())))
+
+
+@bp.post("/api/schedules")
+def api_add():
+    """Add an entry from a JSON body `{"task", "name", "cron", "timezone"?, "payload"?}`:
+    201 with the entry; 400 naming the bad field and value (nothing stored)."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        return _api_error(InvalidJob("the body must be a JSON object with task, name and "
+                                     "cron"), 400)
+    unknown = sorted(set(body) - {"task", "name", "cron", "timezone", "payload"})
+    if unknown:
+        return _api_error(InvalidJob(f"unknown field {unknown[0][:40]!r} (task, name, cron, "
+                                     f"timezone, payload)"), 400)
+    try:
+        entry = entries.add(cronjobs_app(), body.get("task"), body.get("name"),
+                            body.get("cron"), timezone=body.get("timezone"),
+                            payload=body.get("payload"), by=_by("api"))
+    except (InvalidJob, HandlerNotFound) as exc:
+        return _api_error(exc, 400)
+    return jsonify(task=entry.entry_task, name=entry.name, cron=entry.cron,
+                   timezone=entry.timezone, payload=entry.payload, source=entry.source), 201
+
+
+@bp.post("/api/schedules/<spec>/<action>")
+def api_act(spec: str, action: str):
+    """`pause` or `resume` entry `spec`: `{"task", "paused"}`; 404 for an unknown one."""
+    app = cronjobs_app()
+    try:
+        if action == "pause":
+            entries.pause(app, spec, by=_by("api"))
+        elif action == "resume":
+            entries.resume(app, spec)
+        else:
+            raise HandlerNotFound(f"no action {action[:20]!r} (pause or resume)")
+    except InvalidJob as exc:
+        return _api_error(exc, 400)
+    except HandlerNotFound as exc:
+        return _api_error(exc, 404)
+    return jsonify(task=spec, paused=action == "pause")
+
+
+@bp.delete("/api/schedules/<spec>")
+def api_remove(spec: str):
+    """Remove stored entry `spec` (its history stays): `{"task", "removed": true}`; 400
+    for a code entry, 404 for an unknown one."""
+    try:
+        entries.remove(cronjobs_app(), spec)
+    except InvalidJob as exc:
+        return _api_error(exc, 400)
+    except HandlerNotFound as exc:
+        return _api_error(exc, 404)
+    return jsonify(task=spec, removed=True)
