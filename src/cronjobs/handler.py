@@ -182,6 +182,11 @@ class CronJobHandler:
         MIN_SUCCESS_RATIO: the share of the rows under a root (0.0 to 1.0) that must
             complete for its family to count as a success (`on_success` rather than
             `on_failure`; a task's last success); 1.0 (the default): every one.
+        PING_URL: the task's ping URL (healthchecks.io, Cronitor): each scheduled run
+            sends `<PING_URL>/start?rid=<row id>` when it starts, `<PING_URL>?rid=<id>`
+            on success and `<PING_URL>/fail?rid=<id>` (the first KB of the error as the
+            body) when it fails, from a background thread; None (the default): the
+            settings' `[tasks.<task>] ping_url` or `ping_url_template`, else no ping.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -210,6 +215,7 @@ class CronJobHandler:
     AFTER: ClassVar[str | None] = None
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
+    PING_URL: ClassVar[str | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

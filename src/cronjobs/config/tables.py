@@ -20,6 +20,8 @@ class TaskSettings(BaseModel):
             expression, overriding the handler's `FREQUENCY`.
         after: another task whose run of the same slot must have ended first,
             overriding the handler's `AFTER` (`""`: none).
+        ping_url: the task's ping URL (healthchecks.io, Cronitor), overriding the
+            handler's `PING_URL` and the settings' `ping_url_template`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,6 +39,16 @@ class TaskSettings(BaseModel):
         description="Overrides the handler's AFTER: the task whose run of the same slot "
                     "(its whole family) must have ended before this task's slot starts; "
                     "an empty string: none.")
+    ping_url: str | None = Field(
+        None,
+        description="The task's ping URL (healthchecks.io, Cronitor): `/start`, success "
+                    "and `/fail` pings of its scheduled runs; overrides the handler's "
+                    "PING_URL and `ping_url_template`.")
+
+    @field_validator("ping_url")
+    @classmethod
+    def _check_ping_url(cls, value: str | None) -> str | None:
+        return check_http_url(value) if value is not None else None
 
     @field_validator("frequency")
     @classmethod

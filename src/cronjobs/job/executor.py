@@ -33,6 +33,7 @@ from .outcome import (
     not_started,
     unreadable,
 )
+from .pings import PingOut
 
 log = logging.getLogger("cronjobs.worker.loop")
 
@@ -187,6 +188,7 @@ class Executor:
         self.holds_stored = False  # the last claim's probe found a pause or block stored
         self._families = HeldFamilies()  # the families of the rows this executor runs
         self.writer = OutcomeWriter(app, self.worker_id, held=self._families)
+        self.pings = PingOut(app)  # a scheduled run's pings out (`job.pings`)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
@@ -233,6 +235,7 @@ class Executor:
             with self._lock:
                 self._running[job.id] = (job.attempts, terms.lease_seconds)
             self._families.add(job.id, job.root_id or job.id)
+            self.pings.started(job)
         return Prepared(job, terms, instant)
 
     def held_families(self, finishing: set[int]) -> set[int]:
@@ -289,6 +292,7 @@ class Executor:
         if finish.ran:
             with self._lock:
                 self.jobs_done += 1
+            self.pings.ended(job, final, finish.outcome.error)
         log.info("job %s finish type=%s status=%s duration_ms=%.1f attempt=%s/%s", job.id,
                  job.type, final, finish.duration_ms, job.attempts, job.max_attempts or "—",
                  extra={"trace_id": job.id})
