@@ -41,10 +41,10 @@ from typing import Any
 import handlers as builtin_handlers
 from cronjobs import limits
 from cronjobs.config import Settings
+from cronjobs.config.urls import check_ping_url
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
 from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
-from cronjobs.job.pings import check_ping_url
 from cronjobs.schedule.slots import check_frequency
 
 log = logging.getLogger("cronjobs.registry")

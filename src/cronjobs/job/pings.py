@@ -29,19 +29,15 @@ import queue
 import threading
 import urllib.request
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..config.urls import check_http_url
+from ..app import App
 from ..handler import Job, task_name
 from ..status import Ended, Status
 
-if TYPE_CHECKING:  # the registry checks PING_URL with this module, below the App
-    from ..app import App
-
 log = logging.getLogger("cronjobs.pings")
 
-__all__ = ["BODY_MAX_BYTES", "PingOut", "PingSender", "check_ping_url", "ping_url"]
+__all__ = ["BODY_MAX_BYTES", "PingOut", "PingSender", "ping_url"]
 
 BODY_MAX_BYTES = 1024  # the first KB of a failed run's error goes with its /fail ping
 QUEUE_SIZE = 1000  # pings waiting to be sent; more are dropped (and counted)
@@ -56,23 +52,6 @@ Opener = Callable[[urllib.request.Request, float], object]
 def _open(request: urllib.request.Request, timeout: float) -> object:
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return response.status
-
-
-def check_ping_url(cls: type) -> None:
-    """Check a handler class's `PING_URL`: None, or an http(s) URL with a host.
-
-    Raises:
-        ValueError: naming the value (`PING_URL 'x' is not an http:// or https:// URL ...`).
-    """
-    value = getattr(cls, "PING_URL", None)
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise ValueError(f"PING_URL must be an http(s) URL or None, got {value!r}")
-    try:
-        check_http_url(value)
-    except ValueError as exc:
-        raise ValueError(f"PING_URL {exc}") from None
 
 
 def ping_url(app: App, cls: type | None, task: str) -> str | None:

@@ -17,6 +17,7 @@ from ..app import App, current
 from ..config.sources import did_you_mean
 from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
+from .pingin import ExternalTask, external_tasks
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
@@ -43,6 +44,8 @@ class TaskInfo:
             for a handler's own task.
         payload: the entry's payload, under `slot` and `schedule` in each scheduled run's
             payload; None for a handler's own task.
+        external: a task that runs elsewhere (`schedule.pingin`): its `handler` is the
+            stand-in `ExternalTask`; never scheduled, its rows come from pings.
     """
 
     task: str
@@ -55,6 +58,7 @@ class TaskInfo:
     timezone: str = "UTC"
     schedule: str | None = None
     payload: dict | None = None
+    external: bool = False
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -74,7 +78,8 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     columns = None if full else _TICK_COLUMNS
     with app.engine.connect() as conn:
         runtimes = store.list_runtimes(conn, columns)
-    known = registry.tasks()
+    external = external_tasks(app)
+    known = {**registry.tasks(), **external}
     for line in unknown_sections(app):
         if line not in _warned:
             _warned.add(line)
@@ -86,12 +91,13 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
             runtimes = store.list_runtimes(conn, columns)
     infos = []
     for task, job_type in known.items():
-        cls = registry.resolve_handler(job_type)
+        cls = ExternalTask if task in external else registry.resolve_handler(job_type)
         runtime = runtimes[task]
         frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
-                              _available(cls), runtime, app.settings.timezone))
-    return infos
+                              _available(cls), runtime, app.settings.timezone,
+                              external=task in external))
+    return sorted(infos, key=lambda info: info.task) if external else infos
 
 
 def after_of(app: App) -> dict[str, str]:
@@ -136,7 +142,7 @@ def unknown_sections(app: App) -> list[str]:
     tasks, queues = sorted(app.handlers.tasks()), app.queues()
     lines = [f"[tasks.{name}] in the settings names no registered task"
              f"{did_you_mean(name, tasks)} (tasks: {', '.join(tasks)})"
-             for name in sorted(set(app.settings.tasks) - set(tasks))]
+             for name in sorted(set(app.settings.tasks) - set(tasks) - set(external_tasks(app)))]
     lines += [f"[queues.{name}] in the settings names no queue of a registered handler"
               f"{did_you_mean(name, queues)} (queues: {', '.join(queues)}); its limits apply "
               f"only to rows dispatched to queue {name!r}"
