@@ -116,4 +116,4 @@ def test_cli_ping(make_app, db_url, tmp_path):
     assert done.stdout.strip() == f"nightly-backup: job {run.id} completed"
     assert runtime(app, "nightly-backup")["last_success_at"] is not None
     unknown = run_cli(["ping", "nightly-bakup"], env)
-    assert unknown.returncode != 0 and "unknown task 'nightly-bakup'" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown task 'nightly-bakup'" in unknown.stderr

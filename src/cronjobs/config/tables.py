@@ -33,7 +33,9 @@ class TaskSettings(BaseModel):
     frequency: str | None = Field(
         None,
         description="Overrides the handler's FREQUENCY: `minute`, `hour`, `day`, `month`, a "
-                    "cron macro (`@daily` ...) or a 5-field cron expression.")
+                    "cron macro (`@daily` ...) or a 5-field cron expression. A section "
+                    "with a frequency that names no registered task declares an external "
+                    "task, fed by its pings in (`cronjobs ping`).")
     after: str | None = Field(
         None,
         description="Overrides the handler's AFTER: the task whose run of the same slot "

@@ -225,7 +225,9 @@ class Executor:
         """Make claimed `row` (of a type whose `terms` the claim gave) ready to run: its
         `Job`, and the outcome of a run that needs no handler call (no handler, a
         destructive task switched off, an unreadable payload), else None — and then its
-        lease is renewed until `done` (or `untrack`). Never raises: a database that does
+        lease is renewed until `done` (or `untrack`) and a scheduled run's `/start` ping
+        is sent (`job.pings`: waited for 0.1 s at most; nothing for a type without a
+        ping URL). Never raises: a database that does
         not answer the switch's read puts the row back (`not_started`, no attempt used);
         any other error fails the row (`unreadable`)."""
         job, instant = job_of(row)
@@ -278,7 +280,8 @@ class Executor:
 
     def done(self, finish: Finish, final: str) -> JobReport:
         """After the commit: count the job, log its line, send a retry's (delayed)
-        message, run the recycling check. Returns the report. A row put back because its
+        message, queue a scheduled run's success or `/fail` ping (`job.pings`), run the
+        recycling check. Returns the report. A row put back because its
         job never started (`not_started`: claimed ahead and given back, its job process
         gone) is logged and its message sent, but not counted as a job done. Its lease
         is no longer renewed."""
