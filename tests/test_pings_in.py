@@ -16,6 +16,7 @@ from cronjobs.health.check import Check
 from cronjobs.health.checks import overdue
 from cronjobs.schedule import pingin
 from cronjobs.schedule.scheduler import tick
+from cronjobs.schedule.taskrows import task_rows
 from cronjobs.schedule.tasks import task_infos, unknown_sections
 from cronjobs.store.pingruns import PING_QUEUE
 from cronjobs.testing import drain
@@ -79,6 +80,10 @@ def test_external_task_is_listed_checked_for_overdue_and_never_scheduled(web):
     info = next(i for i in task_infos(app) if i.task == "nightly-backup")
     assert info.external and info.frequency == "0 3 * * *"
     assert not any("nightly-backup" in line for line in unknown_sections(app))
+    [row] = [r for r in task_rows(app) if r.task == "nightly-backup"]
+    assert row.source == "external" and row.frequency == "0 3 * * *"
+    page = client.get("/tasks", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert page.status_code == 200 and "nightly-backup" in page.get_data(as_text=True)
     report = tick(app=app, now=T0)
     assert "nightly-backup" not in {task for task, _, _ in report.started}
     post(client, "/api/ping/nightly-backup")

@@ -157,7 +157,7 @@ def test_receiver_down_costs_nothing_and_is_logged_once(make_app, caplog):
         started = time.monotonic()
         [run] = drain(app, [QUEUE]).reports
         durations.append((time.monotonic() - started, run.duration_ms))
-    deadline = time.monotonic() + 5  # the first ping's tries end within 1.5 s
+    deadline = time.monotonic() + 5  # the first ping's tries end within 0.75 s
     while "does not answer" not in caplog.text and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # the other pings: one try each, no second line
@@ -243,3 +243,28 @@ def test_real_worker_pings_start_before_handler_and_success_within_1s(
         assert 0 <= hits[1][2] - finished <= 1.0, (hits, row["finished_at"])
     finally:
         _stop(proc)
+
+
+@pytestmark_sqlite
+def test_the_builtin_health_task_pings_from_the_template(make_app, receiver):
+    app = make_app(clock=FrozenClock(T0), ping_url_template=receiver.url + "/t/{task}")
+    tick(app=app, now=T0)
+    health = app.handlers.resolve_handler(app.handlers.tasks()["cronjobs-health"])
+    [run] = [r for r in drain(app, [health.QUEUE or "default"]).reports
+             if r.type == health.TYPE]
+    paths = [h[0] for h in receiver.wait_for(2)]
+    assert f"/t/cronjobs-health/start?rid={run.id}" in paths
+    assert f"/t/cronjobs-health?rid={run.id}" in paths
+
+
+@pytestmark_sqlite
+def test_an_attempt_that_will_be_retried_pings_only_its_start(make_app, receiver):
+    app = make_app(clock=FrozenClock(T0))
+    cls = handler(receiver.url + "/hc/r", fails=True)
+    cls.MAX_ATTEMPTS = 2
+    app.handlers.register(cls.TYPE, cls)
+    tick(app=app, now=T0)
+    [run] = drain(app, [QUEUE]).reports
+    assert run.status == "pending"
+    time.sleep(0.3)
+    assert [h[0] for h in receiver.hits] == [f"/hc/r/start?rid={run.id}"]

@@ -42,7 +42,7 @@ __all__ = ["BODY_MAX_BYTES", "PingOut", "PingSender", "ping_url"]
 BODY_MAX_BYTES = 1024  # the first KB of a failed run's error goes with its /fail ping
 QUEUE_SIZE = 1000  # pings waiting to be sent; more are dropped (and counted)
 RETRIES = 3  # tries of one ping while the receiver answers; one try while it is down
-BACKOFF_SECONDS = 0.5  # wait before the second try, doubled before each next one
+BACKOFF_SECONDS = 0.25  # wait before the second try, doubled before each next one
 START_WAIT_SECONDS = 0.1  # a scheduled run waits this long at most for its /start ping
 _ENDED_WELL = (Status.COMPLETED, Status.CANCELLED, Ended.DELETED)
 

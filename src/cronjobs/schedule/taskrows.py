@@ -29,7 +29,8 @@ class TaskRow:
         frequency: the effective frequency (None: started by hand or by code only).
         frequency_from: `handler`, `settings` (`[tasks.x]`) or `database` (an override in
             `cronjob_runtime.frequency`); `handler_frequency` is the class's FREQUENCY.
-        source: `built-in`, `plugin` or `folder` (where the handler class came from).
+        source: `built-in`, `plugin` or `folder` (where the handler class came from);
+            `external` for a task that runs elsewhere (`schedule.pingin`).
         enabled / available / destructive: kill switch, `available()`, DESTRUCTIVE.
         last_run_at, last_job_id, last_status: the last *scheduled* run.
         next_run_at: when the next slot begins.
@@ -127,7 +128,8 @@ def task_rows(app: App) -> list[TaskRow]:
         rows.append(TaskRow(
             task=info.task, type=info.type, types=tuple(registry.task_types(info.task)),
             frequency=info.frequency, frequency_from=origin, handler_frequency=handler_frequency,
-            source=source_kind(registry.handler_source(info.type)), enabled=info.enabled,
+            source="external" if info.external  # runs elsewhere, fed by pings in
+            else source_kind(registry.handler_source(info.type)), enabled=info.enabled,
             available=info.available, destructive=bool(getattr(info.handler, "DESTRUCTIVE", False)),
             last_run_at=rt.get("last_run_at"), last_job_id=rt.get("last_job_id"),
             last_status=rt.get("last_status"), next_run_at=next_run if info.enabled else None,
