@@ -44,6 +44,7 @@ QUEUE_SIZE = 1000  # pings waiting to be sent; more are dropped (and counted)
 RETRIES = 3  # tries of one ping while the receiver answers; one try while it is down
 BACKOFF_SECONDS = 0.25  # wait before the second try, doubled before each next one
 START_WAIT_SECONDS = 0.1  # a scheduled run waits this long at most for its /start ping
+IDLE_EXIT_SECONDS = 5.0  # the sender's thread ends after this long without a ping
 _ENDED_WELL = (Status.COMPLETED, Status.CANCELLED, Ended.DELETED)
 
 Opener = Callable[[urllib.request.Request, float], object]
@@ -77,7 +78,8 @@ def scheduled(job: Job) -> bool:
 
 
 class PingSender:
-    """Sends pings from a thread of its own, started by the first ping.
+    """Sends pings from a thread of its own, started by the first ping and ended after
+    `IDLE_EXIT_SECONDS` without one (the next ping starts another).
 
     Args:
         timeout_seconds: one HTTP request's timeout, seconds.
@@ -114,7 +116,7 @@ class PingSender:
         the ping was dropped."""
         sent = threading.Event() if wait_seconds > 0 and not self.down else None
         with self._lock:
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="cronjobs-pings",
                                                 daemon=True)
                 self._thread.start()
@@ -144,8 +146,12 @@ class PingSender:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                url, body, sent = self._queue.get(timeout=1.0)
+                url, body, sent = self._queue.get(timeout=IDLE_EXIT_SECONDS)
             except queue.Empty:
+                with self._lock:  # `send` starts a new thread after this one
+                    if self._queue.empty():
+                        self._thread = None
+                        return
                 continue
             try:
                 self._deliver(url, body)
