@@ -17,7 +17,7 @@ from cronjobs.health.checks import overdue
 from cronjobs.schedule import pingin
 from cronjobs.schedule.scheduler import tick
 from cronjobs.schedule.taskrows import task_rows
-from cronjobs.schedule.tasks import task_infos, unknown_sections
+from cronjobs.schedule.tasks import set_enabled, task_infos, unknown_sections
 from cronjobs.store.pingruns import PING_QUEUE
 from cronjobs.testing import drain
 from cronjobs.web import create_app
@@ -97,6 +97,10 @@ def test_external_task_is_listed_checked_for_overdue_and_never_scheduled(web):
     overdue(app, check)
     [problem] = [p for p in check.problems if p.key == "overdue:nightly-backup"]
     assert problem.key == "overdue:nightly-backup" and problem.status == "fail"
+    set_enabled("nightly-backup", False, app=app)  # its switch: off, not watched
+    check = Check("overdue")
+    overdue(app, check)
+    assert [p for p in check.problems if p.key == "overdue:nightly-backup"] == []
 
 
 def test_registered_task_ping_is_never_claimed(make_app):

@@ -270,3 +270,15 @@ def test_an_attempt_that_will_be_retried_pings_only_its_start(make_app, receiver
     assert run.status == "pending"
     time.sleep(0.3)
     assert [h[0] for h in receiver.hits] == [f"/hc/r/start?rid={run.id}"]
+
+
+@pytestmark_sqlite
+def test_a_scheduled_row_run_by_id_pings_too(make_app, receiver):
+    # `cronjobs run ID` and `queue.process(ID)` run a row through `InlineRunner.run_id`.
+    app = make_app(clock=FrozenClock(T0))
+    cls = handler(receiver.url + "/hc/id")
+    app.handlers.register(cls.TYPE, cls)
+    [(_, _, job_id)] = [s for s in tick(app=app, now=T0).started if s[0] == "pinged-job"]
+    assert queue.process(job_id, app=app)
+    assert [h[0] for h in receiver.wait_for(2)] == [f"/hc/id/start?rid={job_id}",
+                                                     f"/hc/id?rid={job_id}"]

@@ -177,13 +177,14 @@ def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
     Args:
         task: a task name (`http-uptime`).
         enabled: True lets the scheduler start it; False makes every tick skip it
-            (`disabled`) and refuses manual runs.
+            (`disabled`) and refuses manual runs (an external task: its overdue check).
 
     Raises:
-        HandlerNotFound: no registered handler belongs to `task`.
+        HandlerNotFound: no registered handler belongs to `task`, nor is it an
+            external task (`schedule.pingin`).
     """
     app = app or current()
-    if task not in app.handlers.tasks():
+    if task not in app.handlers.tasks() and task not in external_tasks(app):
         raise HandlerNotFound(f"unknown task {task!r}")
     task_infos(app)
     run_in_transaction(app.engine, lambda c: store.set_enabled(c, task, enabled, app.clock.now()))
