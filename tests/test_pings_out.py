@@ -52,7 +52,8 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
+                                       daemon=True)  # a quick shutdown
         self.thread.start()
 
     def wait_for(self, count: int, timeout: float = 5.0) -> list[tuple[str, bytes, float]]:
