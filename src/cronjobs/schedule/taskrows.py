@@ -14,7 +14,7 @@ from ..flow.state import TaskFlow, TypeLimits, task_flows
 from ..status import Status
 from .overlap import policy_of
 from .slots import current_slot, describe
-from .tasks import after_of, task_infos
+from .tasks import TaskInfo, after_of, task_infos
 
 NOT_INSTALLED = "module not installed"  # what a task whose handler is not available() shows
 
@@ -128,8 +128,7 @@ def task_rows(app: App) -> list[TaskRow]:
         rows.append(TaskRow(
             task=info.task, type=info.type, types=tuple(registry.task_types(info.task)),
             frequency=info.frequency, frequency_from=origin, handler_frequency=handler_frequency,
-            source="external" if info.external  # runs elsewhere, fed by pings in
-            else source_kind(registry.handler_source(info.type)), enabled=info.enabled,
+            source=_source(registry, info), enabled=info.enabled,
             available=info.available, destructive=bool(getattr(info.handler, "DESTRUCTIVE", False)),
             last_run_at=rt.get("last_run_at"), last_job_id=rt.get("last_job_id"),
             last_status=rt.get("last_status"), next_run_at=next_run if info.enabled else None,
@@ -147,6 +146,12 @@ def task_rows(app: App) -> list[TaskRow]:
             and rt.get("last_status") == Status.WAITING else "",
             last_family=_line(families.get(rt.get("last_job_id")))))
     return rows
+
+
+def _source(registry, info: TaskInfo) -> str:
+    """`source_kind` of the task's handler; `external` for a task that runs elsewhere
+    (`schedule.pingin`: its rows come from pings in)."""
+    return "external" if info.external else source_kind(registry.handler_source(info.type))
 
 
 def _line(fam) -> str:
