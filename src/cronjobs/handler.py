@@ -207,6 +207,11 @@ class CronJobHandler:
             "timezone": "Europe/Istanbul", "payload": {"market": "tr"}}` (timezone and
             payload optional); each scheduled run's payload is the entry's payload with
             `slot` and `schedule` (its name) added (docs/handlers.md, "Many schedules").
+        PING_URL: the task's ping URL (healthchecks.io, Cronitor): each scheduled run
+            sends `<PING_URL>/start?rid=<row id>` when it starts, `<PING_URL>?rid=<id>`
+            on success and `<PING_URL>/fail?rid=<id>` (the first KB of the error as the
+            body) when it fails, from a background thread; None (the default): the
+            settings' `[tasks.<task>] ping_url` or `ping_url_template`, else no ping.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -241,6 +246,7 @@ class CronJobHandler:
     CATCHUP_WINDOW: ClassVar[str | float] = "1d"
     CATCHUP_MAX: ClassVar[int] = 100
     SCHEDULES: ClassVar[list[dict] | None] = None
+    PING_URL: ClassVar[str | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

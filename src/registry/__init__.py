@@ -41,6 +41,7 @@ from typing import Any
 import handlers as builtin_handlers
 from cronjobs import limits
 from cronjobs.config import Settings
+from cronjobs.config.urls import check_ping_url
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
 from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
@@ -342,6 +343,7 @@ def check_class(type: str, handler_class: type) -> None:
         check_expectations(handler_class)
         check_catchup(handler_class)
         check_schedules(handler_class)
+        check_ping_url(handler_class)
     except ValueError as exc:
         raise HandlerError(f"{name}: {exc}") from None
 

@@ -189,8 +189,11 @@ def run(job_id: int) -> None:
     from ..job.executor import Executor  # lazy: CLI start-up time
     from ..job.inline import InlineRunner
 
-    report = InlineRunner(Executor(_app())).run_id(job_id)
+    executor = Executor(_app())
+    report = InlineRunner(executor).run_id(job_id)
     click.echo(f"job {report.id} ({report.type}): {report.status} in {report.duration_ms:.0f} ms")
+    # A scheduled run's pings out (`job.pings`) go before the process ends.
+    executor.pings.sender.flush(executor.pings.sender.timeout_seconds * 2)
     sys.exit(0 if report.status in (Status.COMPLETED, Ended.DELETED) else 1)
 
 

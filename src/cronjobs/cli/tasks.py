@@ -1,4 +1,4 @@
-"""Scheduling commands: tick, scheduler, tasks (list, enable, disable, run)."""
+"""Scheduling commands: tick, scheduler, tasks (list, enable, disable, run), ping."""
 
 from __future__ import annotations
 
@@ -171,3 +171,20 @@ def backfill(task: str, start: str, end: str, dry_run: bool) -> None:
         else:
             click.echo(f"cronjobs:{task}:{slot.key} {slot.at:%Y-%m-%d %H:%M} UTC "
                        f"(ran already: job {slot.job_id})")
+@click.option("--start", "kind", flag_value="start",
+              help="The run starts: open a running row (end it with a later ping).")
+@click.option("--fail", "kind", flag_value="fail",
+              help="The run failed: end the open row (or write one) as failed.")
+@click.option("--message", default=None,
+              help="The run's output or error text, kept with the row (cut to 16,000 bytes).")
+def ping(task: str, kind: str | None, message: str | None) -> None:
+    """Record a run of TASK that runs elsewhere, e.g. in a system crontab
+    (`0 3 * * * backup.sh && cronjobs ping nightly-backup`): without a flag it succeeded.
+
+    TASK is a registered task or one declared as `[tasks.TASK]` with a frequency in the
+    settings; its row gets the same history, last success and overdue check as a
+    scheduled run. Prints the row id and status. Exit 2 for an unknown task."""
+    from ..schedule.pingin import ping as record  # lazy: CLI start-up time
+
+    run = record(_app(), task, kind or "success", message)
+    click.echo(f"{task}: job {run.id} {run.status}")

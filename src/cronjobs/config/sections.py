@@ -229,6 +229,24 @@ class HealthSettings(Section):
     @classmethod
     def _split_modules(cls, value: Any) -> Any:
         return split_commas(value)
+    ping_url_template: str | None = Field(
+        default=None, alias="ping_url_template",
+        description="Ping URL of every task without a `PING_URL` or `[tasks.<task>] "
+                    "ping_url`, `{task}` replaced by the task name "
+                    "(`https://hc-ping.com/KEY/{task}`): its scheduled runs send `/start`, "
+                    "success and `/fail` pings (healthchecks.io, Cronitor). Unset: none.")
+    ping_timeout_seconds: float = Field(
+        default=5, gt=0, le=60, alias="ping_timeout_seconds",
+        description="One ping out's HTTP timeout; a ping is tried 3 times with back-off "
+                    "(once while its receiver does not answer), from a thread of its own "
+                    "(seconds).")
+
+    @field_validator("ping_url_template")
+    @classmethod
+    def _check_ping_template(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_http_url(value.replace("{task}", "task"))
+        return value
 
 
 class AlertSettings(Section):

@@ -29,6 +29,8 @@ class TaskSettings(BaseModel):
             handler's `EXPECT` (None: its).
         catchup, catchup_window, catchup_max: override the handler's `CATCHUP`,
             `CATCHUP_WINDOW` (a duration) and `CATCHUP_MAX` (missed runs).
+        ping_url: the task's ping URL (healthchecks.io, Cronitor), overriding the
+            handler's `PING_URL` and the settings' `ping_url_template`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -40,7 +42,9 @@ class TaskSettings(BaseModel):
     frequency: str | None = Field(
         None,
         description="Overrides the handler's FREQUENCY: `minute`, `hour`, `day`, `month`, a "
-                    "cron macro (`@daily` ...) or a 5-field cron expression.")
+                    "cron macro (`@daily` ...) or a 5-field cron expression. A section "
+                    "with a frequency that names no registered task declares an external "
+                    "task, fed by its pings in (`cronjobs ping`).")
     after: str | None = Field(
         None,
         description="Overrides the handler's AFTER: the task whose run of the same slot "
@@ -97,6 +101,16 @@ class TaskSettings(BaseModel):
     @classmethod
     def _check_catchup_max(cls, value: object) -> object:
         return None if value is None else check_max(value, "catchup_max")
+    ping_url: str | None = Field(
+        None,
+        description="The task's ping URL (healthchecks.io, Cronitor): `/start`, success "
+                    "and `/fail` pings of its scheduled runs; overrides the handler's "
+                    "PING_URL and `ping_url_template`.")
+
+    @field_validator("ping_url")
+    @classmethod
+    def _check_ping_url(cls, value: str | None) -> str | None:
+        return check_http_url(value) if value is not None else None
 
     @field_validator("frequency")
     @classmethod

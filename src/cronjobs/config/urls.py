@@ -13,7 +13,7 @@ from ..store.urls import DATABASE_SCHEME_FOR, SUPPORTED_DATABASE_SCHEMES, check_
 
 __all__ = ["AMQP_SCHEMES", "DATABASE_SCHEME_FOR", "MEMORY_BROKER", "REDIS_SCHEMES",
            "SUPPORTED_DATABASE_SCHEMES", "check_broker_url", "check_database_url",
-           "check_http_url", "hide_password"]
+           "check_http_url", "check_ping_url", "hide_password"]
 
 MEMORY_BROKER = "memory://"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -66,3 +66,20 @@ def hide_password(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def check_ping_url(cls: type) -> None:
+    """Check a handler class's `PING_URL`: None, or an http(s) URL with a host.
+
+    Raises:
+        ValueError: naming the value (`PING_URL 'x' is not an http:// or https:// URL ...`).
+    """
+    value = getattr(cls, "PING_URL", None)
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"PING_URL must be an http(s) URL or None, got {value!r}")
+    try:
+        check_http_url(value)
+    except ValueError as exc:
+        raise ValueError(f"PING_URL {exc}") from None

@@ -33,6 +33,7 @@ from .outcome import (
     not_started,
     unreadable,
 )
+from .pings import PingOut
 
 log = logging.getLogger("cronjobs.worker.loop")
 
@@ -187,6 +188,7 @@ class Executor:
         self.holds_stored = False  # the last claim's probe found a pause or block stored
         self._families = HeldFamilies()  # the families of the rows this executor runs
         self.writer = OutcomeWriter(app, self.worker_id, held=self._families)
+        self.pings = PingOut(app)  # a scheduled run's pings out (`job.pings`)
         self._running: dict[int, tuple[int, float]] = {}  # id -> (attempt, lease seconds)
         self._lock = threading.Lock()
         self.jobs_done = 0
@@ -223,7 +225,9 @@ class Executor:
         """Make claimed `row` (of a type whose `terms` the claim gave) ready to run: its
         `Job`, and the outcome of a run that needs no handler call (no handler, a
         destructive task switched off, an unreadable payload), else None — and then its
-        lease is renewed until `done` (or `untrack`). Never raises: a database that does
+        lease is renewed until `done` (or `untrack`) and a scheduled run's `/start` ping
+        is sent (`job.pings`: waited for 0.1 s at most; nothing for a type without a
+        ping URL). Never raises: a database that does
         not answer the switch's read puts the row back (`not_started`, no attempt used);
         any other error fails the row (`unreadable`)."""
         job, instant = job_of(row)
@@ -233,6 +237,7 @@ class Executor:
             with self._lock:
                 self._running[job.id] = (job.attempts, terms.lease_seconds)
             self._families.add(job.id, job.root_id or job.id)
+            self.pings.started(job)
         return Prepared(job, terms, instant)
 
     def held_families(self, finishing: set[int]) -> set[int]:
@@ -275,7 +280,8 @@ class Executor:
 
     def done(self, finish: Finish, final: str) -> JobReport:
         """After the commit: count the job, log its line, send a retry's (delayed)
-        message, run the recycling check. Returns the report. A row put back because its
+        message, queue a scheduled run's success or `/fail` ping (`job.pings`), run the
+        recycling check. Returns the report. A row put back because its
         job never started (`not_started`: claimed ahead and given back, its job process
         gone) is logged and its message sent, but not counted as a job done. Its lease
         is no longer renewed."""
@@ -289,6 +295,7 @@ class Executor:
         if finish.ran:
             with self._lock:
                 self.jobs_done += 1
+            self.pings.ended(job, final, finish.outcome.error)
         log.info("job %s finish type=%s status=%s duration_ms=%.1f attempt=%s/%s", job.id,
                  job.type, final, finish.duration_ms, job.attempts, job.max_attempts or "—",
                  extra={"trace_id": job.id})

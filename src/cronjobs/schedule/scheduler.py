@@ -128,7 +128,7 @@ def _due(app: App, now: datetime, report: TickReport) -> list[tuple[TaskInfo, Sl
     due: list[tuple[TaskInfo, Slot]] = []
     slots: dict[tuple[str, str], Slot] = {}  # one slot per (frequency, zone) per tick
     for info in task_infos(app, full=False):
-        if not info.frequency:
+        if not info.frequency or info.external:  # an external task runs elsewhere (pingin)
             continue
         try:
             reason, slot = _skip_reason(app, info, now, slots)

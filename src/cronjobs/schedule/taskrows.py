@@ -14,7 +14,7 @@ from ..flow.state import TaskFlow, TypeLimits, task_flows
 from ..status import Status
 from .overlap import policy_of
 from .slots import current_slot, describe
-from .tasks import after_of, task_infos
+from .tasks import TaskInfo, after_of, task_infos
 
 NOT_INSTALLED = "module not installed"  # what a task whose handler is not available() shows
 
@@ -29,7 +29,8 @@ class TaskRow:
         frequency: the effective frequency (None: started by hand or by code only).
         frequency_from: `handler`, `settings` (`[tasks.x]`) or `database` (an override in
             `cronjob_runtime.frequency`); `handler_frequency` is the class's FREQUENCY.
-        source: `built-in`, `plugin` or `folder` (where the handler class came from).
+        source: `built-in`, `plugin` or `folder` (where the handler class came from);
+            `external` for a task that runs elsewhere (`schedule.pingin`).
         enabled / available / destructive: kill switch, `available()`, DESTRUCTIVE.
         last_run_at, last_job_id, last_status: the last *scheduled* run.
         next_run_at: when the next slot begins.
@@ -127,7 +128,7 @@ def task_rows(app: App) -> list[TaskRow]:
         rows.append(TaskRow(
             task=info.task, type=info.type, types=tuple(registry.task_types(info.task)),
             frequency=info.frequency, frequency_from=origin, handler_frequency=handler_frequency,
-            source=source_kind(registry.handler_source(info.type)), enabled=info.enabled,
+            source=_source(registry, info), enabled=info.enabled,
             available=info.available, destructive=bool(getattr(info.handler, "DESTRUCTIVE", False)),
             last_run_at=rt.get("last_run_at"), last_job_id=rt.get("last_job_id"),
             last_status=rt.get("last_status"), next_run_at=next_run if info.enabled else None,
@@ -145,6 +146,12 @@ def task_rows(app: App) -> list[TaskRow]:
             and rt.get("last_status") == Status.WAITING else "",
             last_family=_line(families.get(rt.get("last_job_id")))))
     return rows
+
+
+def _source(registry, info: TaskInfo) -> str:
+    """`source_kind` of the task's handler; `external` for a task that runs elsewhere
+    (`schedule.pingin`: its rows come from pings in)."""
+    return "external" if info.external else source_kind(registry.handler_source(info.type))
 
 
 def _line(fam) -> str:

@@ -18,6 +18,7 @@ from ..config.sources import did_you_mean
 from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
 from .entries import entries, schedule_tasks
+from .pingin import ExternalTask, external_tasks
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
@@ -44,6 +45,8 @@ class TaskInfo:
             for a handler's own task.
         payload: the entry's payload, under `slot` and `schedule` in each scheduled run's
             payload; None for a handler's own task.
+        external: a task that runs elsewhere (`schedule.pingin`): its `handler` is the
+            stand-in `ExternalTask`; never scheduled, its rows come from pings.
 
     A `SCHEDULES` entry (or one stored at run time) is a task of its own, `<task>:<name>`:
     its frequency is the entry's cron line, its zone the entry's (else the handler's
@@ -60,6 +63,7 @@ class TaskInfo:
     timezone: str = "UTC"
     schedule: str | None = None
     payload: dict | None = None
+    external: bool = False
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -81,7 +85,8 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     with app.engine.connect() as conn:
         runtimes = store.list_runtimes(conn, columns)
         found = entries(app, conn)  # the stored entries: one statement
-    known = schedule_tasks(app, found)
+    external = external_tasks(app)
+    known = {**schedule_tasks(app, found), **external}
     by_task = {e.entry_task: e for e in found}
     for line in unknown_sections(app):
         if line not in _warned:
@@ -94,7 +99,7 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
             runtimes = store.list_runtimes(conn, columns)
     infos = []
     for task, job_type in known.items():
-        cls = registry.resolve_handler(job_type)
+        cls = ExternalTask if task in external else registry.resolve_handler(job_type)
         runtime = runtimes[task]
         entry = by_task.get(task)
         if entry is not None:  # a SCHEDULES entry (or a stored one): a task of its own
@@ -104,8 +109,9 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
             continue
         frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
-                              _available(cls), runtime, app.settings.timezone))
-    return infos
+                              _available(cls), runtime, app.settings.timezone,
+                              external=task in external))
+    return sorted(infos, key=lambda info: info.task) if external else infos
 
 
 def after_of(app: App) -> dict[str, str]:
@@ -150,7 +156,7 @@ def unknown_sections(app: App) -> list[str]:
     tasks, queues = sorted(app.handlers.tasks()), app.queues()
     lines = [f"[tasks.{name}] in the settings names no registered task"
              f"{did_you_mean(name, tasks)} (tasks: {', '.join(tasks)})"
-             for name in sorted(set(app.settings.tasks) - set(tasks))]
+             for name in sorted(set(app.settings.tasks) - set(tasks) - set(external_tasks(app)))]
     lines += [f"[queues.{name}] in the settings names no queue of a registered handler"
               f"{did_you_mean(name, queues)} (queues: {', '.join(queues)}); its limits apply "
               f"only to rows dispatched to queue {name!r}"
@@ -185,13 +191,14 @@ def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
     Args:
         task: a task name (`http-uptime`).
         enabled: True lets the scheduler start it; False makes every tick skip it
-            (`disabled`) and refuses manual runs.
+            (`disabled`) and refuses manual runs (an external task: its overdue check).
 
     Raises:
-        HandlerNotFound: no registered handler belongs to `task`.
+        HandlerNotFound: no registered handler belongs to `task`, nor is it an
+            external task (`schedule.pingin`).
     """
     app = app or current()
-    if task not in schedule_tasks(app):
+    if task not in schedule_tasks(app) and task not in external_tasks(app):
         raise HandlerNotFound(f"unknown task {task!r}")
     task_infos(app)
     run_in_transaction(app.engine, lambda c: store.set_enabled(c, task, enabled, app.clock.now()))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask import Blueprint, Response, abort, current_app, jsonify, url_for
+from flask import Blueprint, Response, abort, current_app, jsonify, request, url_for
 
 from .. import limits, store
+from ..errors import HandlerNotFound
+from ..schedule import pingin
 from ..schedule.taskrows import task_rows
 from .fields import FIELDS
 from .jobs import queue_filters
@@ -71,6 +73,23 @@ def job(job_id: int):
     if cut:
         row["cut"] = cut
     return jsonify(_clean(row))
+
+
+@bp.post("/api/ping/<task>")
+@bp.post("/api/ping/<task>/<any(start, fail):kind>")
+def ping(task: str, kind: str = "success"):
+    """Pings in (`schedule.pingin.ping`): record a run of `task` that runs elsewhere:
+    `/start` opens a running row, no suffix (success) or `/fail` ends it (or writes a
+    finished one). The optional body is the run's output or error text (its first
+    `PING_TEXT_MAX_BYTES` kept). Answers `{"task", "id", "status"}`; 404 for a task
+    neither registered nor declared as `[tasks.<task>]` with a frequency."""
+    body = request.stream.read(pingin.PING_TEXT_MAX_BYTES + 1)
+    text = body.decode("utf-8", "replace") if body else None
+    try:
+        run = pingin.ping(cronjobs_app(), task, kind, text)
+    except HandlerNotFound as exc:
+        abort(404, str(exc))
+    return jsonify({"task": task, "id": run.id, "status": run.status})
 
 
 @bp.get("/metrics")

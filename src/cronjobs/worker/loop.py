@@ -320,6 +320,7 @@ class WorkerProcess:
                         "pending: %s", len(cut), timeout_seconds, cut)
         self.pool.close("shutdown")
         self.housekeeper.stop()
+        self.executor.pings.sender.flush(2.0)  # the last runs' pings out, briefly
         log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
                  self.executor.worker_id, self.executor.jobs_done, self.pool.claims,
                  self.pool.commits)
