@@ -171,6 +171,10 @@ def backfill(task: str, start: str, end: str, dry_run: bool) -> None:
         else:
             click.echo(f"cronjobs:{task}:{slot.key} {slot.at:%Y-%m-%d %H:%M} UTC "
                        f"(ran already: job {slot.job_id})")
+
+
+@main.command()
+@click.argument("task")
 @click.option("--start", "kind", flag_value="start",
               help="The run starts: open a running row (end it with a later ping).")
 @click.option("--fail", "kind", flag_value="fail",
