@@ -182,6 +182,11 @@ class CronJobHandler:
         MIN_SUCCESS_RATIO: the share of the rows under a root (0.0 to 1.0) that must
             complete for its family to count as a success (`on_success` rather than
             `on_failure`; a task's last success); 1.0 (the default): every one.
+        STARTING_DEADLINE: how long after its slot a scheduled run may still start
+            (seconds, `"2m"`, a timedelta; `[tasks.<task>] starting_deadline` wins): a
+            slot row not started by `scheduled_at` + this ends `expired`, without calling
+            `handle()` or using an attempt, and counts as a skip (reason `expired`).
+            None (the default): no deadline.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -210,6 +215,7 @@ class CronJobHandler:
     AFTER: ClassVar[str | None] = None
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
+    STARTING_DEADLINE: ClassVar[float | str | timedelta | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

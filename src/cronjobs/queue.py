@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from . import store
@@ -40,7 +40,8 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
              max_attempts: int | None = None, queue: str | None = None,
              known_type: bool = True, session: Session | None = None,
              app: App | None = None, depends_on: Iterable[int] | None = None,
-             allow_failed: bool = False) -> int:
+             allow_failed: bool = False, expires_at: datetime | None = None,
+             expires_in: float | str | timedelta | None = None) -> int:
     """Add a job row and send its id to the broker; return the row id.
 
     Args:
@@ -67,6 +68,11 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             row is `waiting` until then. Refused for a missing id or a cycle.
         allow_failed: False (default): a failed or cancelled dependency cancels the row
             (reason `dependency_failed`, no attempt used); True: it runs anyway.
+        expires_at: a deadline (aware, or naive UTC), after `scheduled_at` (or now): a
+            row not started by then is never claimed and ends `expired` (no attempt
+            used, `handle()` not called, error `not started by its deadline ... UTC`).
+        expires_in: the deadline as a duration: seconds, `"30s"`, `"5m"`, a timedelta,
+            counted from `scheduled_at` when given, else from now. Not with `expires_at`.
 
     Returns:
         The id of the new row, or of the row that already holds `idempotency_key`.
@@ -76,14 +82,16 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             (with a "did you mean" hint), payload not a JSON object, over 1,000,000 bytes
             of JSON or nested over 100 levels, type over 160 characters, queue over 64 or
             with characters outside `[A-Za-z0-9_.-]`, key over 191, title over 255
-            (limits: `cronjobs.limits`), parent missing, ...
+            (limits: `cronjobs.limits`), parent missing, both `expires_at` and
+            `expires_in`, an expiry not after `scheduled_at` (or now), ...
         DatabaseUnavailable: the database cannot be reached.
     """
     return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
                   priority=priority, scheduled_at=scheduled_at, title=title,
                   max_attempts=max_attempts, queue=queue, known_type=known_type,
                   session=session, app=app, depends_on=depends_on,
-                  allow_failed=allow_failed).id
+                  allow_failed=allow_failed, expires_at=expires_at,
+                  expires_in=expires_in).id
 
 
 def submit(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
@@ -92,14 +100,16 @@ def submit(type: str, payload: dict | None = None, *, idempotency_key: str | Non
            max_attempts: int | None = None, queue: str | None = None,
            known_type: bool = True, session: Session | None = None,
            app: App | None = None, depends_on: Iterable[int] | None = None,
-           allow_failed: bool = False) -> Dispatched:
+           allow_failed: bool = False, expires_at: datetime | None = None,
+           expires_in: float | str | timedelta | None = None) -> Dispatched:
     """Like `dispatch()`, but tell new work from an existing row: returns `Dispatched`
     (its `status` is `waiting` for a row that waits for its dependencies)."""
     return dispatching.submit(app or current(), type, payload, session=session,
                               idempotency_key=idempotency_key, parent_id=parent_id,
                               priority=priority, scheduled_at=scheduled_at, title=title,
                               max_attempts=max_attempts, queue=queue, known_type=known_type,
-                              depends_on=depends_on, allow_failed=allow_failed)
+                              depends_on=depends_on, allow_failed=allow_failed,
+                              expires_at=expires_at, expires_in=expires_in)
 
 
 def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
@@ -110,7 +120,8 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
 
     Args:
         jobs: dicts with the keyword arguments of `dispatch` (`type` required;
-            `known_type: False`, `depends_on`, `allow_failed` per row; rows with
+            `known_type: False`, `depends_on`, `allow_failed`, `expires_at` or
+            `expires_in` per row; rows with
             `depends_on` are inserted one by one, in the same transaction). When any
             row has an `idempotency_key`, the rows are inserted one by one (in the same
             single transaction), so a taken key gives the existing id as `dispatch` does.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..flow.rules import check_concurrency, parse_rate
+from ..schedule.deadline import check_starting_deadline
 from ..schedule.slots import check_frequency
 from .urls import check_http_url
 
@@ -20,6 +21,8 @@ class TaskSettings(BaseModel):
             expression, overriding the handler's `FREQUENCY`.
         after: another task whose run of the same slot must have ended first,
             overriding the handler's `AFTER` (`""`: none).
+        starting_deadline: overrides the handler's `STARTING_DEADLINE` (seconds or
+            `"2m"`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,6 +40,18 @@ class TaskSettings(BaseModel):
         description="Overrides the handler's AFTER: the task whose run of the same slot "
                     "(its whole family) must have ended before this task's slot starts; "
                     "an empty string: none.")
+
+    starting_deadline: float | str | None = Field(
+        None,
+        description="Overrides the handler's STARTING_DEADLINE: how long after its slot a "
+                    "scheduled run may still start (`90`, `\"2m\"`); a row not started by "
+                    "then ends `expired` and counts as a skip.")
+
+    @field_validator("starting_deadline")
+    @classmethod
+    def _check_starting_deadline(cls, value: float | str | None) -> float | str | None:
+        check_starting_deadline(value, "[tasks.x] starting_deadline")
+        return value
 
     @field_validator("frequency")
     @classmethod

@@ -41,7 +41,7 @@ __all__ = ["MAX_DEPENDENCIES", "Admission", "Settled", "admit", "after_finish",
 MAX_DEPENDENCIES = 1000  # ids in one row's depends_on
 MAX_CASCADE = 100  # levels of dependents cancelled in turn in one transaction
 _WALK_LIMIT = 10_000  # rows visited by the cycle check
-_BAD = (Status.FAILED, Status.CANCELLED, Ended.DELETED)
+_BAD = (Status.FAILED, Status.CANCELLED, Status.EXPIRED, Ended.DELETED)
 _SUCCESS = "success"
 
 

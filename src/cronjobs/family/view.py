@@ -299,7 +299,8 @@ def family_line(fam: Family) -> str:
     if c.get(Status.FAILED):
         timeouts = f" ({fam.timeouts:,} timeouts)" if fam.timeouts else ""
         parts.append(f"{c[Status.FAILED]:,} failed{timeouts}")
-    for status in (Status.CANCELLED, Status.RUNNING, Status.PENDING, Status.WAITING):
+    for status in (Status.CANCELLED, Status.EXPIRED, Status.RUNNING, Status.PENDING,
+                   Status.WAITING):
         if c.get(status):
             parts.append(f"{c[status]:,} {status.value}")
     noun = "child" if fam.total == 1 else "children"

@@ -36,6 +36,7 @@ from ..status import Status
 from ..store.db import run_in_transaction
 from . import overlap
 from .after import depth, start_after, start_waiting
+from .deadline import expires_after
 from .slots import Slot, current_slot, is_cron, slot_start, slots_between
 from .tasks import TaskInfo, after_of, set_enabled, task_infos
 
@@ -326,9 +327,13 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     Raises:
         InvalidJob: the row cannot be made (the handler's `limit_key` raised, ...).
     """
-    return dispatching.build_row(app, info.type, {"slot": slot.key},
-                                 title=f"{info.task} {slot.key}",
-                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+    values = dispatching.build_row(app, info.type, {"slot": slot.key},
+                                   title=f"{info.task} {slot.key}",
+                                   idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+    # Not checked against now as a caller's expiry is: a tick that comes after the
+    # deadline still makes the row, which the sweep then ends `expired` (a skip).
+    values["expires_at"] = expires_after(slot.at, info.starting_deadline)
+    return values
 
 
 def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) -> int | None:

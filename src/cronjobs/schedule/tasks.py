@@ -17,6 +17,7 @@ from ..app import App, current
 from ..config.sources import did_you_mean
 from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
+from .deadline import starting_deadline
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
@@ -43,6 +44,8 @@ class TaskInfo:
             for a handler's own task.
         payload: the entry's payload, under `slot` and `schedule` in each scheduled run's
             payload; None for a handler's own task.
+        starting_deadline: seconds after its slot a scheduled run may still start (its
+            rows' `expires_at`); None: no deadline (`schedule.deadline`).
     """
 
     task: str
@@ -55,6 +58,7 @@ class TaskInfo:
     timezone: str = "UTC"
     schedule: str | None = None
     payload: dict | None = None
+    starting_deadline: float | None = None
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -90,7 +94,8 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
         runtime = runtimes[task]
         frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
-                              _available(cls), runtime, app.settings.timezone))
+                              _available(cls), runtime, app.settings.timezone,
+                              starting_deadline=_deadline(cls, app, task)))
     return infos
 
 
@@ -155,6 +160,14 @@ def _add_runtimes(app: App, missing: list[tuple[str, str]]) -> None:
         new.append((task, job_type, enabled))
     now = app.clock.now()
     run_in_transaction(app.engine, lambda c: store.ensure_runtimes(c, new, now))
+
+
+def _deadline(cls: type, app: App, task: str) -> float | None:
+    try:
+        return starting_deadline(cls, app.settings.task(task).starting_deadline)
+    except ValueError as exc:  # a class changed since registration: no deadline, said
+        log.warning("task %s: %s", task, exc)
+        return None
 
 
 def _available(cls: type) -> bool:
