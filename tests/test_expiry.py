@@ -6,6 +6,7 @@ counts as a skip (`expired`); bad expiries are one-line errors."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -163,3 +164,58 @@ def test_the_settings_deadline_wins_and_a_bad_constant_is_refused(make_app):
 
     with pytest.raises(HandlerError, match="STARTING_DEADLINE must be a duration.*'soon'"):
         app.handlers.register(Bad.TYPE, Bad)
+
+
+def _cli(args: list[str], stdin: bytes | None = None):
+    from click.testing import CliRunner
+
+    from cronjobs.cli import main
+
+    return CliRunner().invoke(main, args, input=stdin)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_cli_dispatch_expires_in_and_expires_at(app):
+    one = _cli(["dispatch", Plain.TYPE, "--expires-in", "30s"])
+    two = _cli(["dispatch", Plain.TYPE, "--at", "2027-03-02T10:00", "--expires-in", "5m"])
+    three = _cli(["dispatch", Plain.TYPE, "--expires-at", "2027-03-02T12:30+03:00"])
+    assert [r.exit_code for r in (one, two, three)] == [0, 0, 0], one.output + two.output
+    got = [queue.get(int(r.output.split()[-1]), app=app)["expires_at"]
+           for r in (one, two, three)]
+    assert got == [T0 + timedelta(seconds=30), datetime(2027, 3, 2, 10, 5),
+                   datetime(2027, 3, 2, 9, 30)]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("args", "words"), [
+    (["--expires-in", "soon"], "--expires-in must be a duration"),
+    (["--expires-in", "30s", "--expires-at", "2027-03-02T12:00"], "not both"),
+    (["--expires-at", "2027-03-02T08:00"], "expires_at must be after the row's start"),
+    (["--expires-at", "noon"], "not an ISO 8601 time"),
+])
+def test_cli_dispatch_refuses_a_bad_expiry_in_one_line(app, args, words):
+    result = _cli(["dispatch", Plain.TYPE, *args])
+    assert result.exit_code != 0 and words in result.output, result.output
+    assert drain(app).reports == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.filterwarnings("ignore:'get_binary_stream' is deprecated")  # the CLI's own, in-process
+def test_stdin_lines_with_expires_in_and_expires_at(app):
+    lines = [{"type": Plain.TYPE, "expires_in": "2m"},
+             {"type": Plain.TYPE, "at": "2027-03-02T10:00", "expires_in": 60},
+             {"type": Plain.TYPE, "expires_at": "2027-03-02T09:45Z"}]
+    result = _cli(["dispatch", "--stdin"], "".join(json.dumps(r) + "\n" for r in lines).encode())
+    assert result.exit_code == 0, result.output
+    got = [queue.get(int(i), app=app)["expires_at"] for i in result.output.split()]
+    assert got == [T0 + timedelta(minutes=2), datetime(2027, 3, 2, 10, 1),
+                   datetime(2027, 3, 2, 9, 45)]
+    bad = [{"type": Plain.TYPE}, {"type": Plain.TYPE, "expires_in": "1m",
+                                  "expires_at": "2027-03-02T09:45Z"}]
+    result = _cli(["dispatch", "--stdin"], "".join(json.dumps(r) + "\n" for r in bad).encode())
+    assert result.exit_code == 2 and "line 2: give expires_at or expires_in, not both" \
+        in result.output, result.output
+    stdin_time = _cli(["dispatch", "--stdin"], b'{"type": "%s", "expires_at": 5}\n'
+                      % Plain.TYPE.encode())
+    assert 'line 1: "expires_at" must be a string' in stdin_time.output
+    assert len(drain(app).reports) == 2  # the bad lines inserted nothing; one row is for 10:00
