@@ -117,10 +117,11 @@ class Family:
     @property
     def progress(self) -> dict[str, int]:
         """Rows under the root per state of a progress bar: `{"completed", "failed",
-        "cancelled", "running", "pending"}` (0 for none; `pending` counts the rows
-        waiting for their dependencies too), from `counts`."""
+        "cancelled", "expired", "running", "pending"}` (0 for none; `pending` counts the
+        rows waiting for their dependencies too), from `counts`."""
         bar = {s.value: self.counts.get(s, 0) for s in (
-            Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.RUNNING, Status.PENDING)}
+            Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.EXPIRED, Status.RUNNING,
+            Status.PENDING)}
         bar[Status.PENDING.value] += self.counts.get(Status.WAITING, 0)
         return bar
 
