@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from cronjobs import queue, store
-from cronjobs.clock import FrozenClock
+from cronjobs.clock import FrozenClock, SystemClock
 from cronjobs.job.expiry import expire
 from cronjobs.schedule.scheduler import tick
 from cronjobs.status import Reason, Status
@@ -37,7 +37,7 @@ def runtime(app) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 def test_a_paused_slot_expires_under_a_real_worker(make_app, db_url, namespace, tmp_path):
-    real = datetime.utcnow().replace(microsecond=0)  # noqa: DTZ003 (naive UTC, as stored)
+    real = SystemClock().now().replace(microsecond=0)  # naive UTC, as the worker judges
     app = make_app(clock=FrozenClock(real - timedelta(minutes=2)), handler_paths=(HANDLERS,))
     run_in_transaction(app.engine, lambda conn: store.pause(
         conn, "queue", QUEUE, now=real, until=real + timedelta(minutes=5), by="test"))
