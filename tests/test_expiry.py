@@ -47,12 +47,24 @@ class Plain(CronJobHandler):
         return True
 
 
+class Parent(CronJobHandler):
+    """Dispatches one child due in an hour that may start within 10 minutes of it."""
+
+    TYPE = "dl.parent.discover"
+    QUEUE = "dlp"
+
+    def handle(self, payload, job):
+        RAN.append(self.dispatch(Plain.TYPE, {}, scheduled_at=T0 + timedelta(hours=1),
+                                 expires_in="10m"))
+        return True
+
+
 @pytest.fixture
 def app(make_app):
     RAN.clear()
     clock = FrozenClock(T0)
     app = make_app(clock=clock, handler_paths=())
-    for cls in (Deadline, Plain):
+    for cls in (Deadline, Plain, Parent):
         app.handlers.register(cls.TYPE, cls)
     return app
 
@@ -108,6 +120,14 @@ def test_expires_in_counts_from_scheduled_at_and_expires_at_is_kept(app):
     got = [queue.get(i, app=app)["expires_at"] for i in (one, two, *ids)]
     assert got == [at + timedelta(minutes=5), datetime(2027, 3, 2, 9, 10),
                    T0 + timedelta(minutes=2), None]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_handlers_child_takes_expires_in_from_its_scheduled_at(app):
+    queue.dispatch(Parent.TYPE, app=app)
+    drain(app, ["dlp"])
+    child = queue.get(RAN[0], app=app)
+    assert (child["parent_id"], child["expires_at"]) == (1, T0 + timedelta(hours=1, minutes=10))
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

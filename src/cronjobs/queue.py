@@ -35,10 +35,9 @@ __all__ = ["Dispatched", "Family", "build_row", "children", "cleanup", "dispatch
 
 
 def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
-             parent_id: int | None = None, priority: int = 5,
-             scheduled_at: datetime | None = None, title: str | None = None,
-             max_attempts: int | None = None, queue: str | None = None,
-             known_type: bool = True, session: Session | None = None,
+             parent_id: int | None = None, priority: int = 5, title: str | None = None,
+             scheduled_at: datetime | None = None, max_attempts: int | None = None,
+             queue: str | None = None, known_type: bool = True, session: Session | None = None,
              app: App | None = None, depends_on: Iterable[int] | None = None,
              allow_failed: bool = False, expires_at: datetime | None = None,
              expires_in: float | str | timedelta | None = None) -> int:
@@ -55,24 +54,19 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
         priority: lower runs first (default 5).
         scheduled_at: do not run before this instant (aware, or naive UTC); None = now.
         title: up to 255 characters, shown in the dashboard.
-        max_attempts: overrides the handler's MAX_ATTEMPTS for this row (>= 1). None:
-            the row's attempts are the MAX_ATTEMPTS of the handler of the worker that
-            claims it (set at claim; the row stores none until then).
+        max_attempts: overrides the handler's MAX_ATTEMPTS for this row (>= 1). None: the
+            MAX_ATTEMPTS of the handler of the worker that claims it (set at claim).
         queue: broker queue (default: the handler's QUEUE, else the default queue).
-        known_type: False accepts a type that no handler of this process is registered
-            for: one that only another codebase's workers run (they decide its attempts
-            and runtime; pass `queue` if theirs is not the default).
+        known_type: False accepts a type no handler here knows, run by another codebase's
+            workers (they decide its attempts and runtime; pass their `queue`).
         session: the caller's SQLAlchemy Session: the row is written in its transaction
             and the message is sent only after it commits (nothing on rollback).
         depends_on: ids of rows to finish first (a family root: its whole family): the
             row is `waiting` until then. Refused for a missing id or a cycle.
         allow_failed: False (default): a failed or cancelled dependency cancels the row
             (reason `dependency_failed`, no attempt used); True: it runs anyway.
-        expires_at: a deadline (aware, or naive UTC), after `scheduled_at` (or now): a
-            row not started by then is never claimed and ends `expired` (no attempt
-            used, `handle()` not called, error `not started by its deadline ... UTC`).
-        expires_in: the deadline as a duration: seconds, `"30s"`, `"5m"`, a timedelta,
-            counted from `scheduled_at` when given, else from now. Not with `expires_at`.
+        expires_at, expires_in: a deadline (a time; or 90, `"30s"`, a timedelta from
+            `scheduled_at`, else now; not both): not started by then, the row ends `expired`.
 
     Returns:
         The id of the new row, or of the row that already holds `idempotency_key`.
@@ -82,15 +76,13 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             (with a "did you mean" hint), payload not a JSON object, over 1,000,000 bytes
             of JSON or nested over 100 levels, type over 160 characters, queue over 64 or
             with characters outside `[A-Za-z0-9_.-]`, key over 191, title over 255
-            (limits: `cronjobs.limits`), parent missing, both `expires_at` and
-            `expires_in`, an expiry not after `scheduled_at` (or now), ...
+            (limits: `cronjobs.limits`), parent missing, an expiry not after the start...
         DatabaseUnavailable: the database cannot be reached.
     """
     return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
-                  priority=priority, scheduled_at=scheduled_at, title=title,
-                  max_attempts=max_attempts, queue=queue, known_type=known_type,
-                  session=session, app=app, depends_on=depends_on,
-                  allow_failed=allow_failed, expires_at=expires_at,
+                  priority=priority, scheduled_at=scheduled_at, title=title, queue=queue,
+                  max_attempts=max_attempts, known_type=known_type, session=session, app=app,
+                  depends_on=depends_on, allow_failed=allow_failed, expires_at=expires_at,
                   expires_in=expires_in).id
 
 

@@ -48,9 +48,8 @@ from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _fail, _parse_tim
 def dispatch(ctx: click.Context, job_type: str | None, payload: str,
              idempotency_key: str | None, parent_id: int | None, priority: int,
              scheduled_at: str | None, expires_in: str | None, expires_at: str | None,
-             title: str | None, max_attempts: int | None,
-             depends_on: str | None, allow_failed: bool, remote: bool, from_stdin: bool,
-             quiet: bool) -> None:
+             title: str | None, max_attempts: int | None, depends_on: str | None,
+             allow_failed: bool, remote: bool, from_stdin: bool, quiet: bool) -> None:
     """Add a job of a registered JOB_TYPE (or, with --remote, of a type another codebase
     runs); prints its row id.
 

@@ -28,10 +28,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     """Check dispatch arguments and return the column values of a new row.
 
     Args:
-        expires_at: the row is not started after this instant (aware, or naive UTC):
-            it ends `expired` instead; after `scheduled_at` (or now).
-        expires_in: the same as a duration (seconds, `"30s"`, `"5m"`, a timedelta)
-            counted from `scheduled_at` when given, else from now. Not with `expires_at`.
+        expires_at, expires_in: the row's deadline (`expiry`): a time, or a duration from
+            `scheduled_at` (else now); not both.
         max_attempts: attempts of this row (>= 1); None leaves it unset, and the worker
             that claims the row sets its handler's MAX_ATTEMPTS (the handler that runs
             the row decides, not this process's registry).
