@@ -239,3 +239,16 @@ def test_stdin_lines_with_expires_in_and_expires_at(app):
                       % Plain.TYPE.encode())
     assert 'line 1: "expires_at" must be a string' in stdin_time.output
     assert len(drain(app).reports) == 2  # the bad lines inserted nothing; one row is for 10:00
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_cleanup_deletes_expired_rows_after_the_cancelled_retention(app):
+    job_id = queue.dispatch(Plain.TYPE, expires_in=10, app=app)
+    later(app, 11)
+    assert expire(app) == [job_id]
+    later(app, 6 * 86400)
+    assert queue.cleanup(dry_run=True, app=app)["cancelled"] == 0
+    later(app, 2 * 86400)  # past the 7 days of `retention_cancelled_days`
+    assert queue.cleanup(dry_run=True, app=app)["cancelled"] == 1
+    assert queue.cleanup(app=app) == {"completed": 0, "failed": 0, "cancelled": 1}
+    assert queue.get(job_id, app=app) is None
