@@ -252,3 +252,19 @@ def test_cleanup_deletes_expired_rows_after_the_cancelled_retention(app):
     assert queue.cleanup(dry_run=True, app=app)["cancelled"] == 1
     assert queue.cleanup(app=app) == {"completed": 0, "failed": 0, "cancelled": 1}
     assert queue.get(job_id, app=app) is None
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_job_page_shows_the_deadline_and_the_expired_status(make_app):
+    from dashboard_helpers import BEARER, TOKEN, web_client
+
+    app = make_app(clock=FrozenClock(T0), handler_paths=(), dashboard_token=TOKEN)
+    app.handlers.register(Plain.TYPE, Plain)
+    job_id = queue.dispatch(Plain.TYPE, expires_in="5m", app=app)
+    later(app, 301)
+    expire(app)
+    client = web_client(app)
+    html = client.get(f"/jobs/{job_id}", headers=BEARER).get_data(as_text=True)
+    assert 'class="deadline"' in html and 'class="status st-expired">expired<' in html
+    listed = client.get("/queue?status=expired", headers=BEARER)
+    assert listed.status_code == 200 and f"/jobs/{job_id}" in listed.get_data(as_text=True)

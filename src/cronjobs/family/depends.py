@@ -235,7 +235,7 @@ def after_finish(conn: Connection, finished: Sequence[tuple[int, str]], now: dat
 
     Args:
         finished: `(id, final status)` of the rows finished (`completed`, `failed`,
-            `cancelled` or `deleted`; other statuses are ignored).
+            `cancelled`, `expired` or `deleted`; other statuses are ignored).
         now: naive UTC.
         roots: of `finished`, the ids known to be parentless (the others are not checked
             for children); default: none known, every one with dependents is checked.
