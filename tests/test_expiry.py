@@ -268,3 +268,8 @@ def test_the_job_page_shows_the_deadline_and_the_expired_status(make_app):
     assert 'class="deadline"' in html and 'class="status st-expired">expired<' in html
     listed = client.get("/queue?status=expired", headers=BEARER)
     assert listed.status_code == 200 and f"/jobs/{job_id}" in listed.get_data(as_text=True)
+    minutes = client.get("/api/overview", headers=BEARER).get_json()["minutes"]
+    assert (minutes[-1]["expired"], minutes[-1]["completed"]) == (1, 0)
+    page = client.get("/", headers=BEARER).get_data(as_text=True)
+    assert page.count('<rect class="seg-expired"') == 2  # the hour's and the day's charts
+    assert "1 expired</title>" in page
