@@ -60,13 +60,13 @@ def test_rows_finished_are_counted_per_minute_and_per_hour(app):
     minutes, hours = data["minutes"], data["hours"]
     assert len(minutes) == 60 and len(hours) == 24
     assert minutes[-1] == {"at": "2026-01-05T12:30:00Z", "completed": 2, "failed": 0,
-                           "retried": 0}
+                           "expired": 0, "retried": 0}
     assert minutes[-2] == {"at": "2026-01-05T12:29:00Z", "completed": 0, "failed": 1,
-                           "retried": 2}
+                           "expired": 0, "retried": 2}
     assert minutes[0]["at"] == "2026-01-05T11:31:00Z" and minutes[0]["completed"] == 1
     assert data["last_hour"] == {"completed": 3, "failed": 1, "retried": 2}
     assert hours[0] == {"at": "2026-01-04T13:00:00Z", "completed": 1, "failed": 0,
-                        "retried": 0}
+                        "expired": 0, "retried": 0}
     assert hours[-1]["at"] == "2026-01-05T12:00:00Z" and hours[-1]["completed"] == 2
     assert hours[-2]["completed"] == 2  # 11:31:00 and 11:30:59
     assert data["last_day"] == {"completed": 5, "failed": 1, "retried": 2}

@@ -109,8 +109,8 @@ def test_queue_children_and_family(app):
     fam = queue.family(root)
     assert fam.root_id == root and fam.total == 16
     assert fam.counts == {"completed": 7, "failed": 4, "running": 2, "pending": 3}
-    assert fam.progress == {"completed": 7, "failed": 4, "cancelled": 0, "running": 2,
-                            "pending": 3}
+    assert fam.progress == {"completed": 7, "failed": 4, "cancelled": 0, "expired": 0,
+                            "running": 2, "pending": 3}
     assert fam.timeouts == 1 and not fam.complete and fam.generation == 0
     assert fam.duration_seconds == pytest.approx(40.0)  # root's start to the last finish
     assert [(g.count, g.key) for g in fam.failures] == [(3, "f502"), (1, "JobTimeout: past 5 s")]

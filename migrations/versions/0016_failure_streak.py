@@ -5,14 +5,14 @@ a success sets it back to 0, and so does `cronjobs resume --task`. A handler's
 `AUTO_PAUSE_AFTER_FAILURES` pauses the task when it reaches that many.
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 Create Date: 2026-12-06
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -212,6 +212,11 @@ class CronJobHandler:
             on success and `<PING_URL>/fail?rid=<id>` (the first KB of the error as the
             body) when it fails, from a background thread; None (the default): the
             settings' `[tasks.<task>] ping_url` or `ping_url_template`, else no ping.
+        STARTING_DEADLINE: how long after its slot a scheduled run may still start
+            (seconds, `"2m"`, a timedelta; `[tasks.<task>] starting_deadline` wins): a
+            slot row not started by `scheduled_at` + this ends `expired`, without calling
+            `handle()` or using an attempt, and counts as a skip (reason `expired`).
+            None (the default): no deadline.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -247,6 +252,7 @@ class CronJobHandler:
     CATCHUP_MAX: ClassVar[int] = 100
     SCHEDULES: ClassVar[list[dict] | None] = None
     PING_URL: ClassVar[str | None] = None
+    STARTING_DEADLINE: ClassVar[float | str | timedelta | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from . import store
@@ -35,12 +35,12 @@ __all__ = ["Dispatched", "Family", "build_row", "children", "cleanup", "dispatch
 
 
 def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
-             parent_id: int | None = None, priority: int = 5,
-             scheduled_at: datetime | None = None, title: str | None = None,
-             max_attempts: int | None = None, queue: str | None = None,
-             known_type: bool = True, session: Session | None = None,
+             parent_id: int | None = None, priority: int = 5, title: str | None = None,
+             scheduled_at: datetime | None = None, max_attempts: int | None = None,
+             queue: str | None = None, known_type: bool = True, session: Session | None = None,
              app: App | None = None, depends_on: Iterable[int] | None = None,
-             allow_failed: bool = False) -> int:
+             allow_failed: bool = False, expires_at: datetime | None = None,
+             expires_in: float | str | timedelta | None = None) -> int:
     """Add a job row and send its id to the broker; return the row id.
 
     Args:
@@ -54,19 +54,19 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
         priority: lower runs first (default 5).
         scheduled_at: do not run before this instant (aware, or naive UTC); None = now.
         title: up to 255 characters, shown in the dashboard.
-        max_attempts: overrides the handler's MAX_ATTEMPTS for this row (>= 1). None:
-            the row's attempts are the MAX_ATTEMPTS of the handler of the worker that
-            claims it (set at claim; the row stores none until then).
+        max_attempts: overrides the handler's MAX_ATTEMPTS for this row (>= 1). None: the
+            MAX_ATTEMPTS of the handler of the worker that claims it (set at claim).
         queue: broker queue (default: the handler's QUEUE, else the default queue).
-        known_type: False accepts a type that no handler of this process is registered
-            for: one that only another codebase's workers run (they decide its attempts
-            and runtime; pass `queue` if theirs is not the default).
+        known_type: False accepts a type no handler here knows, run by another codebase's
+            workers (they decide its attempts and runtime; pass their `queue`).
         session: the caller's SQLAlchemy Session: the row is written in its transaction
             and the message is sent only after it commits (nothing on rollback).
         depends_on: ids of rows to finish first (a family root: its whole family): the
             row is `waiting` until then. Refused for a missing id or a cycle.
         allow_failed: False (default): a failed or cancelled dependency cancels the row
             (reason `dependency_failed`, no attempt used); True: it runs anyway.
+        expires_at, expires_in: a deadline (a time; or 90, `"30s"`, a timedelta from
+            `scheduled_at`, else now; not both): not started by then, the row ends `expired`.
 
     Returns:
         The id of the new row, or of the row that already holds `idempotency_key`.
@@ -76,14 +76,14 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             (with a "did you mean" hint), payload not a JSON object, over 1,000,000 bytes
             of JSON or nested over 100 levels, type over 160 characters, queue over 64 or
             with characters outside `[A-Za-z0-9_.-]`, key over 191, title over 255
-            (limits: `cronjobs.limits`), parent missing, ...
+            (limits: `cronjobs.limits`), parent missing, an expiry not after the start...
         DatabaseUnavailable: the database cannot be reached.
     """
     return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
-                  priority=priority, scheduled_at=scheduled_at, title=title,
-                  max_attempts=max_attempts, queue=queue, known_type=known_type,
-                  session=session, app=app, depends_on=depends_on,
-                  allow_failed=allow_failed).id
+                  priority=priority, scheduled_at=scheduled_at, title=title, queue=queue,
+                  max_attempts=max_attempts, known_type=known_type, session=session, app=app,
+                  depends_on=depends_on, allow_failed=allow_failed, expires_at=expires_at,
+                  expires_in=expires_in).id
 
 
 def submit(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
@@ -92,14 +92,16 @@ def submit(type: str, payload: dict | None = None, *, idempotency_key: str | Non
            max_attempts: int | None = None, queue: str | None = None,
            known_type: bool = True, session: Session | None = None,
            app: App | None = None, depends_on: Iterable[int] | None = None,
-           allow_failed: bool = False) -> Dispatched:
+           allow_failed: bool = False, expires_at: datetime | None = None,
+           expires_in: float | str | timedelta | None = None) -> Dispatched:
     """Like `dispatch()`, but tell new work from an existing row: returns `Dispatched`
     (its `status` is `waiting` for a row that waits for its dependencies)."""
     return dispatching.submit(app or current(), type, payload, session=session,
                               idempotency_key=idempotency_key, parent_id=parent_id,
                               priority=priority, scheduled_at=scheduled_at, title=title,
                               max_attempts=max_attempts, queue=queue, known_type=known_type,
-                              depends_on=depends_on, allow_failed=allow_failed)
+                              depends_on=depends_on, allow_failed=allow_failed,
+                              expires_at=expires_at, expires_in=expires_in)
 
 
 def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
@@ -110,7 +112,8 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
 
     Args:
         jobs: dicts with the keyword arguments of `dispatch` (`type` required;
-            `known_type: False`, `depends_on`, `allow_failed` per row; rows with
+            `known_type: False`, `depends_on`, `allow_failed`, `expires_at` or
+            `expires_in` per row; rows with
             `depends_on` are inserted one by one, in the same transaction). When any
             row has an `idempotency_key`, the rows are inserted one by one (in the same
             single transaction), so a taken key gives the existing id as `dispatch` does.

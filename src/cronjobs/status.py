@@ -32,9 +32,10 @@ class Status(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"
 
 
-FINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+FINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.EXPIRED)
 UNFINISHED = (Status.PENDING, Status.WAITING, Status.RUNNING)
 
 
@@ -74,6 +75,7 @@ class Reason(StrEnum):
     STOPPED = "stopped"  # an operator stopped the running job (dashboard Stop, `cronjobs stop`)
     FAMILY_CANCELLED = "cancelled.family"  # an operator cancelled the row's whole family
     DEPENDENCY_FAILED = "dependency_failed"  # a row it depends on failed: cancelled, not run
+    EXPIRED = "expired"  # not started by its `expires_at`: ended `expired`, not run
 
 
 def family(reason: str | None) -> str | None:

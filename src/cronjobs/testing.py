@@ -15,6 +15,7 @@ from .app import App, use
 from .clock import FrozenClock
 from .config import Settings
 from .job.executor import Executor
+from .job.expiry import expire
 from .job.inline import InlineRunner
 from .migrate import upgrade
 from .worker.burst import BurstReport, count_waiting
@@ -79,7 +80,8 @@ def drain(app: App, queues: list[str] | None = None, limit: int = 100_000) -> Dr
     and now, in claim order, until none is due; at most `limit` rows.
 
     Rows the handlers dispatch meanwhile are run too when they are due. Retries are not
-    due until the app's clock reaches their `scheduled_at`.
+    due until the app's clock reaches their `scheduled_at`. Rows past their `expires_at`
+    are ended `expired` first, as the worker's sweep does (`job.expiry.expire`).
 
     Returns:
         A `DrainReport`: the reports of the runs, and the rows of `queues` left
@@ -88,6 +90,7 @@ def drain(app: App, queues: list[str] | None = None, limit: int = 100_000) -> Dr
     report = DrainReport()
     runner = InlineRunner(Executor(app))
     names = queues or app.queues()
+    expire(app, names)
     progress = True
     while progress and len(report) < limit:
         progress = False

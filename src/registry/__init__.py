@@ -46,6 +46,7 @@ from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
 from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
 from cronjobs.schedule.catchup import check_handler as check_catchup
+from cronjobs.schedule.deadline import check_starting_deadline
 from cronjobs.schedule.entry import check_schedules
 from cronjobs.schedule.expect import check_expectations
 from cronjobs.schedule.slots import check_frequency
@@ -344,6 +345,7 @@ def check_class(type: str, handler_class: type) -> None:
         check_catchup(handler_class)
         check_schedules(handler_class)
         check_ping_url(handler_class)
+        check_starting_deadline(getattr(handler_class, "STARTING_DEADLINE", None))
     except ValueError as exc:
         raise HandlerError(f"{name}: {exc}") from None
 

@@ -21,6 +21,12 @@ from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _fail, _parse_tim
 @click.option("--priority", type=PRIORITY, default=5, show_default=True,
               help="Lower runs first.")
 @click.option("--at", "scheduled_at", help="Do not run before this ISO 8601 time (UTC if naive).")
+@click.option("--expires-in", "expires_in", metavar="DURATION",
+              help="Not started within this long (30s, 5m, 2h; counted from --at when "
+                   "given, else now): the row ends expired, not run.")
+@click.option("--expires-at", "expires_at", metavar="ISO",
+              help="Not started by this ISO 8601 time (UTC if naive): the row ends expired, "
+                   "not run.")
 @click.option("--title", help="Up to 255 characters.")
 @click.option("--max-attempts", type=MAX_ATTEMPTS,
               help="Override the handler's MAX_ATTEMPTS.")
@@ -41,9 +47,9 @@ from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _fail, _parse_tim
 @click.pass_context
 def dispatch(ctx: click.Context, job_type: str | None, payload: str,
              idempotency_key: str | None, parent_id: int | None, priority: int,
-             scheduled_at: str | None, title: str | None, max_attempts: int | None,
-             depends_on: str | None, allow_failed: bool, remote: bool, from_stdin: bool,
-             quiet: bool) -> None:
+             scheduled_at: str | None, expires_in: str | None, expires_at: str | None,
+             title: str | None, max_attempts: int | None, depends_on: str | None,
+             allow_failed: bool, remote: bool, from_stdin: bool, quiet: bool) -> None:
     """Add a job of a registered JOB_TYPE (or, with --remote, of a type another codebase
     runs); prints its row id.
 
@@ -53,7 +59,10 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
     \b
       {"type": "acme.sync.execute", "payload": {"user": 7}, "key": "sync-7",
        "priority": 3, "at": "2030-01-01T09:00Z", "title": "Sync user 7",
-       "parent": 12, "max_attempts": 5, "depends_on": [10, 11], "allow_failed": false}
+       "parent": 12, "max_attempts": 5, "depends_on": [10, 11], "allow_failed": false,
+       "expires_in": "30m"}
+
+    ("expires_at": an ISO 8601 time, instead of "expires_in".)
 
     Every line is checked first: a bad one (not JSON, not an object, an unknown key or
     type, a payload too big or nested too deeply, ...) ends the command with exit
@@ -78,10 +87,30 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
         raise click.UsageError("--quiet goes with --stdin", ctx)
     if allow_failed and not depends_on:
         raise click.UsageError("--allow-failed goes with --depends-on", ctx)
+    if expires_in is not None and expires_at is not None:
+        raise click.UsageError("give --expires-in or --expires-at, not both", ctx)
     _dispatch_one(job_type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
                   priority=priority, scheduled_at=scheduled_at, title=title,
                   max_attempts=max_attempts, remote=remote,
-                  depends_on=_ids(depends_on), allow_failed=allow_failed)
+                  depends_on=_ids(depends_on), allow_failed=allow_failed,
+                  expires_in=_duration(expires_in, "--expires-in"),
+                  expires_at=_parse_time(expires_at, "--expires-at"))
+
+
+def _duration(text: str | None, name: str) -> float | None:
+    """A duration option (`30s`, `5m`) in seconds; None for None.
+
+    Raises:
+        click.BadParameter: not a duration, naming the option and the value.
+    """
+    if text is None:
+        return None
+    from ..durations import seconds  # lazy: CLI start-up time
+
+    try:
+        return seconds(text, name=name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=name) from None
 
 
 def _ids(text: str | None) -> list[int] | None:
@@ -108,7 +137,7 @@ def _refuse_with_stdin(ctx: click.Context, job_type: str | None) -> None:
     for param in ctx.command.params:
         if param.name in ("payload", "idempotency_key", "parent_id", "priority",
                           "scheduled_at", "title", "max_attempts", "depends_on",
-                          "allow_failed") \
+                          "allow_failed", "expires_in", "expires_at") \
                 and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
             raise click.UsageError(f"with --stdin each line carries its fields; "
                                    f"{param.opts[0]} cannot be given too", ctx)

@@ -28,7 +28,8 @@ BATCH_ROWS = 1_000
 FIELDS = {"type": "type", "payload": "payload", "key": "idempotency_key", "parent": "parent_id",
           "priority": "priority", "at": "scheduled_at", "title": "title",
           "max_attempts": "max_attempts", "depends_on": "depends_on",
-          "allow_failed": "allow_failed"}
+          "allow_failed": "allow_failed", "expires_in": "expires_in",
+          "expires_at": "expires_at"}
 PYTHON_NAMES = {"idempotency_key": "key", "parent_id": "parent", "scheduled_at": "at"}
 
 
@@ -82,7 +83,9 @@ def parse_line(number: int, line: bytes, remote: bool = False) -> dict:
     Args:
         number: the line's number, for messages.
         line: a JSON object: `type` (required), `payload`, `key`, `parent`, `priority`,
-            `at` (ISO 8601, UTC if naive), `title`, `max_attempts`.
+            `at` (ISO 8601, UTC if naive), `title`, `max_attempts`, `depends_on`,
+            `allow_failed`, `expires_in` (a duration: 90, "30s", "5m") or `expires_at`
+            (ISO 8601).
         remote: accept a type no handler here knows (`--remote`).
 
     Raises:
@@ -113,19 +116,20 @@ def parse_line(number: int, line: bytes, remote: bool = False) -> dict:
     if "type" not in data:
         raise InvalidJob(f'line {number}: no "type" (the job type, e.g. "a.b.execute")')
     job = {FIELDS[key]: value for key, value in data.items()}
-    if job.get("scheduled_at") is not None:
-        job["scheduled_at"] = _time(number, job["scheduled_at"])
+    for name, key in (("scheduled_at", "at"), ("expires_at", "expires_at")):
+        if job.get(name) is not None:
+            job[name] = _time(number, job[name], key)
     job["known_type"] = not remote
     return job
 
 
-def _time(number: int, value: object):
+def _time(number: int, value: object, key: str):
     try:
         if not isinstance(value, str):
             raise ValueError(f"must be a string, got {value!r:.40}")
         return parse_time(value)
     except ValueError as exc:
-        raise InvalidJob(f'line {number}: "at" {exc}') from None
+        raise InvalidJob(f'line {number}: "{key}" {exc}') from None
 
 
 def check_line(app, number: int, job: dict) -> None:

@@ -132,7 +132,8 @@ class Settings(BaseModel):
     retention_cancelled_days: float = Field(
         default=7, ge=0,
         description="`cleanup` deletes cancelled rows (those kept because they have "
-                    "children) this long after they finished (days).")
+                    "children) and expired ones (never started by their deadline; counted "
+                    "as cancelled) this long after they finished (days).")
     cleanup_batch_size: int = Field(
         default=1000, gt=0,
         description="Rows deleted per statement by `cleanup`, so a large table is never "

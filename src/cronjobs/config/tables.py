@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from ..durations import seconds
 from ..flow.rules import check_concurrency, parse_rate
 from ..schedule.catchup import check_max, check_mode
+from ..schedule.deadline import check_starting_deadline
 from ..schedule.expect import check_auto_pause, parse_expect
 from ..schedule.slots import check_frequency
 from .urls import check_http_url
@@ -31,6 +32,8 @@ class TaskSettings(BaseModel):
             `CATCHUP_WINDOW` (a duration) and `CATCHUP_MAX` (missed runs).
         ping_url: the task's ping URL (healthchecks.io, Cronitor), overriding the
             handler's `PING_URL` and the settings' `ping_url_template`.
+        starting_deadline: overrides the handler's `STARTING_DEADLINE` (seconds or
+            `"2m"`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -111,6 +114,18 @@ class TaskSettings(BaseModel):
     @classmethod
     def _check_ping_url(cls, value: str | None) -> str | None:
         return check_http_url(value) if value is not None else None
+
+    starting_deadline: float | str | None = Field(
+        None,
+        description="Overrides the handler's STARTING_DEADLINE: how long after its slot a "
+                    "scheduled run may still start (`90`, `\"2m\"`); a row not started by "
+                    "then ends `expired` and counts as a skip.")
+
+    @field_validator("starting_deadline")
+    @classmethod
+    def _check_starting_deadline(cls, value: float | str | None) -> float | str | None:
+        check_starting_deadline(value, "[tasks.x] starting_deadline")
+        return value
 
     @field_validator("frequency")
     @classmethod

@@ -41,7 +41,7 @@ __all__ = ["MAX_DEPENDENCIES", "Admission", "Settled", "admit", "after_finish",
 MAX_DEPENDENCIES = 1000  # ids in one row's depends_on
 MAX_CASCADE = 100  # levels of dependents cancelled in turn in one transaction
 _WALK_LIMIT = 10_000  # rows visited by the cycle check
-_BAD = (Status.FAILED, Status.CANCELLED, Ended.DELETED)
+_BAD = (Status.FAILED, Status.CANCELLED, Status.EXPIRED, Ended.DELETED)
 _SUCCESS = "success"
 
 
@@ -235,7 +235,7 @@ def after_finish(conn: Connection, finished: Sequence[tuple[int, str]], now: dat
 
     Args:
         finished: `(id, final status)` of the rows finished (`completed`, `failed`,
-            `cancelled` or `deleted`; other statuses are ignored).
+            `cancelled`, `expired` or `deleted`; other statuses are ignored).
         now: naive UTC.
         roots: of `finished`, the ids known to be parentless (the others are not checked
             for children); default: none known, every one with dependents is checked.

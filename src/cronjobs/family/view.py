@@ -117,10 +117,11 @@ class Family:
     @property
     def progress(self) -> dict[str, int]:
         """Rows under the root per state of a progress bar: `{"completed", "failed",
-        "cancelled", "running", "pending"}` (0 for none; `pending` counts the rows
-        waiting for their dependencies too), from `counts`."""
+        "cancelled", "expired", "running", "pending"}` (0 for none; `pending` counts the
+        rows waiting for their dependencies too), from `counts`."""
         bar = {s.value: self.counts.get(s, 0) for s in (
-            Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.RUNNING, Status.PENDING)}
+            Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.EXPIRED, Status.RUNNING,
+            Status.PENDING)}
         bar[Status.PENDING.value] += self.counts.get(Status.WAITING, 0)
         return bar
 
@@ -299,7 +300,8 @@ def family_line(fam: Family) -> str:
     if c.get(Status.FAILED):
         timeouts = f" ({fam.timeouts:,} timeouts)" if fam.timeouts else ""
         parts.append(f"{c[Status.FAILED]:,} failed{timeouts}")
-    for status in (Status.CANCELLED, Status.RUNNING, Status.PENDING, Status.WAITING):
+    for status in (Status.CANCELLED, Status.EXPIRED, Status.RUNNING, Status.PENDING,
+                   Status.WAITING):
         if c.get(status):
             parts.append(f"{c[status]:,} {status.value}")
     noun = "child" if fam.total == 1 else "children"

@@ -16,7 +16,9 @@ from .. import store
 from ..errors import JobNotFound, JobStateError
 from ..handler import Job
 from ..store.db import run_in_transaction
+from ..store.expiry import deadline_text
 from .executor import Executor, JobReport, Terms, call_handler
+from .expiry import expire
 from .outcome import Outcome
 
 log = logging.getLogger("cronjobs.worker.loop")
@@ -66,7 +68,8 @@ class InlineRunner:
 
         Raises:
             JobNotFound: no such row.
-            JobStateError: the row is not `pending`, or a pause, a block or a limit holds it.
+            JobStateError: the row is not `pending`, or a pause, a block or a limit holds
+                it, or its `expires_at` has passed (it is ended `expired` then).
         """
         executor = self.executor
         app = executor.app
@@ -74,9 +77,14 @@ class InlineRunner:
             c, app.clock.now(), job_id=job_id))
         if not claim.rows:
             with app.engine.connect() as conn:
-                current = store.get_job(conn, job_id, ["status"])
+                current = store.get_job(conn, job_id, ["status", "queue", "expires_at"])
             if current is None:
                 raise JobNotFound(f"no job with id {job_id}")
+            deadline = current["expires_at"]
+            if current["status"] == "pending" and deadline and deadline <= app.clock.now():
+                expire(app, [current["queue"]])
+                raise JobStateError(f"job {job_id} was {deadline_text(deadline)}: it ended "
+                                    f"expired, not run")
             if current["status"] == "pending":
                 raise JobStateError(f"job {job_id} is held by a pause, a block or a limit "
                                     f"(see `cronjobs limits`); it stays pending")

@@ -7,11 +7,11 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .. import limits
+from .. import durations, limits
 from ..app import App
 from ..clock import as_utc
 from ..errors import InvalidJob
@@ -23,10 +23,13 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
               parent_id: int | None = None, priority: int = 5,
               scheduled_at: datetime | None = None, title: str | None = None,
               max_attempts: int | None = None, queue: str | None = None,
-              known_type: bool = True, root_id: int | None = None) -> dict:
+              known_type: bool = True, root_id: int | None = None,
+              expires_at: datetime | None = None, expires_in: object = None) -> dict:
     """Check dispatch arguments and return the column values of a new row.
 
     Args:
+        expires_at, expires_in: the row's deadline (`expiry`): a time, or a duration from
+            `scheduled_at` (else now); not both.
         max_attempts: attempts of this row (>= 1); None leaves it unset, and the worker
             that claims the row sets its handler's MAX_ATTEMPTS (the handler that runs
             the row decides, not this process's registry).
@@ -58,13 +61,44 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     _check_id(root_id, "root id")
     scheduled_at = _scheduled_utc(scheduled_at)
     now = app.clock.now()
+    expires = expiry(expires_at, expires_in, scheduled_at or now)
     return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
             "limit_key": limit_key_of(cls, payload),
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
             "title": title, "scheduled_at": scheduled_at,
-            "created_at": now, "updated_at": now}
+            "created_at": now, "updated_at": now, "expires_at": expires}
+
+
+def expiry(expires_at: object, expires_in: object, start: datetime) -> datetime | None:
+    """A new row's `expires_at` (naive UTC; None: no deadline) from `dispatch`'s
+    `expires_at` (a datetime) or `expires_in` (a duration, `durations.seconds`) counted
+    from `start` (the row's `scheduled_at`, else now; naive UTC).
+
+    Raises:
+        InvalidJob: both given, not a datetime or a duration, or not after `start`.
+    """
+    if expires_at is not None and expires_in is not None:
+        raise InvalidJob(f"give expires_at or expires_in, not both (got {expires_at!r} "
+                         f"and {expires_in!r})")
+    if expires_in is not None:
+        try:
+            return start + timedelta(seconds=durations.seconds(expires_in, name="expires_in"))
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
+    if expires_at is None:
+        return None
+    if not isinstance(expires_at, datetime):
+        raise InvalidJob(f"expires_at must be a datetime, got {expires_at!r:.80}")
+    try:
+        value = as_utc(expires_at)
+    except OverflowError:
+        raise InvalidJob(f"expires_at is out of range in UTC, got {expires_at!r}") from None
+    if value <= start:
+        raise InvalidJob(f"expires_at must be after the row's start ({start:%Y-%m-%d %H:%M:%S} "
+                         f"UTC, its scheduled_at or now), got {value:%Y-%m-%d %H:%M:%S} UTC")
+    return value
 
 
 def _scheduled_utc(value: object) -> datetime | None:

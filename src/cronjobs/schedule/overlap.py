@@ -45,7 +45,9 @@ log = logging.getLogger("cronjobs.schedule.scheduler")
 
 POLICIES = OVERLAPS
 DEFAULT = "skip"
-SKIP_REASONS = ("running", "buffered", "paused", "error", "missed")  # missed: schedule.catchup
+SKIP_REASONS = ("running", "buffered", "paused", "error",
+                "missed",  # schedule.catchup
+                "expired")  # its row not started by STARTING_DEADLINE (`store.expiry`)
 
 START, SKIP, BUFFER, WAIT, NONE = "start", "skip", "buffer", "wait", "none"
 

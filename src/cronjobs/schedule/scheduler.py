@@ -36,6 +36,7 @@ from ..status import Status
 from ..store.db import run_in_transaction
 from . import missed, overlap
 from .after import depth, start_after, start_waiting
+from .deadline import expires_after
 from .slots import Slot, current_slot, is_cron, slot_start
 from .tasks import TaskInfo, after_of, set_enabled, task_infos
 
@@ -332,9 +333,13 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     """
     payload = {"slot": slot.key} if info.schedule is None else {
         **(info.payload or {}), "slot": slot.key, "schedule": info.schedule}
-    return dispatching.build_row(app, info.type, payload,
-                                 title=f"{info.task} {slot.key}",
-                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+    values = dispatching.build_row(app, info.type, payload,
+                                   title=f"{info.task} {slot.key}",
+                                   idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+    # Not checked against now as a caller's expiry is: a tick that comes after the
+    # deadline still makes the row, which the sweep then ends `expired` (a skip).
+    values["expires_at"] = expires_after(slot.at, info.starting_deadline)
+    return values
 
 
 slot_row = _slot_row  # the public name: a backfill makes its slots' rows the same way

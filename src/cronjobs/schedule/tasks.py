@@ -17,6 +17,7 @@ from ..app import App, current
 from ..config.sources import did_you_mean
 from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
+from .deadline import starting_deadline
 from .entries import entries, schedule_tasks
 from .pingin import ExternalTask, external_tasks
 
@@ -47,6 +48,8 @@ class TaskInfo:
             payload; None for a handler's own task.
         external: a task that runs elsewhere (`schedule.pingin`): its `handler` is the
             stand-in `ExternalTask`; never scheduled, its rows come from pings.
+        starting_deadline: seconds after its slot a scheduled run may still start (its
+            rows' `expires_at`); None: no deadline (`schedule.deadline`).
 
     A `SCHEDULES` entry (or one stored at run time) is a task of its own, `<task>:<name>`:
     its frequency is the entry's cron line, its zone the entry's (else the handler's
@@ -64,6 +67,7 @@ class TaskInfo:
     schedule: str | None = None
     payload: dict | None = None
     external: bool = False
+    starting_deadline: float | None = None
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -105,12 +109,14 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
         if entry is not None:  # a SCHEDULES entry (or a stored one): a task of its own
             zone = entry.timezone or getattr(cls, "TIMEZONE", None) or app.settings.timezone
             infos.append(TaskInfo(task, job_type, cls, entry.cron, bool(runtime["enabled"]),
-                                  _available(cls), runtime, zone, entry.name, entry.payload))
+                                  _available(cls), runtime, zone, entry.name, entry.payload,
+                                  starting_deadline=_deadline(cls, app, task)))
             continue
         frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
                               _available(cls), runtime, app.settings.timezone,
-                              external=task in external))
+                              external=task in external,
+                              starting_deadline=_deadline(cls, app, task)))
     return sorted(infos, key=lambda info: info.task) if external else infos
 
 
@@ -175,6 +181,14 @@ def _add_runtimes(app: App, missing: list[tuple[str, str]]) -> None:
         new.append((task, job_type, enabled))
     now = app.clock.now()
     run_in_transaction(app.engine, lambda c: store.ensure_runtimes(c, new, now))
+
+
+def _deadline(cls: type, app: App, task: str) -> float | None:
+    try:
+        return starting_deadline(cls, app.settings.task(task).starting_deadline)
+    except ValueError as exc:  # a class changed since registration: no deadline, said
+        log.warning("task %s: %s", task, exc)
+        return None
 
 
 def _available(cls: type) -> bool:

@@ -11,7 +11,8 @@
   `flow` (pauses, blocks, what waits behind them), `held` (the rows they hold, bounded,
   for metrics, health and the dashboard), `rates` (the rate rule: the start log, what a
   rate limit admits now), `stops` (an operator's stop requests), `schedules` (schedule
-  entries stored at run time).
+  entries stored at run time), `expiry` (pending rows past their `expires_at` end
+  `expired`).
 
 Functions take a `Connection` (inside a transaction the caller owns) and, where time
 matters, a `now` (naive UTC) bound as a parameter, never the database's NOW(), so a
@@ -22,6 +23,7 @@ the database's clock, `sql.db_now`).
 from . import (  # dashboard reads, operator actions, bulk operations, alert state
     actions,
     alerts,
+    expiry,
     fields,
     flow,
     held,
@@ -96,7 +98,7 @@ __all__ = [
     "update_task_status", "beat",
     "forget", "list_workers", "prune_workers", "running_by_worker", "database_now", "db_now",
     "lock_runtime",
-    "actions", "alerts", "fields", "operations", "flow", "pause", "resume", "list_pauses",
+    "actions", "alerts", "expiry", "fields", "operations", "flow", "pause", "resume", "list_pauses",
     "is_task_paused", "block", "unblock", "list_blocks", "prune_expired",
     "queues", "secrets", "selection", "stops", "views", "FlowControl", "held", "rates",
     "live_in_families", "record_skips", "buffer_slot",

@@ -46,6 +46,7 @@ from .sql import (
     lease_value,
     lock_sql,
     name,
+    not_expired_sql,
     ph,
     unindexed,
 )
@@ -74,7 +75,7 @@ class ClaimRequest:
             scheduled at or before it; written as `started_at` and `updated_at`.
         worker_id: written to the claimed rows (`host:pid`).
         queue: the queue to claim from; or
-        job_id: the one row to claim.
+        job_id: the one row to claim (not once its `expires_at` has passed).
         limit: at most this many rows (the caller's idle slots); 1 for `job_id`.
         holds_stored: the claimer's last claim found a pause or block stored
             (`Claim.holds_stored`): select with the hold condition from the start.
@@ -311,7 +312,8 @@ def _select_sql(dialect: str, by_id: bool, extra: str, probe: str = "") -> str:
     columns = ", ".join((*READ_COLUMNS, f"{probe} AS {PROBE}") if probe else READ_COLUMNS)
     head = f"SELECT {columns} FROM {TABLE} WHERE "
     if by_id:  # waits for a worker's claim of the row (then sees it running)
-        return (f"{head}id = {p('job_id')} AND status = 'pending'{more}"
+        return (f"{head}id = {p('job_id')} AND status = 'pending' "
+                f"AND {not_expired_sql(dialect)}{more}"
                 f"{lock_sql(dialect, skip=False)}")
     return (f"{head}queue = {p('queue')} AND {due_sql(dialect)}{more} "
             f"ORDER BY priority, id LIMIT {p('limit')}{lock_sql(dialect, skip=True)}")
@@ -340,7 +342,7 @@ def _candidates(conn: Connection, dialect: str, request: ClaimRequest, limit: in
     """Lock and read the candidates of `request` (at most `limit`), best first, and the
     value of `probe` (its last column; None without a probe or a row)."""
     if request.job_id is not None:
-        params = {**params, "job_id": int(request.job_id)}
+        params = {**params, "job_id": int(request.job_id), "now": bind(dialect, request.now)}
     else:
         params = {**params, "queue": request.queue, "now": bind(dialect, request.now),
                   "limit": int(limit)}

@@ -117,15 +117,15 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
     Call repeatedly until it returns zeros; each call holds locks for one batch only.
 
     Returns:
-        `{"completed": n, "failed": n, "cancelled": n}` rows deleted; with `dry_run`, what
-        a whole cleanup would delete now (`count_prunable`), nothing deleted.
+        `{"completed": n, "failed": n, "cancelled": n}` rows deleted (expired rows,
+        never run, counted as cancelled); with `dry_run`, what a whole cleanup would
+        delete now (`count_prunable`), nothing deleted.
     """
     if dry_run:
         return count_prunable(conn, now, completed_days=completed_days,
                               failed_days=failed_days, cancelled_days=cancelled_days)
-    counts = {}
-    for status, days in ((Status.COMPLETED, completed_days), (Status.FAILED, failed_days),
-                         (Status.CANCELLED, cancelled_days)):
+    counts = {Status.COMPLETED.value: 0, Status.FAILED.value: 0, Status.CANCELLED.value: 0}
+    for status, days in _retention(completed_days, failed_days, cancelled_days):
         cutoff = now - timedelta(days=days)
         child = aliased(q)
         stmt = (select(q.c.id).where(q.c.status == status, q.c.finished_at < cutoff,
@@ -143,8 +143,20 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
             ids = _outside_busy_families(conn, ids)
             if ids:
                 conn.execute(q.delete().where(q.c.id.in_(ids)))
-        counts[status.value] = len(ids)
+        counts[COUNTED_AS.get(status.value, status.value)] += len(ids)
     return counts
+
+
+def _retention(completed_days: float, failed_days: float,
+               cancelled_days: float) -> tuple[tuple[Status, float], ...]:
+    """Each finished status with its retention (days); an `expired` row (never run, as a
+    cancelled one) is kept as long as a cancelled one and counted with them (`COUNTED_AS`)."""
+    return ((Status.COMPLETED, completed_days), (Status.FAILED, failed_days),
+            (Status.CANCELLED, cancelled_days), (Status.EXPIRED, cancelled_days))
+
+
+# The key of a status in cleanup's counts: expired rows are counted as cancelled ones.
+COUNTED_AS = {Status.EXPIRED.value: Status.CANCELLED.value}
 
 
 def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
@@ -156,14 +168,14 @@ def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
     child. One statement (a recursive CTE over the kept rows' ancestors).
 
     Returns:
-        `{"completed": n, "failed": n, "cancelled": n}`.
+        `{"completed": n, "failed": n, "cancelled": n}` (expired rows counted as
+        cancelled).
     """
     def past(table):
         return or_(*[and_(table.c.status == status, table.c.finished_at
                           < now - timedelta(days=days))
-                     for status, days in ((Status.COMPLETED, completed_days),
-                                          (Status.FAILED, failed_days),
-                                          (Status.CANCELLED, cancelled_days))])
+                     for status, days in _retention(completed_days, failed_days,
+                                                    cancelled_days)])
 
     up = aliased(q)
     kept = (select(q.c.parent_id.label("id"))
@@ -179,7 +191,8 @@ def count_prunable(conn: Connection, now: datetime, *, completed_days: float,
                      q.c.parent_id.not_in(_busy_roots()))),
             q.c.root_id.not_in(_busy_roots()))).group_by(q.c.status))
     counts = {Status.COMPLETED.value: 0, Status.FAILED.value: 0, Status.CANCELLED.value: 0}
-    counts.update({str(status): n for status, n in rows})
+    for status, n in rows:
+        counts[COUNTED_AS.get(str(status), str(status))] += n
     return counts
 
 

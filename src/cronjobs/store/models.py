@@ -111,6 +111,9 @@ cronjob_queue = Table(
     # and the failure's group (`fingerprint`: exception type and normalised text, hashed).
     Column("traceback", Text, nullable=True),
     Column("fingerprint", String(40), nullable=True),
+    # Migration 0015: not claimed after this instant (naive UTC); the row ends `expired`
+    # (`dispatch(expires_in=...)`, a task's STARTING_DEADLINE). NULL: no deadline.
+    Column("expires_at", UtcDateTime, nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_finished", "status", "finished_at", "type"),  # 0003: + type
@@ -122,6 +125,8 @@ cronjob_queue = Table(
     # Flow control (0009): rows running per type and limit key (the claim's count).
     Index("ix_cronjob_queue_limit", "status", "type", "limit_key"),
     Index("ix_cronjob_queue_root_status", "root_id", "status", "id"),  # 0010: overlap check
+    # 0015: the sweep's "pending rows past their expires_at" (`store.expiry`).
+    Index("ix_cronjob_queue_status_expires", "status", "expires_at"),
 )
 
 cronjob_runtime = Table(

@@ -9,7 +9,8 @@ time instead) and "insert unless the key exists" (`insert_ignore`).
 Two conditions every reader of the queue must agree on are written here once, as SQL
 text, and used both by the driver SQL of the hot path and, wrapped, by SQLAlchemy Core:
 
-- the due condition (`due_sql`, `due`): `pending`, and not scheduled later than now;
+- the due condition (`due_sql`, `due`): `pending`, not scheduled later than now, and
+  not past its `expires_at`;
 - the lease expression (`lease_sql`, `db_now`): the database server's clock plus a bound
   number of seconds. Leases and heartbeats are written and judged with the database's
   clock, not the host's, so a host whose clock is off cannot take rows from a live
@@ -37,7 +38,11 @@ from sqlalchemy.sql import ColumnElement, Insert
 from .models import UtcDateTime
 
 # The due condition on `cronjob_queue` (`{now}`: the placeholder of the claiming instant).
-_DUE = "status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {now})"
+# A row past its `expires_at` is never due: the sweep ends it `expired` (`store.expiry`).
+_DUE = ("status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {now}) "
+        "AND (expires_at IS NULL OR expires_at > {now})")
+# The claim by id (an operator's "run it now", due or not) still refuses an expired row.
+_NOT_EXPIRED = "(expires_at IS NULL OR expires_at > {now})"
 
 
 def name(conn: Connection) -> str:
@@ -82,8 +87,15 @@ def decode_times(dialect: str, rows: list[dict], columns: Iterable[str]) -> list
 
 def due_sql(dialect: str) -> str:
     """The due condition as driver SQL on `cronjob_queue`, with the placeholder `now`:
-    `pending` and `scheduled_at` empty or not after `now` (naive UTC)."""
+    `pending`, `scheduled_at` empty or not after `now`, `expires_at` empty or after `now`
+    (naive UTC)."""
     return _DUE.format(now=ph(dialect, "now"))
+
+
+def not_expired_sql(dialect: str) -> str:
+    """Driver SQL on `cronjob_queue`, placeholder `now`: the row's `expires_at` is empty or
+    after `now` (naive UTC); part of `due_sql`, and the claim by id's own check."""
+    return _NOT_EXPIRED.format(now=ph(dialect, "now"))
 
 
 def due(now: datetime) -> ColumnElement:

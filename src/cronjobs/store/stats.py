@@ -29,7 +29,7 @@ from .models import cronjob_queue as q
 from .sql import name as dialect_name
 from .workers import list_workers
 
-SERIES_STATUSES = (Status.COMPLETED, Status.FAILED)
+SERIES_STATUSES = (Status.COMPLETED, Status.FAILED, Status.EXPIRED)
 QUEUES_SHOWN = 20  # queues listed one by one on the Overview page
 DUE_CAP = queues.DUE_CAP
 
@@ -61,8 +61,9 @@ def finished_buckets(conn: Connection, since: datetime, step_seconds: int,
 
     Returns:
         One dict per bucket, oldest first: `{"at": bucket start (naive UTC), "completed": n,
-        "failed": n, "retried": n}`; `retried` counts the attempts beyond the first of the
-        rows that ended in the bucket (what `/metrics` calls `cronjobs_job_retries`).
+        "failed": n, "expired": n, "retried": n}` (`expired`: rows never started by their
+        deadline); `retried` counts the attempts beyond the first of the rows that ended
+        in the bucket (what `/metrics` calls `cronjobs_job_retries`).
     """
     until = since + timedelta(seconds=step_seconds * buckets)
     inner = (sa_select(_bucket(conn, q.c.finished_at, since, step_seconds).label("b"),
@@ -77,7 +78,7 @@ def finished_buckets(conn: Connection, since: datetime, step_seconds: int,
     stmt = (sa_select(inner.c.b, inner.c.status, func.count().label("n"), retried.label("r"))
             .group_by(inner.c.b, inner.c.status))
     out = [{"at": since + timedelta(seconds=step_seconds * i), "completed": 0, "failed": 0,
-            "retried": 0} for i in range(buckets)]
+            "expired": 0, "retried": 0} for i in range(buckets)]
     for row in conn.execute(stmt):
         index = int(row.b)
         if 0 <= index < buckets:

@@ -33,7 +33,7 @@ def family_of(job_id: int) -> Family:
 
 def bar(fam: Family) -> list[dict]:
     """The progress bar's segments: `[{status, n, percent}]` in bar order (completed,
-    failed, cancelled, running, pending), those with rows only."""
+    failed, cancelled, expired, running, pending), those with rows only."""
     total = fam.total or 1
     return [{"status": s, "n": n, "percent": round(100.0 * n / total, 2)}
             for s, n in fam.progress.items() if n]

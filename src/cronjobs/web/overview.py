@@ -109,14 +109,17 @@ def _with_held(queues: dict, held: list[dict], live: list[dict]) -> dict:
 
 
 def chart(buckets: list[dict], label_format: str, label: str, chart_id: str):
-    """The SVG of a series: completed and failed stacked, retries as dots."""
+    """The SVG of a series: completed, failed and expired stacked, retries as dots."""
     columns = []
     for b in buckets:
         tip = _("%(at)s UTC: %(completed)s completed, %(failed)s failed, %(retried)s retries",
                 at=b["at"].strftime(label_format), completed=b["completed"],
                 failed=b["failed"], retried=b["retried"])
+        if b.get("expired"):
+            tip += "; " + _("%(n)s expired", n=b["expired"])
         columns.append(charts.Column([(b["completed"], "seg-completed"),
-                                      (b["failed"], "seg-failed")], tip,
+                                      (b["failed"], "seg-failed"),
+                                      (b.get("expired", 0), "seg-expired")], tip,
                                      b["at"].strftime(label_format), b["retried"] or None))
     return charts.bars(columns, label=label, chart_id=chart_id)
 

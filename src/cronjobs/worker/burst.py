@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from .. import store
 from ..app import App
 from ..job.executor import Executor, JobReport, flow_control
+from ..job.expiry import expire
 from ..job.finishing import Finish
 from ..status import Status
 from ..store.db import run_in_transaction
@@ -189,7 +190,9 @@ class BurstWorker:
     def run(self, signals: Signals, shutdown_timeout: float = 30) -> BurstReport:
         """Run until nothing is left (or a signal: running jobs get `shutdown_timeout`
         seconds, then are cut off and their rows go back to `pending` without using an
-        attempt). Returns the report, with the rows left waiting counted at the end."""
+        attempt). Returns the report, with the rows left waiting counted at the end. Rows
+        past their `expires_at` are ended `expired` first, as a worker's sweep does."""
+        expire(self.app, self.queues)
         self._ring_all()  # before the loop starts: its first turn claims
         self.pool.start()
         try:

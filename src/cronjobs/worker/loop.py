@@ -27,6 +27,7 @@ from .. import store
 from ..app import App
 from ..job.context import Runtime
 from ..job.executor import Executor
+from ..job.expiry import expire
 from ..job.finishing import ring
 from ..job.outcome import stopped
 from ..store.db import run_in_transaction
@@ -224,7 +225,9 @@ class WorkerProcess:
     def sweep(self) -> int:
         """Ring the queues of this process that have due rows pending for longer than
         `sweep_after_seconds` (their message was lost, or came while every slot was busy);
-        returns how many queues were rung."""
+        returns how many queues were rung. Rows of its queues past their `expires_at` are
+        ended `expired` first (`job.expiry.expire`: never claimed, whatever holds them)."""
+        expire(self.app, self.queues)
         queues = sweep(self.app, self.queues, idle_seconds=self._sweep_idle)
         for queue in queues:
             self.pool.ring(queue)
