@@ -182,6 +182,15 @@ class CronJobHandler:
         MIN_SUCCESS_RATIO: the share of the rows under a root (0.0 to 1.0) that must
             complete for its family to count as a success (`on_success` rather than
             `on_failure`; a task's last success); 1.0 (the default): every one.
+        TIMEZONE: the IANA zone its cron lines are read in (`"Europe/Istanbul"`), instead
+            of the settings' `timezone`; `[tasks.<task>] timezone` wins. Named frequencies
+            (`minute` .. `month`) stay UTC periods. None (the default): the settings'.
+        JITTER: a deterministic offset per slot in [0, JITTER) seconds (90, `"5m"`),
+            from a hash of the task and the slot key, added to the slot row's
+            `scheduled_at` (`cronjobs.schedule.jitter`); None (the default): none.
+        SPREAD: True gives the task an offset of its own (a hash of its name) within its
+            period, so many tasks of one frequency do not all start at once; JITTER adds
+            to it, the total below the period. False (the default): none.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -210,6 +219,9 @@ class CronJobHandler:
     AFTER: ClassVar[str | None] = None
     EXAMPLE_PAYLOAD: ClassVar[dict | None] = None
     MIN_SUCCESS_RATIO: ClassVar[float] = 1.0
+    TIMEZONE: ClassVar[str | None] = None
+    JITTER: ClassVar[float | str | None] = None
+    SPREAD: ClassVar[bool] = False
 
     error: str | None = None
     gateway_error: str | None = None

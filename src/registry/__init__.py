@@ -44,6 +44,7 @@ from cronjobs.config import Settings
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
 from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
+from cronjobs.schedule.jitter import check_handler as check_timing
 from cronjobs.schedule.slots import check_frequency
 
 log = logging.getLogger("cronjobs.registry")
@@ -336,6 +337,7 @@ def check_class(type: str, handler_class: type) -> None:
             raise HandlerError(f"{name}: {exc}") from None
     try:
         handler_limits(handler_class)
+        check_timing(handler_class)  # TIMEZONE, JITTER, SPREAD
     except ValueError as exc:
         raise HandlerError(f"{name}: {exc}") from None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..flow.rules import check_concurrency, parse_rate
+from ..schedule.jitter import check_jitter, check_zone
 from ..schedule.slots import check_frequency
 from .urls import check_http_url
 
@@ -20,6 +21,9 @@ class TaskSettings(BaseModel):
             expression, overriding the handler's `FREQUENCY`.
         after: another task whose run of the same slot must have ended first,
             overriding the handler's `AFTER` (`""`: none).
+        timezone: the IANA zone of the task's cron lines, overriding `TIMEZONE`.
+        jitter: overrides `JITTER` (seconds or `"5m"`; 0: none).
+        spread: overrides `SPREAD`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,6 +41,18 @@ class TaskSettings(BaseModel):
         description="Overrides the handler's AFTER: the task whose run of the same slot "
                     "(its whole family) must have ended before this task's slot starts; "
                     "an empty string: none.")
+    timezone: str | None = Field(
+        None,
+        description="Overrides the handler's TIMEZONE: the IANA zone the task's cron lines "
+                    "are read in and its next runs are shown in (`Europe/Istanbul`).")
+    jitter: float | str | None = Field(
+        None,
+        description="Overrides the handler's JITTER: a deterministic offset per slot in "
+                    "[0, jitter) seconds added to the slot row's time (`90`, `5m`; 0: none).")
+    spread: StrictBool | None = Field(
+        None,
+        description="Overrides the handler's SPREAD: an offset per task within its period, "
+                    "so many tasks of one frequency do not start at once.")
 
     @field_validator("frequency")
     @classmethod
@@ -45,6 +61,16 @@ class TaskSettings(BaseModel):
         if value is not None:
             check_frequency(value)
         return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _check_timezone(cls, value: str | None) -> str | None:
+        return None if value is None else check_zone(value, "timezone")
+
+    @field_validator("jitter")
+    @classmethod
+    def _check_jitter(cls, value: float | str | None) -> float | None:
+        return None if value is None else check_jitter(value, "jitter")
 
 
 class UptimeCheck(BaseModel):

@@ -37,7 +37,7 @@ from ..store.db import run_in_transaction
 from . import overlap
 from .after import depth, start_after, start_waiting
 from .slots import Slot, current_slot, is_cron, slot_start, slots_between
-from .tasks import TaskInfo, after_of, set_enabled, task_infos
+from .tasks import TaskInfo, after_of, run_at, set_enabled, task_infos
 
 __all__ = ["TaskInfo", "TickReport", "run_forever", "set_enabled", "task_infos", "tick"]
 
@@ -286,8 +286,10 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         log.info("task %s slot %s started as job %s%s", info.task, slot.key, job_id,
                  f" (waiting for {after[info.task]})" if info.task in held else "",
                  extra={"trace_id": job_id})
-        queue = rows[info.task]["queue"]
-        if queue not in rung and info.task not in held:  # a message rings its queue
+        queue, at = rows[info.task]["queue"], rows[info.task]["scheduled_at"]
+        if at is not None and info.task not in held:  # JITTER / SPREAD: rung when due
+            dispatching.send(app, job_id, queue, dispatching.delay(app, at))
+        elif queue not in rung and info.task not in held:  # a message rings its queue
             rung.add(queue)
             dispatching.send(app, job_id, queue)
     return started
@@ -328,7 +330,9 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     """
     return dispatching.build_row(app, info.type, {"slot": slot.key},
                                  title=f"{info.task} {slot.key}",
-                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+                                 idempotency_key=f"cronjobs:{info.task}:{slot.key}",
+                                 scheduled_at=run_at(info, slot)
+                                 if info.jitter or info.spread else None)
 
 
 def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) -> int | None:
@@ -344,7 +348,8 @@ def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) ->
     if job_id is not None:
         log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
                  extra={"trace_id": job_id})
-        dispatching.send(app, job_id, values["queue"])
+        dispatching.send(app, job_id, values["queue"],
+                         dispatching.delay(app, values["scheduled_at"]))
     return job_id
 
 

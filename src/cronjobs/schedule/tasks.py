@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from .. import store
 from ..app import App, current
 from ..config.sources import did_you_mean
 from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
+from .jitter import check_jitter, offset_seconds
+from .slots import Slot
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
@@ -43,6 +46,8 @@ class TaskInfo:
             for a handler's own task.
         payload: the entry's payload, under `slot` and `schedule` in each scheduled run's
             payload; None for a handler's own task.
+        jitter: JITTER, seconds (0: none): `[tasks.x] jitter`, else the handler's.
+        spread: SPREAD: `[tasks.x] spread`, else the handler's.
     """
 
     task: str
@@ -55,6 +60,8 @@ class TaskInfo:
     timezone: str = "UTC"
     schedule: str | None = None
     payload: dict | None = None
+    jitter: float = 0.0
+    spread: bool = False
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -88,10 +95,37 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     for task, job_type in known.items():
         cls = registry.resolve_handler(job_type)
         runtime = runtimes[task]
-        frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
+        cfg = app.settings.task(task)
+        frequency = runtime["frequency"] or cfg.frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
-                              _available(cls), runtime, app.settings.timezone))
+                              _available(cls), runtime, *_timing(app, cfg, cls)))
     return infos
+
+
+def run_at(info: TaskInfo, slot: Slot) -> datetime:
+    """When the row of `info`'s slot `slot` may start: the slot's start plus the task's
+    offset (`jitter.offset_seconds`: SPREAD within the period up to the next slot, and
+    JITTER), naive UTC; the slot's start when the task has neither."""
+    return slot_run_at(info.task, slot, jitter=info.jitter, spread=info.spread)
+
+
+def slot_run_at(task: str, slot: Slot, *, jitter: float, spread: bool) -> datetime:
+    """`run_at` from the task's name, JITTER (seconds) and SPREAD: naive UTC."""
+    if not jitter and not spread:
+        return slot.at
+    period = (slot.next_at - slot.at).total_seconds()
+    return slot.at + timedelta(seconds=offset_seconds(
+        task, slot.key, jitter=jitter, spread=spread, period=period))
+
+
+def _timing(app: App, cfg, cls: type) -> tuple[str, None, None, float, bool]:
+    """`(timezone, schedule, payload, jitter, spread)` of a handler's own task: each from
+    `[tasks.x]` when set there, else the handler's constant, else the default (the
+    settings' zone, no jitter, no spread). Both were checked when loaded."""
+    zone = cfg.timezone or getattr(cls, "TIMEZONE", None) or app.settings.timezone
+    jitter = cfg.jitter if cfg.jitter is not None else getattr(cls, "JITTER", None)
+    spread = cfg.spread if cfg.spread is not None else getattr(cls, "SPREAD", False)
+    return zone, None, None, check_jitter(jitter or 0), bool(spread)
 
 
 def after_of(app: App) -> dict[str, str]:
