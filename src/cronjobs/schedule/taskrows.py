@@ -260,11 +260,11 @@ def cli_row(row: TaskRow) -> dict:
             "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
             "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
             "last_status": row.waiting or text(row.last_status), "family": row.last_family,
-            "next_run_at": row.next_run_local,
+            "next_run_at": row.next_run_local.partition(" (")[0],
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),
             "manual_status": text(row.last_manual_status), "after": row.after,
             "overlap": row.overlap,
             "skipped": str(row.skipped_count), "last_skipped": text(row.last_skipped_slot),
             "skip_reason": text(row.last_skip_reason), "buffered": text(row.buffered_slot),
-            "limits": row.limits, "paused": row.paused_by}
+            "limits": row.limits, "paused": row.paused_by, "zone": row.timezone}
