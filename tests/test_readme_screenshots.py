@@ -71,8 +71,8 @@ def history(url: str) -> list[dict]:
                 result_payload=json.dumps({"greeting": f"Hello, {name}!"}))
     for minute in (130, 610):
         row("tour.greet.execute", start + timedelta(minutes=minute), 0.002, "failed",
-            attempts=3, error="payload needs a name", title="tour-greet (manual)",
-            payload=json.dumps({"manual": True}))
+            attempts=3, error="name must be non-empty text", title="tour-greet (manual)",
+            payload=json.dumps({"name": "", "manual": True}))
     return rows
 
 
