@@ -51,8 +51,8 @@ def test_the_readme_hint_runs_the_tour_handler_on_a_schedule(tmp_path):
     assert 'To run it on a schedule, add `FREQUENCY = "minute"` to the class' in readme
     folder = tmp_path / "handlers"
     folder.mkdir()
-    source = EXAMPLE.read_text().replace(
-        '    TYPE = "tour.greet.execute"', '    TYPE = "tour.greet.execute"\n    FREQUENCY = "minute"')
+    line = '    TYPE = "tour.greet.execute"'
+    source = EXAMPLE.read_text().replace(line, line + '\n    FREQUENCY = "minute"')
     (folder / "GreetExecute.py").write_text(source)
     app = make_test_app(tmp_path / "app", handler_paths=[str(folder)],
                         now=datetime(2027, 1, 1, 12, 0, 5))

@@ -130,12 +130,7 @@ def task_rows(app: App) -> list[TaskRow]:
     for info in infos:
         rt = info.runtime
         handler_frequency = info.handler.FREQUENCY
-        if rt.get("frequency"):
-            origin = "database"
-        elif app.settings.task(info.task).frequency:
-            origin = "settings"
-        else:
-            origin = "handler" if handler_frequency else None
+        origin = _frequency_from(app, info)
         next_run = next_run_at(info, now) if info.enabled and info.available else None
         zone = shown_zone(app, info)
         rows.append(TaskRow(
@@ -161,6 +156,15 @@ def task_rows(app: App) -> list[TaskRow]:
             timezone=zone, next_run_local=local_text(next_run, zone),
             last_slot_skipped=_last_skip(info), jitter=info.jitter, spread=info.spread))
     return rows
+
+
+def _frequency_from(app: App, info: TaskInfo) -> str | None:
+    """Where the task's frequency comes from: `database`, `settings`, `handler` or None."""
+    if info.runtime.get("frequency"):
+        return "database"
+    if app.settings.task(info.task).frequency:
+        return "settings"
+    return "handler" if info.handler.FREQUENCY else None
 
 
 def next_run_at(info: TaskInfo, now: datetime) -> datetime | None:
