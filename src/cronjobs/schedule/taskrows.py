@@ -169,9 +169,13 @@ def _frequency_from(app: App, info: TaskInfo) -> str | None:
 
 def next_run_at(info: TaskInfo, now: datetime) -> datetime | None:
     """When `info`'s next scheduled run starts, naive UTC, never before `now` (the first
-    of `next_runs`). None without a frequency."""
-    runs = next_runs(info.task, info.frequency, now, info.timezone, jitter=info.jitter,
-                     spread=info.spread, skipped=info.runtime.get("last_skipped_slot"), n=1)
+    of `next_runs`). None without a frequency, or with one no slot fits (stored by hand:
+    the scheduler reports that task's error; the list still shows)."""
+    try:
+        runs = next_runs(info.task, info.frequency, now, info.timezone, jitter=info.jitter,
+                         spread=info.spread, skipped=info.runtime.get("last_skipped_slot"), n=1)
+    except Exception:  # e.g. a frequency stored by hand that no slot fits
+        return None
     return runs[0] if runs else None
 
 
