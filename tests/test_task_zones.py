@@ -230,3 +230,26 @@ def test_a_bad_zone_or_jitter_is_one_line_naming_it():
         Settings(tasks={"x": {"timezone": "Nowhere/Land"}})
     with pytest.raises(ValueError, match="jitter must be a duration"):
         Settings(tasks={"x": {"jitter": "-5m"}})
+
+
+class SkippingDiscover(CronJobHandler):
+    TYPE = "test.skipping.discover"
+    FREQUENCY = "minute"  # OVERLAP "skip": a slot while the last run is pending is skipped
+
+    def handle(self, payload, job):
+        return True
+
+
+@SQLITE
+def test_a_skipped_last_slot_says_why_and_the_next_run_is_still_ahead(make_app):
+    now = datetime(2027, 2, 1, 9, 0, 5)
+    app = make_app(clock=FrozenClock(now), tasks=QUIET)
+    app.handlers.register(SkippingDiscover.TYPE, SkippingDiscover)
+    assert "test-skipping" in [t for t, _, _ in tick(now, app=app).started]
+    later = now + timedelta(minutes=1)
+    app.clock.set(later)
+    assert tick(later, app=app).skipped["test-skipping"] == "running"  # 09:00 still pending
+    row = next(r for r in task_rows(app) if r.task == "test-skipping")
+    assert row.last_slot_skipped == "running" and row.last_skipped_slot == "202702010901"
+    assert row.next_run_at == datetime(2027, 2, 1, 9, 2)  # not the skipped 09:01
+    assert cli_row(row)["next_run_at"] == "2027-02-01 09:02:00 UTC"
