@@ -6,15 +6,19 @@ and the next run shown in the task's zone, never in the past."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 from cronsim import CronSim
 
-from conftest import cli_env, run_cli
+from conftest import cli_env
 from cronjobs import CronJobHandler
+from cronjobs import app as app_module
+from cronjobs.cli import main
 from cronjobs.clock import FrozenClock
 from cronjobs.config import Settings
 from cronjobs.errors import HandlerError
@@ -83,7 +87,7 @@ def _rows(app, type_: str) -> list[dict]:
 @SQLITE
 def test_two_zones_in_one_registry_fire_as_cronsim_across_both_2027_transitions(make_app):
     clock = FrozenClock(datetime(2027, 3, 13, 0, 0))
-    app = make_app(clock=clock, tasks=QUIET)  # the settings' zone stays UTC
+    app = make_app(clock=clock, tasks=QUIET, handler_paths=())  # the settings' zone stays UTC
     for cls in (BerlinDiscover, NewYorkDiscover):
         app.handlers.register(cls.TYPE, cls)
     # Each transition day (US: 14 Mar / 7 Nov; EU: 28 Mar / 31 Oct 2027): a tick every 10
@@ -121,7 +125,7 @@ def test_two_zones_in_one_registry_fire_as_cronsim_across_both_2027_transitions(
 @MARIADB
 def test_jitter_300_three_schedulers_100_slots_same_offsets_after_a_restart(make_app):
     t0 = datetime(2027, 1, 4, 0, 0, 5)
-    apps = [make_app(clock=FrozenClock(t0), tasks=QUIET) for _ in range(3)]
+    apps = [make_app(clock=FrozenClock(t0), tasks=QUIET, handler_paths=()) for _ in range(3)]
     for app in apps:
         app.handlers.register(JitterDiscover.TYPE, JitterDiscover)
     for n in range(100):
@@ -137,7 +141,7 @@ def test_jitter_300_three_schedulers_100_slots_same_offsets_after_a_restart(make
         offsets[key] = (row["scheduled_at"] - slot_start("*/10 * * * *", key)).total_seconds()
     assert len(offsets) == 100 and all(0 <= o < 300 for o in offsets.values())
     assert len(set(offsets.values())) > 50  # a hash per slot, not one offset for all
-    restarted = make_app(clock=FrozenClock(t0), tasks=QUIET)  # a new scheduler, same answer
+    restarted = make_app(clock=FrozenClock(t0), tasks=QUIET, handler_paths=())  # a restart
     restarted.handlers.register(JitterDiscover.TYPE, JitterDiscover)
     for app in (*apps, restarted):
         info = next(i for i in task_infos(app) if i.task == "test-jitter")
@@ -152,7 +156,7 @@ def test_jitter_300_three_schedulers_100_slots_same_offsets_after_a_restart(make
 @SQLITE
 def test_fifty_hourly_tasks_with_spread_use_at_least_25_minutes(make_app):
     now = datetime(2027, 2, 1, 9, 0, 5)
-    app = make_app(clock=FrozenClock(now), tasks=QUIET)
+    app = make_app(clock=FrozenClock(now), tasks=QUIET, handler_paths=())
     for n in range(50):
         cls = type(f"Hourly{n}Discover", (CronJobHandler,), {
             "TYPE": f"test.hourly{n}.discover", "FREQUENCY": "hour", "SPREAD": True,
@@ -179,7 +183,8 @@ def test_spread_and_jitter_together_stay_below_the_period():
 @SQLITE
 def test_next_run_is_shown_in_the_tasks_zone_with_jitter_and_never_in_the_past(make_app):
     now = datetime(2027, 3, 27, 23, 0)  # the Berlin fire is at 01:00 UTC (03:00 CEST)
-    app = make_app(clock=FrozenClock(now), tasks={**QUIET, "test-jitter": {"jitter": "2m"}})
+    app = make_app(clock=FrozenClock(now), tasks={**QUIET, "test-jitter": {"jitter": "2m"}},
+                   handler_paths=())
     for cls in (BerlinDiscover, JitterDiscover):
         app.handlers.register(cls.TYPE, cls)
     rows = {r.task: r for r in task_rows(app)}
@@ -201,8 +206,16 @@ def test_cronjobs_tasks_shows_the_next_run_in_the_zone_of_the_settings(db_url, t
     config = tmp_path / "cronjobs.toml"
     config.write_text('[tasks.tls-certexpiry]\ntimezone = "Asia/Tokyo"\n')
     env = cli_env(db_url, CRONJOBS_CONFIG=str(config))
-    done = run_cli(["tasks", "--json"], env)
-    assert done.returncode == 0, done.stderr
+    root = logging.getLogger()  # the command sets logging up: put it back for later tests
+    handlers, level = root.handlers[:], root.level
+    try:
+        done = CliRunner().invoke(main, ["tasks", "--json"], env=env, catch_exceptions=False)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        app_module.current().close()  # the command's App, installed as the current one
+        app_module.use(None)
+    assert done.exit_code == 0, done.output
     row = next(r for r in json.loads(done.stdout) if r["task"] == "tls-certexpiry")
     assert row["timezone"] == "Asia/Tokyo" and row["next_run_local"].endswith(" JST (Asia/Tokyo)")
     # a day's slot is a UTC day: its next run is 00:00 UTC, 09:00 in Tokyo
@@ -243,7 +256,7 @@ class SkippingDiscover(CronJobHandler):
 @SQLITE
 def test_a_skipped_last_slot_says_why_and_the_next_run_is_still_ahead(make_app):
     now = datetime(2027, 2, 1, 9, 0, 5)
-    app = make_app(clock=FrozenClock(now), tasks=QUIET)
+    app = make_app(clock=FrozenClock(now), tasks=QUIET, handler_paths=())
     app.handlers.register(SkippingDiscover.TYPE, SkippingDiscover)
     assert "test-skipping" in [t for t, _, _ in tick(now, app=app).started]
     later = now + timedelta(minutes=1)
