@@ -143,7 +143,8 @@ def test_readme_screenshots_of_a_demo(demo, tmp_path):
         page.wait_for_selector("h1 .st-completed", timeout=60_000)
         assert "Hello, Ada!" in page.locator("pre#result").inner_text()
         page.goto(base + "/tasks/tour-greet")
-        page.click("form.run-form button.run-now")  # no payload: fails, retried in 2 min
+        page.fill("#payload", '{"name": ""}')  # an empty name: fails, retried in 2 min
+        page.click("form.run-form button.run-now")
         page.wait_for_url(re.compile(r".*/jobs/\d+$"))
         page.wait_for_selector(".next-attempt", timeout=60_000)
 
