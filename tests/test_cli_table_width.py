@@ -17,7 +17,7 @@ SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 TASKS_ALL = ["TASK", "TYPE", "FREQUENCY", "ENABLED", "AVAILABLE", "SOURCE", "LAST_RUN_AT",
              "LAST_JOB", "LAST_STATUS", "FAMILY", "NEXT_RUN_AT", "LAST_MANUAL_AT", "MANUAL_JOB",
              "MANUAL_STATUS", "AFTER", "OVERLAP", "SKIPPED", "LAST_SKIPPED", "SKIP_REASON",
-             "BUFFERED", "LIMITS", "PAUSED"]
+             "BUFFERED", "LIMITS", "PAUSED", "ZONE"]
 HANDLERS_ALL = ["TYPE", "TASK", "CLASS", "SOURCE", "FREQUENCY", "QUEUE", "MAX_ATTEMPTS",
                 "MAX_RUNTIME", "LIMITS", "AVAILABLE"]
 

@@ -64,7 +64,7 @@ def test_two_cli_runs_at_once_give_one_row_and_a_refusal_naming_it(db_url, make_
                               "LAST_RUN_AT", "LAST_JOB", "LAST_STATUS", "FAMILY", "NEXT_RUN_AT",
                               "LAST_MANUAL_AT", "MANUAL_JOB", "MANUAL_STATUS", "AFTER", "OVERLAP",
                               "SKIPPED", "LAST_SKIPPED", "SKIP_REASON", "BUFFERED", "LIMITS",
-                              "PAUSED"]
+                              "PAUSED", "ZONE"]
     assert mine.last_job_id is None and mine.last_run_at is None
     assert mine.last_manual_status == "pending" and mine.last_manual_job_id != job_id
     line = next(row for row in lines if row.startswith("test-count "))

@@ -93,10 +93,10 @@ def test_cli_refuses_with_exit_2_and_force_starts_it(db_url, make_app, tmp_path)
                              "WHERE task = 'test-skip'"))
     listing = run_cli(["tasks"], env, cwd=tmp_path)
     header, *lines = listing.stdout.splitlines()
-    assert header.split()[-7:] == ["OVERLAP", "SKIPPED", "LAST_SKIPPED", "SKIP_REASON",
-                                   "BUFFERED", "LIMITS", "PAUSED"]
+    assert header.split()[-8:] == ["OVERLAP", "SKIPPED", "LAST_SKIPPED", "SKIP_REASON",
+                                   "BUFFERED", "LIMITS", "PAUSED", "ZONE"]
     line = next(row for row in lines if row.startswith("test-skip "))
-    assert line.split()[-4:] == ["skip", "4", "2026030209", "running"]
+    assert line.split()[-5:] == ["skip", "4", "2026030209", "running", "UTC"]
     as_json = json.loads(run_cli(["tasks", "--json"], env, cwd=tmp_path).stdout)
     mine = next(r for r in as_json if r["task"] == "test-skip")
     assert (mine["overlap"], mine["skipped_count"], mine["last_skipped_slot"],

@@ -5,13 +5,15 @@ name may wrap after a hyphen, never inside the pid), every Run now of the Tasks 
 running job's Stop on the Workers page are on screen (and Run now runs its task), the Run
 now box shows the handler's own example, a pending job that ran once before says
 "No result yet." instead of an empty box, and the Failed page shows a group of errors
-that differ in their ids as one block whose pattern and examples are not squeezed."""
+that differ in their ids as one block whose pattern and examples are not squeezed; a task
+in its own zone (`[tasks.tour-greet] timezone`) shows its next run in that zone."""
 
 from __future__ import annotations
 
 import json
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
@@ -30,6 +32,11 @@ WORKER = "web-7.example.com:48213"  # a host name as socket.gethostname() gives,
 LONG_WORKER = "a-worker-on-a-host-with-a-long-name:12345"
 MIN_LABEL_PX = 11
 GROUP_TYPE = "test.shape.execute"  # failed rows of one group on the Failed page
+# the tour's task on a schedule in a zone of its own (not the settings' UTC), jittered
+ZONED = ('[tasks.tour-greet]\nfrequency = "30 2 * * *"\ntimezone = "America/New_York"\n'
+         'jitter = "5m"\n')
+NEW_YORK = {datetime(2027, m, 1, tzinfo=UTC).astimezone(ZoneInfo("America/New_York")).tzname()
+            for m in (1, 7)}  # EST, EDT
 
 
 def insert(engine: sa.Engine, **values) -> int:
@@ -50,8 +57,10 @@ def served(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("phone")
     url = f"sqlite:///{folder / 'cj.db'}"
+    (folder / "cronjobs.toml").write_text(ZONED)
     env = cli_env(url, CRONJOBS_DASHBOARD_TOKEN=TOKEN, CRONJOBS_HANDLER_PATHS=os.pathsep.join(
-        [SAMPLE_HANDLERS, str(ROOT / "docs" / "examples")]))
+        [SAMPLE_HANDLERS, str(ROOT / "docs" / "examples")]),
+        CRONJOBS_CONFIG=str(folder / "cronjobs.toml"))
     assert run_cli(["migrate", "--quiet"], env, cwd=folder).returncode == 0
     assert run_cli(["tick"], env, cwd=folder).returncode == 0  # the Tasks' last runs
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
@@ -235,3 +244,31 @@ def test_the_failed_page_shows_a_group_of_ids_as_one_readable_block(served, widt
     for box in got["boxes"]:
         assert box["left"] >= 0 and box["right"] <= width, (width, box)
     assert got["boxes"][0]["width"] >= 300, got["boxes"][0]  # the pattern is not squeezed
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_task_in_its_own_zone_shows_its_next_run_in_that_zone(served, width):
+    base, _ids, _browser, _state = served
+    context = new_page(served, width)
+    page = context.new_page()
+    try:
+        page.goto(base + "/tasks")
+        cell = page.locator("tr[data-task='tour-greet'] td.next-run")
+        if width >= 1280:
+            text = cell.inner_text()
+            assert "America/New_York" in text and any(a in text for a in NEW_YORK), text
+            assert any(f" 02:3{d}" in text for d in range(5)) or " 03:" in text, text
+        else:
+            assert not cell.is_visible()  # the phone hides the optional columns
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.goto(base + "/tasks/tour-greet")
+        assert "America/New_York" in page.locator("#settings").inner_text()
+        fires = page.locator("#fires li")
+        assert fires.count() == 5
+        for i in range(fires.count()):  # wall times in New York, each on screen
+            text = fires.nth(i).inner_text()
+            assert any(a in text for a in NEW_YORK), text
+            box = fires.nth(i).bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (i, box)
+    finally:
+        context.close()

@@ -71,8 +71,8 @@ def history(url: str) -> list[dict]:
                 result_payload=json.dumps({"greeting": f"Hello, {name}!"}))
     for minute in (130, 610):
         row("tour.greet.execute", start + timedelta(minutes=minute), 0.002, "failed",
-            attempts=3, error="payload needs a name", title="tour-greet (manual)",
-            payload=json.dumps({"manual": True}))
+            attempts=3, error="name must be non-empty text", title="tour-greet (manual)",
+            payload=json.dumps({"name": "", "manual": True}))
     return rows
 
 
@@ -143,7 +143,8 @@ def test_readme_screenshots_of_a_demo(demo, tmp_path):
         page.wait_for_selector("h1 .st-completed", timeout=60_000)
         assert "Hello, Ada!" in page.locator("pre#result").inner_text()
         page.goto(base + "/tasks/tour-greet")
-        page.click("form.run-form button.run-now")  # no payload: fails, retried in 2 min
+        page.fill("#payload", '{"name": ""}')  # an empty name: fails, retried in 2 min
+        page.click("form.run-form button.run-now")
         page.wait_for_url(re.compile(r".*/jobs/\d+$"))
         page.wait_for_selector(".next-attempt", timeout=60_000)
 

@@ -36,3 +36,32 @@ def test_tour(tmp_path):
     bad = run_cli(["dispatch", "tour.greet.execute", "--payload", "not json"], env, cwd=ROOT)
     assert bad.returncode == 2
     assert "Invalid value for --payload: not valid JSON" in bad.stderr
+
+
+def test_the_readme_hint_runs_the_tour_handler_on_a_schedule(tmp_path):
+    """The hint as written: add `FREQUENCY = "minute"` to the class, nothing else; the
+    tick starts task tour-greet and its scheduled run (payload `{"slot": ...}`) completes."""
+    from datetime import datetime
+
+    from cronjobs import queue
+    from cronjobs.schedule.scheduler import tick
+    from cronjobs.testing import drain, make_test_app
+
+    readme = (Path(ROOT) / "README.md").read_text()
+    assert 'To run it on a schedule, add `FREQUENCY = "minute"` to the class' in readme
+    folder = tmp_path / "handlers"
+    folder.mkdir()
+    line = '    TYPE = "tour.greet.execute"'
+    source = EXAMPLE.read_text().replace(line, line + '\n    FREQUENCY = "minute"')
+    (folder / "GreetExecute.py").write_text(source)
+    app = make_test_app(tmp_path / "app", handler_paths=[str(folder)],
+                        now=datetime(2027, 1, 1, 12, 0, 5))
+    try:
+        started = {task: job for task, _, job in tick(app=app).started}
+        assert "tour-greet" in started
+        drain(app)
+        row = queue.get(started["tour-greet"])
+        assert row["status"] == "completed", row["error"]
+        assert json.loads(row["result_payload"])["greeting"] == "Hello, world!"
+    finally:
+        app.close()

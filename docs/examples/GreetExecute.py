@@ -10,8 +10,8 @@ class GreetExecute(CronJobHandler):
     EXAMPLE_PAYLOAD = {"name": "Ada"}  # the example in the dashboard's Run now box
 
     def handle(self, payload, job):
-        name = payload.get("name")
-        if not name:
-            self.error = "payload needs a name"
+        name = payload.get("name", "world")  # a scheduled run's payload is {"slot": ...}
+        if not isinstance(name, str) or not name:
+            self.error = "name must be non-empty text"
             return False          # retried, then failed, with that error text
         return {"success": True, "result": {"greeting": f"Hello, {name}!", "job": job.id}}

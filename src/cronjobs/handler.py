@@ -217,6 +217,15 @@ class CronJobHandler:
             slot row not started by `scheduled_at` + this ends `expired`, without calling
             `handle()` or using an attempt, and counts as a skip (reason `expired`).
             None (the default): no deadline.
+        TIMEZONE: the IANA zone its cron lines are read in (`"Europe/Istanbul"`), instead
+            of the settings' `timezone`; `[tasks.<task>] timezone` wins. Named frequencies
+            (`minute` .. `month`) stay UTC periods. None (the default): the settings'.
+        JITTER: a deterministic offset per slot in [0, JITTER) seconds (90, `"5m"`),
+            from a hash of the task and the slot key, added to the slot row's
+            `scheduled_at` (`cronjobs.schedule.jitter`); None (the default): none.
+        SPREAD: True gives the task an offset of its own (a hash of its name) within its
+            period, so many tasks of one frequency do not all start at once; JITTER adds
+            to it, the total below the period. False (the default): none.
 
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
@@ -253,6 +262,9 @@ class CronJobHandler:
     SCHEDULES: ClassVar[list[dict] | None] = None
     PING_URL: ClassVar[str | None] = None
     STARTING_DEADLINE: ClassVar[float | str | timedelta | None] = None
+    TIMEZONE: ClassVar[str | None] = None
+    JITTER: ClassVar[float | str | None] = None
+    SPREAD: ClassVar[bool] = False
 
     error: str | None = None
     gateway_error: str | None = None

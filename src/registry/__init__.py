@@ -49,6 +49,7 @@ from cronjobs.schedule.catchup import check_handler as check_catchup
 from cronjobs.schedule.deadline import check_starting_deadline
 from cronjobs.schedule.entry import check_schedules
 from cronjobs.schedule.expect import check_expectations
+from cronjobs.schedule.jitter import check_handler as check_timing
 from cronjobs.schedule.slots import check_frequency
 
 log = logging.getLogger("cronjobs.registry")
@@ -346,6 +347,7 @@ def check_class(type: str, handler_class: type) -> None:
         check_schedules(handler_class)
         check_ping_url(handler_class)
         check_starting_deadline(getattr(handler_class, "STARTING_DEADLINE", None))
+        check_timing(handler_class)  # TIMEZONE, JITTER, SPREAD
     except ValueError as exc:
         raise HandlerError(f"{name}: {exc}") from None
 

@@ -69,7 +69,7 @@ def scheduler() -> None:
 # LAST_STATUS and NEXT_RUN_AT stay; these are added, the most wanted first, while they fit.
 TASKS_OPTIONAL = ["skip_reason", "last_run_at", "family", "available", "limits", "paused",
                   "skipped", "overlap", "last_job", "last_skipped", "buffered", "manual_status",
-                  "last_manual_at", "manual_job", "type", "source", "after"]
+                  "last_manual_at", "manual_job", "type", "source", "after", "zone"]
 
 
 @main.group(cls=Group, invoke_without_command=True)
@@ -87,7 +87,9 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     keeps waiting.
     LIMITS are its types' CONCURRENCY / RATE_LIMIT / LIMIT_KEY; PAUSED names the live
     pauses that hold it (`cronjobs pause`). FAMILY is the last scheduled run's family:
-    "200 children: 176 ok, 24 failed (13 timeouts) — 9.2 s — callback completed". On a
+    "200 children: 176 ok, 24 failed (13 timeouts) — 9.2 s — callback completed".
+    NEXT_RUN_AT is the next run that will start (never in the past; with the task's
+    SPREAD/JITTER offset) as wall time in the task's zone, named by ZONE. On a
     terminal the table fits its width (--wide: every column)."""
     if ctx.invoked_subcommand is None:
         from ..schedule.taskrows import cli_row, task_rows  # lazy: CLI start-up time

@@ -80,7 +80,8 @@ class Settings(BaseModel):
     timezone: str = Field(
         "UTC",
         description="IANA time zone of cron expressions and macros (`@daily` ...); "
-                    "`minute`/`hour`/`day`/`month` slots are always UTC.")
+                    "`minute`/`hour`/`day`/`month` slots are always UTC. A task's own zone "
+                    "(the handler's TIMEZONE, `[tasks.x] timezone`) wins.")
     default_queue: str = Field(
         "default", description="Broker queue of handlers that set no `QUEUE`.")
     remote_types: tuple[str, ...] = Field(

@@ -10,6 +10,7 @@ from ..flow.rules import check_concurrency, parse_rate
 from ..schedule.catchup import check_max, check_mode
 from ..schedule.deadline import check_starting_deadline
 from ..schedule.expect import check_auto_pause, parse_expect
+from ..schedule.jitter import check_jitter, check_zone
 from ..schedule.slots import check_frequency
 from .urls import check_http_url
 
@@ -34,6 +35,9 @@ class TaskSettings(BaseModel):
             handler's `PING_URL` and the settings' `ping_url_template`.
         starting_deadline: overrides the handler's `STARTING_DEADLINE` (seconds or
             `"2m"`).
+        timezone: the IANA zone of the task's cron lines, overriding `TIMEZONE`.
+        jitter: overrides `JITTER` (seconds or `"5m"`; 0: none).
+        spread: overrides `SPREAD`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -126,6 +130,18 @@ class TaskSettings(BaseModel):
     def _check_starting_deadline(cls, value: float | str | None) -> float | str | None:
         check_starting_deadline(value, "[tasks.x] starting_deadline")
         return value
+    timezone: str | None = Field(
+        None,
+        description="Overrides the handler's TIMEZONE: the IANA zone the task's cron lines "
+                    "are read in and its next runs are shown in (`Europe/Istanbul`).")
+    jitter: float | str | None = Field(
+        None,
+        description="Overrides the handler's JITTER: a deterministic offset per slot in "
+                    "[0, jitter) seconds added to the slot row's time (`90`, `5m`; 0: none).")
+    spread: StrictBool | None = Field(
+        None,
+        description="Overrides the handler's SPREAD: an offset per task within its period, "
+                    "so many tasks of one frequency do not start at once.")
 
     @field_validator("frequency")
     @classmethod
@@ -134,6 +150,16 @@ class TaskSettings(BaseModel):
         if value is not None:
             check_frequency(value)
         return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _check_timezone(cls, value: str | None) -> str | None:
+        return None if value is None else check_zone(value, "timezone")
+
+    @field_validator("jitter")
+    @classmethod
+    def _check_jitter(cls, value: float | str | None) -> float | None:
+        return None if value is None else check_jitter(value, "jitter")
 
 
 class UptimeCheck(BaseModel):

@@ -38,7 +38,7 @@ from . import missed, overlap
 from .after import depth, start_after, start_waiting
 from .deadline import expires_after
 from .slots import Slot, current_slot, is_cron, slot_start
-from .tasks import TaskInfo, after_of, set_enabled, task_infos
+from .tasks import TaskInfo, after_of, run_at, set_enabled, task_infos
 
 __all__ = ["TaskInfo", "TickReport", "set_enabled", "task_infos", "tick"]
 
@@ -290,8 +290,10 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         log.info("task %s slot %s started as job %s%s", info.task, slot.key, job_id,
                  f" (waiting for {after[info.task]})" if info.task in held else "",
                  extra={"trace_id": job_id})
-        queue = rows[info.task]["queue"]
-        if queue not in rung and info.task not in held:  # a message rings its queue
+        queue, at = rows[info.task]["queue"], rows[info.task]["scheduled_at"]
+        if at is not None and info.task not in held:  # JITTER / SPREAD: rung when due
+            dispatching.send(app, job_id, queue, dispatching.delay(app, at))
+        elif queue not in rung and info.task not in held:  # a message rings its queue
             rung.add(queue)
             dispatching.send(app, job_id, queue)
     missed.announce(app, catchups, report.started, rung)
@@ -333,12 +335,14 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     """
     payload = {"slot": slot.key} if info.schedule is None else {
         **(info.payload or {}), "slot": slot.key, "schedule": info.schedule}
+    start = run_at(info, slot)  # the slot's start, moved by JITTER / SPREAD
     values = dispatching.build_row(app, info.type, payload,
                                    title=f"{info.task} {slot.key}",
-                                   idempotency_key=f"cronjobs:{info.task}:{slot.key}")
+                                   idempotency_key=f"cronjobs:{info.task}:{slot.key}",
+                                   scheduled_at=start if start != slot.at else None)
     # Not checked against now as a caller's expiry is: a tick that comes after the
     # deadline still makes the row, which the sweep then ends `expired` (a skip).
-    values["expires_at"] = expires_after(slot.at, info.starting_deadline)
+    values["expires_at"] = expires_after(start, info.starting_deadline)
     return values
 
 
@@ -358,5 +362,6 @@ def _start(app: App, info: TaskInfo, slot: Slot, values: dict, now: datetime) ->
     if job_id is not None:
         log.info("task %s slot %s started as job %s", info.task, slot.key, job_id,
                  extra={"trace_id": job_id})
-        dispatching.send(app, job_id, values["queue"])
+        dispatching.send(app, job_id, values["queue"],
+                         dispatching.delay(app, values["scheduled_at"]))
     return job_id

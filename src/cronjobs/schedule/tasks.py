@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from .. import store
 from ..app import App, current
@@ -19,7 +20,9 @@ from ..errors import ConfigError, HandlerNotFound
 from ..store.db import run_in_transaction
 from .deadline import starting_deadline
 from .entries import entries, schedule_tasks
+from .jitter import check_jitter, offset_seconds
 from .pingin import ExternalTask, external_tasks
+from .slots import Slot
 
 log = logging.getLogger("cronjobs.schedule.scheduler")
 _warned: set[str] = set()  # unknown [tasks.x] / [queues.x] lines already logged by this process
@@ -50,6 +53,8 @@ class TaskInfo:
             stand-in `ExternalTask`; never scheduled, its rows come from pings.
         starting_deadline: seconds after its slot a scheduled run may still start (its
             rows' `expires_at`); None: no deadline (`schedule.deadline`).
+        jitter: JITTER, seconds (0: none): `[tasks.x] jitter`, else the handler's.
+        spread: SPREAD: `[tasks.x] spread`, else the handler's.
 
     A `SCHEDULES` entry (or one stored at run time) is a task of its own, `<task>:<name>`:
     its frequency is the entry's cron line, its zone the entry's (else the handler's
@@ -68,6 +73,8 @@ class TaskInfo:
     payload: dict | None = None
     external: bool = False
     starting_deadline: float | None = None
+    jitter: float = 0.0
+    spread: bool = False
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -105,19 +112,47 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
     for task, job_type in known.items():
         cls = ExternalTask if task in external else registry.resolve_handler(job_type)
         runtime = runtimes[task]
+        cfg = app.settings.task(task)
+        zone, jitter, spread = _timing(app, cfg, cls)
+        more = {"external": task in external, "jitter": jitter, "spread": spread,
+                "starting_deadline": _deadline(cls, app, task)}
         entry = by_task.get(task)
         if entry is not None:  # a SCHEDULES entry (or a stored one): a task of its own
             zone = entry.timezone or getattr(cls, "TIMEZONE", None) or app.settings.timezone
             infos.append(TaskInfo(task, job_type, cls, entry.cron, bool(runtime["enabled"]),
                                   _available(cls), runtime, zone, entry.name, entry.payload,
-                                  starting_deadline=_deadline(cls, app, task)))
+                                  **more))
             continue
-        frequency = runtime["frequency"] or app.settings.task(task).frequency or cls.FREQUENCY
+        frequency = runtime["frequency"] or cfg.frequency or cls.FREQUENCY
         infos.append(TaskInfo(task, job_type, cls, frequency, bool(runtime["enabled"]),
-                              _available(cls), runtime, app.settings.timezone,
-                              external=task in external,
-                              starting_deadline=_deadline(cls, app, task)))
+                              _available(cls), runtime, zone, **more))
     return sorted(infos, key=lambda info: info.task) if external else infos
+
+
+def run_at(info: TaskInfo, slot: Slot) -> datetime:
+    """When the row of `info`'s slot `slot` may start: the slot's start plus the task's
+    offset (`jitter.offset_seconds`: SPREAD within the period up to the next slot, and
+    JITTER), naive UTC; the slot's start when the task has neither."""
+    return slot_run_at(info.task, slot, jitter=info.jitter, spread=info.spread)
+
+
+def slot_run_at(task: str, slot: Slot, *, jitter: float, spread: bool) -> datetime:
+    """`run_at` from the task's name, JITTER (seconds) and SPREAD: naive UTC."""
+    if not jitter and not spread:
+        return slot.at
+    period = (slot.next_at - slot.at).total_seconds()
+    return slot.at + timedelta(seconds=offset_seconds(
+        task, slot.key, jitter=jitter, spread=spread, period=period))
+
+
+def _timing(app: App, cfg, cls: type) -> tuple[str, float, bool]:
+    """`(timezone, jitter, spread)` of a task: each from `[tasks.x]` when set there, else
+    the handler's constant, else the default (the settings' zone, no jitter, no spread).
+    Both were checked when loaded."""
+    zone = cfg.timezone or getattr(cls, "TIMEZONE", None) or app.settings.timezone
+    jitter = cfg.jitter if cfg.jitter is not None else getattr(cls, "JITTER", None)
+    spread = cfg.spread if cfg.spread is not None else getattr(cls, "SPREAD", False)
+    return zone, check_jitter(jitter or 0), bool(spread)
 
 
 def after_of(app: App) -> dict[str, str]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from datetime import datetime
-from itertools import islice
 
 from flask import Blueprint, abort, redirect, render_template, request, url_for
 from flask_babel import format_percent
@@ -18,11 +16,10 @@ from ..errors import InvalidJob, TaskRefused, TaskRunning
 from ..family.view import Family, read_families
 from ..flow.state import TaskFlow, task_flows
 from ..handler import stage_of
-from ..schedule import entries
 from ..schedule.entries import schedule_tasks
 from ..schedule.manual import new_request_token, run_now
-from ..schedule.slots import current_slot, describe, fires_after, is_cron
-from ..schedule.taskrows import TaskRow, task_rows
+from ..schedule.slots import describe
+from ..schedule.taskrows import TaskRow, next_runs, task_rows
 from ..schedule.tasks import set_enabled
 from ..status import Status
 from . import charts
@@ -39,20 +36,6 @@ def frequency_text(frequency: str | None) -> str:
     words = {"minute": _("every minute"), "hour": _("every hour"), "day": _("every day"),
              "month": _("every month")}
     return words.get(frequency or "", describe(frequency))
-
-
-def next_fires(frequency: str | None, now: datetime, tz: str, n: int = FIRES_SHOWN
-               ) -> list[datetime]:
-    """The next `n` times `frequency` starts a slot after `now` (naive UTC); cron lines are
-    read in zone `tz`, named frequencies in UTC (as the scheduler does)."""
-    if not frequency:
-        return []
-    if is_cron(frequency):
-        return list(islice(fires_after(frequency, now, tz), n))
-    fires = [current_slot(frequency, now, tz).next_at]
-    while len(fires) < n:
-        fires.append(current_slot(frequency, fires[-1], tz).next_at)
-    return fires
 
 
 def _gone(rows: list[TaskRow]) -> set[int]:
@@ -189,15 +172,13 @@ def _task_page(task: str, error: str | None = None, payload_text: str = "", code
         discover = [r["id"] for r in runs if stage_of(r["type"]) == "discover"]
         children = store.views.children_counts(conn, discover)
         families = read_families(conn, [r["id"] for r in runs])
-    zone = app.settings.timezone
-    if _entry_title(task):  # a schedule entry: its own zone (or its handler's)
-        zone = entries.zone_of(app, entries.find(app, task))
     return render_template(
         "task.html", t=row, cls=cls, runs=runs, children=children, families=families,
         other_types=other_types(app, row), error=error,
         payload_text=payload_text, example_payload=example_payload(cls),
-        zone=zone if row.frequency and is_cron(row.frequency) else "UTC",
-        fires=next_fires(row.frequency, page_now(), zone),
+        zone=row.timezone,
+        fires=next_runs(row.task, row.frequency, page_now(), row.timezone, jitter=row.jitter,
+                        spread=row.spread, skipped=row.last_skipped_slot, n=FIRES_SHOWN),
         stats=run_stats(runs, families), chart=duration_chart(runs, families),
         gone=_gone([row]), token=new_request_token(),
         flow=flows_of(app, [row])[row.task],
