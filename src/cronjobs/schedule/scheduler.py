@@ -279,6 +279,17 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
     for task, other in waits.items():
         report.skipped[task] = "after"
         log.debug("task %s waits for task %s's run of the same slot", task, other)
+    rung = _ring(app, due, rows, started, waits, held, after)
+    missed.announce(app, catchups, report.started, rung)
+    return started
+
+
+def _ring(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
+          started: dict[str, int], waits: dict[str, str], held: set[str],
+          after: dict[str, str]) -> set[str]:
+    """After the tick's commit: log each slot started and ring its queue (once per queue;
+    a row moved by JITTER / SPREAD is rung when due; a waiting row is not rung). Returns
+    the queues rung."""
     rung: set[str] = set()
     for info, slot in due:
         job_id = started.get(info.task)
@@ -296,8 +307,7 @@ def _start_all(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict]
         elif queue not in rung and info.task not in held:  # a message rings its queue
             rung.add(queue)
             dispatching.send(app, job_id, queue)
-    missed.announce(app, catchups, report.started, rung)
-    return started
+    return rung
 
 
 def _start_each(app: App, due: list[tuple[TaskInfo, Slot]], rows: dict[str, dict],
@@ -339,7 +349,7 @@ def _slot_row(app: App, info: TaskInfo, slot: Slot) -> dict:
     values = dispatching.build_row(app, info.type, payload,
                                    title=f"{info.task} {slot.key}",
                                    idempotency_key=f"cronjobs:{info.task}:{slot.key}",
-                                   scheduled_at=start if start != slot.at else None)
+                                   scheduled_at=start if info.jitter or info.spread else None)
     # Not checked against now as a caller's expiry is: a tick that comes after the
     # deadline still makes the row, which the sweep then ends `expired` (a skip).
     values["expires_at"] = expires_after(start, info.starting_deadline)
