@@ -48,7 +48,7 @@ def test_the_readme_hint_runs_the_tour_handler_on_a_schedule(tmp_path):
     from cronjobs.testing import drain, make_test_app
 
     readme = (Path(ROOT) / "README.md").read_text()
-    assert 'To run it on a schedule, add `FREQUENCY = "minute"` to the class' in readme
+    assert 'To run it on a schedule, add `FREQUENCY = "minute"`' in readme
     folder = tmp_path / "handlers"
     folder.mkdir()
     line = '    TYPE = "tour.greet.execute"'
