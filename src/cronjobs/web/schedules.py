@@ -78,21 +78,32 @@ def edit(spec: str):
 @bp.post("/schedules/<spec>/<action>")
 def act(spec: str, action: str):
     """`pause`, `resume` or `remove` entry `spec` (`TASK:NAME`); 404 for an unknown entry."""
-    app = cronjobs_app()
     try:
-        if action == "pause":
-            entries.pause(app, spec, by=_by("dashboard"))
-        elif action == "resume":
-            entries.resume(app, spec)
-        elif action == "remove":
-            entries.remove(app, spec)
-        else:
-            raise HandlerNotFound(f"no action {action[:20]!r} (pause, resume or remove)")
+        _apply(spec, action, "dashboard", ("pause", "resume", "remove"))
     except InvalidJob as exc:
         return _refused(exc)
     except HandlerNotFound as exc:
         return _refused(exc, 404)
     return redirect(url_for("schedules.index"), 303)
+
+
+def _apply(spec: str, action: str, where: str, allowed: tuple[str, ...]) -> None:
+    """Do `action` (one of `allowed`: pause, resume, remove) to entry `spec`, a pause
+    recorded as by `where`'s operator.
+
+    Raises:
+        HandlerNotFound: an unknown entry, or an action not in `allowed`.
+        InvalidJob: the entry refuses it (a code entry cannot be removed).
+    """
+    app = cronjobs_app()
+    if action not in allowed:
+        raise HandlerNotFound(f"no action {action[:20]!r} ({', '.join(allowed)})")
+    if action == "pause":
+        entries.pause(app, spec, by=_by(where))
+    elif action == "resume":
+        entries.resume(app, spec)
+    else:
+        entries.remove(app, spec)
 
 
 def _api_error(exc: Exception, code: int):
@@ -131,14 +142,8 @@ def api_add():
 @bp.post("/api/schedules/<spec>/<action>")
 def api_act(spec: str, action: str):
     """`pause` or `resume` entry `spec`: `{"task", "paused"}`; 404 for an unknown one."""
-    app = cronjobs_app()
     try:
-        if action == "pause":
-            entries.pause(app, spec, by=_by("api"))
-        elif action == "resume":
-            entries.resume(app, spec)
-        else:
-            raise HandlerNotFound(f"no action {action[:20]!r} (pause or resume)")
+        _apply(spec, action, "api", ("pause", "resume"))
     except InvalidJob as exc:
         return _api_error(exc, 400)
     except HandlerNotFound as exc:
