@@ -237,7 +237,7 @@ class Executor:
             with self._lock:
                 self._running[job.id] = (job.attempts, terms.lease_seconds)
             self._families.add(job.id, job.root_id or job.id)
-            self.pings.started(job)
+            self.pings.started(job, terms.cls)
         return Prepared(job, terms, instant)
 
     def held_families(self, finishing: set[int]) -> set[int]:

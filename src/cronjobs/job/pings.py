@@ -201,19 +201,23 @@ class PingOut:
         self.sender = sender or PingSender(app.settings.health.ping_timeout_seconds)
         self._urls: dict[str, str | None] = {}  # type -> ping URL (None: no ping)
 
-    def url_of(self, job_type: str) -> str | None:
-        """The ping URL of `job_type`'s task (`ping_url`), looked up once per type."""
+    def url_of(self, job_type: str, cls: type | None = None) -> str | None:
+        """The ping URL of `job_type`'s task (`ping_url`), looked up once per type: from
+        `cls`, its handler class when the caller resolved it already (the claim's terms),
+        else resolved here."""
         try:
             return self._urls[job_type]
         except KeyError:
-            url = ping_url(self.app, self.app.resolve(job_type), task_name(job_type))
+            cls = cls if cls is not None else self.app.resolve(job_type)
+            url = ping_url(self.app, cls, task_name(job_type))
             self._urls[job_type] = url
             return url
 
-    def started(self, job: Job) -> None:
+    def started(self, job: Job, cls: type | None = None) -> None:
         """A claimed row is about to run: `/start?rid=<id>` if it is a scheduled run of a
-        task that pings, waited for up to `START_WAIT_SECONDS`."""
-        url = self.url_of(job.type)
+        task that pings, waited for up to `START_WAIT_SECONDS`. `cls`: the row's handler
+        class when the caller has it (no second resolve)."""
+        url = self.url_of(job.type, cls)
         if url is not None and scheduled(job):
             self.sender.send(f"{url}/start?rid={job.id}", wait_seconds=START_WAIT_SECONDS)
 
