@@ -138,7 +138,8 @@ def test_the_dashboard_in_a_browser(db_url, tmp_path):
             ticked = run_cli(["tick", "--now", (utcnow() + timedelta(minutes=2)).isoformat()],
                              env, cwd=tmp_path)
             assert "skipped test-count: disabled" in ticked.stdout, ticked.stdout + ticked.stderr
-            # that tick also started http-uptime's slot: until its family has finished, Run
+            # serve's scheduler starts http-uptime's slots (this tick does not: outside
+            # serve, with no URL, the task is idle): until a run's family has finished, Run
             # now would ask first (OVERLAP skip); wait for it to end
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:

@@ -113,6 +113,15 @@ def parse_table(out: str) -> tuple[list[str], list[dict]]:
     return names, rows
 
 
+def _with_uptime_url(cli):
+    """`cli` with an uptime URL configured (never fetched: nothing runs the rows), so the
+    built-in `http-uptime` task has work and the scheduler starts it."""
+    def call(*args: str, extra_env: dict | None = None):
+        return cli(*args, extra_env={"CRONJOBS_UPTIME_URLS": "http://127.0.0.1:9/",
+                                     **(extra_env or {})})
+    return call
+
+
 def tick_lines(out: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
     """`started TASK slot S as job N` / `skipped TASK: REASON` lines of `cronjobs tick`."""
     started, skipped = {}, {}
@@ -320,6 +329,7 @@ def test_run_exit_status_1_when_the_job_fails(cli, engine) -> None:
 # -- tick and tasks -------------------------------------------------------------------------
 @BOTH
 def test_tick_starts_each_task_once_per_slot(cli, engine) -> None:
+    cli = _with_uptime_url(cli)  # without one the uptime task is idle (test_uptime_idle)
     started, skipped = tick_lines(ok(cli("tick", "--now", NOW)))
     assert skipped == {"db-backup": "disabled"}  # destructive: ships disabled
     assert {t: s for t, (s, _) in started.items()} == {
@@ -368,6 +378,7 @@ def test_tick_warns_of_a_now_ahead_of_the_clock(cli) -> None:
 
 @BOTH
 def test_tasks_list_disable_enable_and_run(cli, engine) -> None:
+    cli = _with_uptime_url(cli)  # without one the uptime task is idle (test_uptime_idle)
     names, rows = parse_table(ok(cli("tasks")))
     assert names[:5] == ["TASK", "TYPE", "FREQUENCY", "ENABLED", "AVAILABLE"]
     by_task = {r["TASK"]: r for r in rows}

@@ -75,7 +75,7 @@ def test_settings_and_next_fire_times_in_the_schedulers_zone(app):
     assert ('<time datetime="2026-01-06T06:30:00Z" title="2026-01-06 06:30:00 UTC">'
             "2026-01-06 09:30 +03") in fires
     assert "2026-01-10 09:30 +03" in fires
-    health = page(web_client(app), "/tasks/http-uptime")  # named frequencies: UTC minutes
+    health = page(web_client(app), "/tasks/cronjobs-recoverstale")  # named: UTC minutes
     assert "every minute" in health
     assert "2026-01-05 12:31 UTC" in health.split('id="fires"', 1)[1]
     assert "gün" in page(web_client(app), "/tasks/cronjobs-cleanup?lang=tr")  # every day

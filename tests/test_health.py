@@ -108,7 +108,8 @@ def test_overdue_tasks_warn_at_twice_and_fail_at_five_times_their_frequency(make
 
     assert overdue_at(1.5) == {}
     late = overdue_at(3)  # the scheduler stopped: minute tasks are 3 periods behind
-    assert late["overdue:test-count"] == "warn" and late["overdue:http-uptime"] == "warn"
+    assert late["overdue:test-count"] == "warn" and late["overdue:cronjobs-recoverstale"] == "warn"
+    assert "overdue:http-uptime" not in late  # idle (no uptime URL): never started, not late
     assert "overdue:cronjobs-cleanup" not in late  # daily
     late = overdue_at(6)
     assert late["overdue:test-count"] == "fail"

@@ -19,9 +19,9 @@ from cronjobs.store.models import cronjob_queue, cronjob_runtime, cronjob_slot
 from cronjobs.testing import drain
 
 T0 = datetime(2026, 1, 5, 12, 0, 5)
-BUILTIN_TASKS = {"cronjobs-cleanup", "cronjobs-health", "cronjobs-recoverstale", "http-uptime",
-                 "tls-certexpiry"}
+BUILTIN_TASKS = {"cronjobs-cleanup", "cronjobs-health", "cronjobs-recoverstale", "tls-certexpiry"}
 DESTRUCTIVE_BUILTINS = {"db-backup"}  # ship disabled: every tick skips them
+IDLE_BUILTINS = {"http-uptime"}  # no uptime URL configured (and not in serve): idle
 
 
 class UnavailableDiscover(CronJobHandler):
@@ -100,6 +100,8 @@ def test_tick_starts_each_due_task_once_then_already_run(make_app):
     first = tick(T0)
 
     assert {t for t, _, _ in first.started} == BUILTIN_TASKS | {"test-count"}
+    assert first.skipped == {**dict.fromkeys(DESTRUCTIVE_BUILTINS, "disabled"),
+                             **dict.fromkeys(IDLE_BUILTINS, "idle")}
     assert count_started(first) == ["202601051200"]
     [(_, _, job_id)] = [s for s in first.started if s[0] == "test-count"]
     row = queue.get(job_id)
@@ -118,7 +120,8 @@ def test_tick_starts_each_due_task_once_then_already_run(make_app):
     assert second.started == []
     assert second.skipped["test-count"] == "already-run"
     assert second.skipped == {**dict.fromkeys(BUILTIN_TASKS | {"test-count"}, "already-run"),
-                              **dict.fromkeys(DESTRUCTIVE_BUILTINS, "disabled")}
+                              **dict.fromkeys(DESTRUCTIVE_BUILTINS, "disabled"),
+                              **dict.fromkeys(IDLE_BUILTINS, "idle")}
     assert len(count_rows(app)) == 1
     assert slot_keys(app) == ["202601051200"]
 
@@ -298,7 +301,8 @@ def test_losing_the_slot_race_logs_nothing_above_debug(make_app, caplog):
 
     assert report.started == []
     assert report.skipped == {**dict.fromkeys(BUILTIN_TASKS | {"test-count"}, "lost-race"),
-                              **dict.fromkeys(DESTRUCTIVE_BUILTINS, "disabled")}
+                              **dict.fromkeys(DESTRUCTIVE_BUILTINS, "disabled"),
+                              **dict.fromkeys(IDLE_BUILTINS, "idle")}
     assert any("already claimed" in r.getMessage() and r.levelno == logging.DEBUG
                for r in caplog.records)
     assert [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG] == []

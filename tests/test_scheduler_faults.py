@@ -102,7 +102,7 @@ def test_a_tick_with_one_task_whose_limit_key_raises_starts_every_other_slot(
     env = handler_env(db_url, folder, CRONJOBS_LOG_LEVEL="INFO")
     engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
     expected = {"cronjobs.recoverstale.execute", "cronjobs.cleanup.execute",
-                "http.uptime.discover", "test.count.discover"}
+                "test.count.discover"}  # not the uptime task: idle without a URL
     log = tmp_path / "scheduler.log"
 
     def first_tick_done() -> dict | None:
@@ -166,7 +166,8 @@ def test_tick_records_the_failed_slot_once_and_starts_the_others(make_app, caplo
     clock.advance(60)
     later = tick(app=app)
     started = {task for task, _, _ in first.started}
-    assert {"cronjobs-recoverstale", "cronjobs-cleanup", "http-uptime", "test-count"} <= started
+    assert {"cronjobs-recoverstale", "cronjobs-cleanup", "test-count"} <= started
+    assert first.skipped["http-uptime"] == "idle"  # no uptime URL: nothing to do
     assert "test-keyless" not in started
     assert (first.skipped["test-keyless"], first.errors) == ("error", {"test-keyless": KEY_ERROR})
     assert (again.skipped["test-keyless"], again.errors) == ("skipped", {})

@@ -40,6 +40,11 @@ class App:
         pool_size: connections the engine keeps open (default 5, as many again for a
             burst); a worker passes `worker.connections_needed(slots)`. Ignored with
             `engine`.
+
+    Attributes:
+        serve_url: the base URL of the `cronjobs serve` process this App runs in (set by
+            `serve()` before its scheduler starts), None elsewhere; handlers' `idle(app)`
+            read it (the built-in uptime task checks that server's own `/health`).
     """
 
     def __init__(self, settings: Settings | None = None, *, clock: Any = None,
@@ -47,6 +52,7 @@ class App:
                  pool_size: int | None = None) -> None:
         self._settings = settings or Settings.load()
         self.clock = clock or SystemClock()
+        self.serve_url: str | None = None
         self._engine_given = engine is not None
         self._engine = engine or make_engine(self._settings.database_url,
                                              **({"pool_size": pool_size} if pool_size else {}))

@@ -227,6 +227,15 @@ class CronJobHandler:
             period, so many tasks of one frequency do not all start at once; JITTER adds
             to it, the total below the period. False (the default): none.
 
+    Idle: a handler may define a classmethod `idle(cls, app) -> str | None` (`app`: the
+    `cronjobs.app.App` of the scheduler or page asking): a one-line note saying why its
+    task has nothing to do now ("no URLs to check: ..."), or None (the default) when it
+    has work. The scheduler's tick does not start a slot of an idle task (reason `idle`
+    in `TickReport.skipped`, nothing written, logged at DEBUG only); the task list, the
+    task's page and `cronjobs tasks` show the note instead of the next run, and health
+    does not call it overdue. Manual runs (Run now, `cronjobs tasks run`) still run. An
+    `idle` that raises counts as not idle (logged at WARNING).
+
     Family callbacks: a handler whose rows dispatch children may define
     `on_complete(self, family, job)`, `on_success(self, family, job)` and
     `on_failure(self, family, job)`. When the root row has finished and every row under it
@@ -290,6 +299,18 @@ class CronJobHandler:
     def available(cls) -> bool:
         """Return False when a precondition (module installed, credentials) is missing."""
         return True
+
+    @classmethod
+    def idle(cls, app: Any) -> str | None:
+        """Why the task has nothing to do now (one line), or None: it has work.
+
+        Args:
+            app: the `cronjobs.app.App` asking (its settings, `serve_url`).
+
+        Returns:
+            The note shown for the idle task, or None (the default: never idle).
+        """
+        return None
 
     @staticmethod
     def render_summary(result: dict) -> Markup | str:

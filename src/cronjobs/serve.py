@@ -20,7 +20,8 @@ def serve(app: App, host: str, port: int, slots: int = 4, *, shutdown_timeout: f
 
     The worker is given this server's base URL (`JobContext.serve_url`): when no uptime
     URLs or checks are configured, the built-in uptime task checks this server's own
-    `/health`, so a fresh install does real work with no internet. On loopback with no
+    `/health`, so a fresh install does real work with no internet; `app.serve_url` is set to
+    it before the scheduler starts (so that task is not idle). On loopback with no
     `dashboard_token`, a token is generated (kept in the database) and printed. The App's
     settings are never changed: the job processes' settings equal their fork server's, so
     they run jobs with its preloaded App.
@@ -38,6 +39,7 @@ def serve(app: App, host: str, port: int, slots: int = 4, *, shutdown_timeout: f
     server, url, generated = open_server(app, host, port)
     web_thread = threading.Thread(target=server.serve_forever, name="cronjobs-web", daemon=True)
     web_thread.start()
+    app.serve_url = url  # the uptime task is not idle here: it checks this server's /health
     worker = WorkerProcess(app, app.queues(), slots, serve_url=url)
     worker.start()
     scheduler = run_forever(app, background=True)

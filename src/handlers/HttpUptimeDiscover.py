@@ -16,7 +16,9 @@ class HttpUptimeDiscover(CronJobHandler):
     2xx, and `uptime_expect` text when set), then every `[[uptime_checks]]` entry with its
     own `expect_status` / `expect_text`. When neither is configured and the job runs in
     `cronjobs serve`, the server's own `/health` (`context.serve_url`), so a fresh install
-    does real work with no internet. The idempotency key carries the URL and the slot,
+    does real work with no internet. With none of these the task is idle (`idle`): the
+    scheduler starts no slot of it (no row made and deleted every minute); a manual run
+    still runs and ends `cancelled`. The idempotency key carries the URL and the slot,
     so a repeated discover of the same slot adds nothing. Result: `{"dispatched": n,
     "urls": [...], "jobs": [...]}`, or `cancelled` with reason `no-targets` when no URL
     is configured.
@@ -26,6 +28,25 @@ class HttpUptimeDiscover(CronJobHandler):
     FREQUENCY = "minute"
     MAX_ATTEMPTS = 3
     MAX_RUNTIME = 30
+
+    IDLE_NOTE = "no URLs to check: set CRONJOBS_UPTIME_URLS or [[uptime_checks]]"
+
+    @classmethod
+    def idle(cls, app) -> str | None:
+        """`IDLE_NOTE` when there is nothing to check: no `uptime.urls`, no
+        `uptime.checks`, and `app` is not the one `cronjobs serve` runs (`app.serve_url`
+        unset); None otherwise.
+
+        Args:
+            app: the `cronjobs.app.App` asking (its settings and `serve_url`).
+
+        Returns:
+            The note, or None when the task has targets.
+        """
+        uptime = app.settings.uptime
+        if uptime.urls or uptime.checks or getattr(app, "serve_url", None):
+            return None
+        return cls.IDLE_NOTE
 
     def targets(self) -> list[dict]:
         """The execute payloads: `{"url", "expect", "expect_status", "timeout"}` each."""

@@ -300,8 +300,10 @@ ALL = [("database", database), ("broker", broker), ("queues", queues), ("workers
 
 
 def _scheduled(app: App) -> list:
-    """Enabled, available tasks with a frequency."""
-    return [i for i in task_infos(app) if i.frequency and i.enabled and i.available]
+    """Enabled, available tasks with a frequency that are not idle (a handler's `idle`:
+    no slot of it starts, so it is neither overdue nor a measure of the scheduler)."""
+    return [i for i in task_infos(app)
+            if i.frequency and i.enabled and i.available and not i.idle]
 
 
 def _period(frequency: str, now, tz: str) -> float:

@@ -68,7 +68,9 @@ class TickReport:
             `CATCHUP` (`none`: over a minute; `all`: before its window), recorded as
             skipped; `after`: the task runs after another (`AFTER`) whose run of this
             slot has no row yet (checked again by the next ticks until the slot passes:
-            a slot never started is coalesced as a missed one).
+            a slot never started is coalesced as a missed one); `idle`: the handler's
+            `idle(app)` says the task has nothing to do now (`TaskInfo.idle`): no row,
+            no skip record, no runtime write.
         errors: task -> the one-line error of each `error` skip of this tick.
         buffered: the tasks of `skipped` whose `buffered` slot is the one that waits (it
             starts when the previous run's family ends), not one dropped.
@@ -153,6 +155,9 @@ def _skip_reason(app: App, info: TaskInfo, now: datetime,
         return "disabled", None
     if not info.available:
         return "unavailable", None
+    if info.idle:  # nothing to do now (the handler's `idle`): nothing written
+        log.debug("task %s is idle: %s", info.task, info.idle)
+        return "idle", None
     slots = {} if slots is None else slots
     slot = slots.get((info.frequency, info.timezone)) or slots.setdefault(
         (info.frequency, info.timezone), current_slot(info.frequency, now, info.timezone))

@@ -59,6 +59,8 @@ class TaskRow:
         last_slot_skipped: why the task's latest slot started nothing (`running`,
             `paused`, ...), "" when its latest slot ran.
         jitter, spread: the task's JITTER (seconds) and SPREAD.
+        idle: the handler's `idle(app)` note while the task has nothing to do (its slots
+            are not started; `next_run_at` is None), "" when it has work.
     """
 
     task: str
@@ -94,6 +96,7 @@ class TaskRow:
     last_slot_skipped: str = ""
     jitter: float = 0.0
     spread: bool = False
+    idle: str = ""
 
     def as_dict(self) -> dict:
         """The row as a dict (JSON-friendly apart from datetimes)."""
@@ -132,7 +135,8 @@ def task_rows(app: App) -> list[TaskRow]:
         rt = info.runtime
         handler_frequency = info.handler.FREQUENCY
         origin = _frequency_from(app, info)
-        next_run = next_run_at(info, now) if info.enabled and info.available else None
+        next_run = next_run_at(info, now) if info.enabled and info.available \
+            and not info.idle else None
         zone = shown_zone(app, info)
         rows.append(TaskRow(
             task=info.task, type=info.type, types=tuple(registry.task_types(info.task)),
@@ -155,7 +159,8 @@ def task_rows(app: App) -> list[TaskRow]:
             and rt.get("last_status") == Status.WAITING else "",
             last_family=_line(families.get(rt.get("last_job_id"))),
             timezone=zone, next_run_local=local_text(next_run, zone),
-            last_slot_skipped=_last_skip(info), jitter=info.jitter, spread=info.spread))
+            last_slot_skipped=_last_skip(info), jitter=info.jitter, spread=info.spread,
+            idle=info.idle or ""))
     return rows
 
 
@@ -281,7 +286,8 @@ def cli_row(row: TaskRow) -> dict:
             "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
             "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
             "last_status": row.waiting or text(row.last_status), "family": row.last_family,
-            "next_run_at": row.next_run_local.partition(" (")[0],
+            "next_run_at": f"idle: {row.idle}" if row.idle
+            else row.next_run_local.partition(" (")[0],
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),
             "manual_status": text(row.last_manual_status), "after": row.after,

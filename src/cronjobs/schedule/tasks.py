@@ -55,6 +55,8 @@ class TaskInfo:
             rows' `expires_at`); None: no deadline (`schedule.deadline`).
         jitter: JITTER, seconds (0: none): `[tasks.x] jitter`, else the handler's.
         spread: SPREAD: `[tasks.x] spread`, else the handler's.
+        idle: the handler's `idle(app)` note: why the task has nothing to do now (the
+            scheduler does not start its slots), None when it has work (or `idle` raised).
 
     A `SCHEDULES` entry (or one stored at run time) is a task of its own, `<task>:<name>`:
     its frequency is the entry's cron line, its zone the entry's (else the handler's
@@ -75,6 +77,7 @@ class TaskInfo:
     starting_deadline: float | None = None
     jitter: float = 0.0
     spread: bool = False
+    idle: str | None = None
 
 
 def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
@@ -115,7 +118,7 @@ def task_infos(app: App, *, full: bool = True) -> list[TaskInfo]:
         cfg = app.settings.task(task)
         zone, jitter, spread = _timing(app, cfg, cls)
         more = {"external": task in external, "jitter": jitter, "spread": spread,
-                "starting_deadline": _deadline(cls, app, task)}
+                "starting_deadline": _deadline(cls, app, task), "idle": _idle(cls, app)}
         entry = by_task.get(task)
         if entry is not None:  # a SCHEDULES entry (or a stored one): a task of its own
             zone = entry.timezone or getattr(cls, "TIMEZONE", None) or app.settings.timezone
@@ -224,6 +227,20 @@ def _deadline(cls: type, app: App, task: str) -> float | None:
     except ValueError as exc:  # a class changed since registration: no deadline, said
         log.warning("task %s: %s", task, exc)
         return None
+
+
+def _idle(cls: type, app: App) -> str | None:
+    """The handler's `idle(app)` note (one line), None when it has work; an `idle` that
+    raises counts as not idle (said at WARNING), so a broken check never stops a task."""
+    idle = getattr(cls, "idle", None)
+    if idle is None:
+        return None
+    try:
+        note = idle(app)
+    except Exception as exc:
+        log.warning("%s.idle() raised %s: %s", cls.__name__, type(exc).__name__, exc)
+        return None
+    return str(note).strip().splitlines()[0][:300] if note and str(note).strip() else None
 
 
 def _available(cls: type) -> bool:

@@ -177,8 +177,9 @@ def _task_page(task: str, error: str | None = None, payload_text: str = "", code
         other_types=other_types(app, row), error=error,
         payload_text=payload_text, example_payload=example_payload(cls),
         zone=row.timezone,
-        fires=next_runs(row.task, row.frequency, page_now(), row.timezone, jitter=row.jitter,
-                        spread=row.spread, skipped=row.last_skipped_slot, n=FIRES_SHOWN),
+        fires=[] if row.idle else next_runs(  # an idle task starts no slot
+            row.task, row.frequency, page_now(), row.timezone, jitter=row.jitter,
+            spread=row.spread, skipped=row.last_skipped_slot, n=FIRES_SHOWN),
         stats=run_stats(runs, families), chart=duration_chart(runs, families),
         gone=_gone([row]), token=new_request_token(),
         flow=flows_of(app, [row])[row.task],
