@@ -26,7 +26,8 @@ pytestmark = pytest.mark.core  # the core subset (make test-core)
 DIALECTS = ["mysql", "postgresql", "sqlite"]
 SQLA = {"mysql": mysql.dialect(), "postgresql": postgresql.dialect(), "sqlite": sqlite.dialect()}
 SRC = Path(__file__).resolve().parents[1] / "src" / "cronjobs"
-DUE = "status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {})"
+DUE = ("status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {0}) "
+       "AND (expires_at IS NULL OR expires_at > {0})")
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -114,7 +115,7 @@ def test_outcomes_and_renewals_are_fenced_by_status_and_attempt(dialect):
 def test_the_core_due_condition_is_the_driver_sqls(dialect):
     compiled = str(select(q.c.id).where(due(datetime(2026, 1, 1))).compile(
         dialect=SQLA[dialect]))
-    placeholder = re.search(r"scheduled_at <= (.+?)\)\)", compiled).group(1)
+    placeholder = re.search(r"scheduled_at <= (.+?)\) AND \(expires_at", compiled).group(1)
     assert f"({due_sql(dialect).replace(ph(dialect, 'now'), placeholder)})" in compiled
 
 

@@ -114,7 +114,8 @@ def test_the_pages_the_api_and_cronjobs_tasks_show_the_note(make_app, db_url):
     rows = {r.task: r for r in task_rows(app)}
     uptime = rows["http-uptime"]
     assert (uptime.idle, uptime.next_run_at) == (NOTE, None)
-    assert cli_row(uptime)["next_run_at"] == f"idle: {NOTE}"
+    shown = cli_row(uptime)
+    assert (shown["next_run_at"], shown["available"]) == ("idle", f"idle: {NOTE}")
     assert rows["test-count"].idle == "" and rows["test-count"].next_run_at is not None
 
     client = web_client(app)

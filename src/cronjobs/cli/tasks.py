@@ -89,7 +89,8 @@ def tasks(ctx: click.Context, as_json: bool, wide: bool) -> None:
     pauses that hold it (`cronjobs pause`). FAMILY is the last scheduled run's family:
     "200 children: 176 ok, 24 failed (13 timeouts) — 9.2 s — callback completed".
     NEXT_RUN_AT is the next run that will start (never in the past; with the task's
-    SPREAD/JITTER offset) as wall time in the task's zone, named by ZONE. On a
+    SPREAD/JITTER offset) as wall time in the task's zone, named by ZONE; `idle` for a
+    task with nothing to do now (AVAILABLE says why: `idle: no URLs to check ...`). On a
     terminal the table fits its width (--wide: every column)."""
     if ctx.invoked_subcommand is None:
         from ..schedule.taskrows import cli_row, task_rows  # lazy: CLI start-up time

@@ -283,11 +283,11 @@ def cli_row(row: TaskRow) -> dict:
     if row.frequency_from in ("settings", "database"):
         frequency += "*"
     return {"task": row.task, "type": row.type, "frequency": frequency, "enabled": str(row.enabled),
-            "available": "True" if row.available else NOT_INSTALLED, "source": row.source,
+            "available": f"idle: {row.idle}" if row.idle  # the why, where it may be long
+            else "True" if row.available else NOT_INSTALLED, "source": row.source,
             "last_run_at": text(row.last_run_at), "last_job": text(row.last_job_id),
             "last_status": row.waiting or text(row.last_status), "family": row.last_family,
-            "next_run_at": f"idle: {row.idle}" if row.idle
-            else row.next_run_local.partition(" (")[0],
+            "next_run_at": "idle" if row.idle else row.next_run_local.partition(" (")[0],
             "last_manual_at": text(row.last_manual_at),
             "manual_job": text(row.last_manual_job_id),
             "manual_status": text(row.last_manual_status), "after": row.after,
