@@ -39,10 +39,10 @@ from .models import UtcDateTime
 
 # The due condition on `cronjob_queue` (`{now}`: the placeholder of the claiming instant).
 # A row past its `expires_at` is never due: the sweep ends it `expired` (`store.expiry`).
-_DUE = ("status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {now}) "
-        "AND (expires_at IS NULL OR expires_at > {now})")
 # The claim by id (an operator's "run it now", due or not) still refuses an expired row.
 _NOT_EXPIRED = "(expires_at IS NULL OR expires_at > {now})"
+_DUE = ("status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= {now}) AND "
+        + _NOT_EXPIRED)
 
 
 def name(conn: Connection) -> str:
