@@ -12,7 +12,6 @@ import logging
 import os
 from collections.abc import Mapping
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     BaseModel,
@@ -26,6 +25,7 @@ from pydantic import (
 
 from ..errors import ConfigError, InvalidJob
 from ..limits import check_queue
+from ..schedule.slots import check_zone
 from .sections import (
     SECTIONS,
     AlertSettings,
@@ -227,10 +227,9 @@ class Settings(BaseModel):
     @classmethod
     def _check_timezone(cls, value: str) -> str:
         try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
+            return check_zone(value)
+        except ValueError as exc:
             raise ValueError(f"unknown time zone {value!r}") from exc
-        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -10,8 +10,8 @@ from ..flow.rules import check_concurrency, parse_rate
 from ..schedule.catchup import check_max, check_mode
 from ..schedule.deadline import check_starting_deadline
 from ..schedule.expect import check_auto_pause, parse_expect
-from ..schedule.jitter import check_jitter, check_zone
-from ..schedule.slots import check_frequency
+from ..schedule.jitter import check_jitter
+from ..schedule.slots import check_frequency, check_zone
 from .urls import check_http_url
 
 

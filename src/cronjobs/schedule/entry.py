@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .. import limits
 from ..errors import InvalidJob
 from ..handler import task_name
-from .slots import check_frequency
+from .slots import check_frequency, check_zone
 
 NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 SEPARATOR = ":"
@@ -93,10 +92,8 @@ def check_entry(name: object, cron: object, timezone: object = None,
         raise InvalidJob(f"schedule {name}: cron: {exc}".replace("FREQUENCY ", "")) from None
     if timezone is not None:
         try:
-            if not isinstance(timezone, str) or not timezone:
-                raise ValueError
-            ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
+            check_zone(timezone)
+        except ValueError:
             raise InvalidJob(f"schedule {name}: unknown time zone {timezone!r:.80}") from None
     if payload is None:
         return {}

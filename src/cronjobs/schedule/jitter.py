@@ -19,32 +19,9 @@ offset and is claimable only then.
 from __future__ import annotations
 
 import hashlib
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..durations import seconds
-
-
-def check_zone(value: object, name: str = "TIMEZONE") -> str:
-    """An IANA time zone name, checked.
-
-    Args:
-        value: the zone (`"Europe/Istanbul"`).
-        name: what the value is, for the error (`TIMEZONE`, `[tasks.x] timezone`).
-
-    Returns:
-        `value` unchanged.
-
-    Raises:
-        ValueError: one line naming `name` and the value: not text or no such zone.
-    """
-    if isinstance(value, str) and value and "\x00" not in value:
-        try:
-            ZoneInfo(value)
-            return value
-        except (ZoneInfoNotFoundError, ValueError):
-            pass
-    raise ValueError(f"{name} {value!r:.60} is not a known IANA time zone (such as "
-                     f"'Europe/Istanbul' or 'UTC')")
+from .slots import check_zone
 
 
 def check_jitter(value: object, name: str = "JITTER") -> float:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
@@ -85,6 +85,29 @@ def check_frequency(frequency: str) -> None:
         CronSim(frequency, datetime(2000, 1, 1))
     except CronSimError as exc:
         raise ValueError(f"FREQUENCY {frequency!r} is not a valid cron expression: {exc}") from None
+
+
+def check_zone(value: object, name: str = "TIMEZONE") -> str:
+    """An IANA time zone name, checked.
+
+    Args:
+        value: the zone (`"Europe/Istanbul"`).
+        name: what the value is, for the error (`TIMEZONE`, `[tasks.x] timezone`).
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ValueError: one line naming `name` and the value: not text or no such zone.
+    """
+    if isinstance(value, str) and value and "\x00" not in value:
+        try:
+            ZoneInfo(value)
+            return value
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    raise ValueError(f"{name} {value!r:.60} is not a known IANA time zone (such as "
+                     f"'Europe/Istanbul' or 'UTC')")
 
 
 def is_cron(frequency: str) -> bool:
