@@ -306,3 +306,32 @@ def test_the_readme_tour_handler_runs_on_a_schedule_as_written(make_app):
         done = conn.execute(sa.select(cronjob_queue.c.status, cronjob_queue.c.result_payload)
                             .where(cronjob_queue.c.title.startswith("tour-greet:ada "))).one()
     assert done.status == "completed" and "Hello, Ada!" in done.result_payload
+
+
+def test_deep_huge_and_non_utf8_payloads_are_refused_in_one_line_and_nothing_is_stored(make_app):
+    from cronjobs import limits
+    from dashboard_helpers import BEARER, TOKEN, web_client
+
+    app, _ = setup(make_app, dashboard_token=TOKEN)
+    deep = "[" * 5000 + "]" * 5000
+    huge = json.dumps({"a": "x" * (limits.PAYLOAD_MAX_BYTES + 1)})
+    for payload, message in [(deep, "nested more than"), ('{"a": ' + deep + "}",
+                                                           "nested more than"),
+                             (huge, "bytes of JSON; the limit is")]:
+        out = cli("schedules", "add", "sx-report", "x", "--cron", "@daily", "--payload", payload)
+        assert out.exit_code == 2 and message in out.output, out.output[:300]
+        assert len(out.output.strip().splitlines()) == 1
+    client = web_client(app)
+    for body, code in [('{"task": "sx-report", "name": "x", "cron": "@daily", "payload": {"a": '
+                        + deep + "}}", 400),  # the entry's own depth check: one line
+                       (json.dumps({"task": "sx-report", "name": "x", "cron": "@daily",
+                                    "payload": json.loads(huge)}), 413)]:  # the body's bound
+        answer = client.post("/api/schedules", headers={**BEARER, "Content-Type":
+                                                        "application/json"}, data=body)
+        assert answer.status_code == code, (answer.status_code, answer.get_data()[:200])
+        assert "\n" not in answer.get_json()["error"]
+    assert [e.source for e in entries.entries(app)] == ["code", "code"]
+    # text that is not UTF-8 (a lone surrogate, as a shell's bytes arrive): stored escaped,
+    # as a dispatched row's payload is, and the entry's run gets it back as it came
+    made = entries.add(app, "sx-report", "raw", "@daily", payload={"a": "\udcff"})
+    assert entries.find(app, "sx-report:raw").payload == made.payload == {"a": "\udcff"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from .. import limits
 from ..errors import InvalidJob
 from .base import Group, _app, _dump, _table, main
 from .flow import _by
@@ -23,6 +24,9 @@ def _payload(text: str | None) -> dict | None:
         value = json.loads(text)
     except ValueError as exc:
         raise InvalidJob(f"--payload is not valid JSON: {exc} (got {text[:60]!r})") from None
+    except RecursionError:
+        raise InvalidJob(f"--payload is nested more than {limits.JSON_MAX_DEPTH} levels deep; "
+                         f"the limit is {limits.JSON_MAX_DEPTH}") from None
     if not isinstance(value, dict):
         raise InvalidJob(f'--payload must be a JSON object ({{"key": "value"}}), got '
                          f"{text[:60]!r}")

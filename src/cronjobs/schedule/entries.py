@@ -16,7 +16,14 @@ from .. import store
 from ..app import App
 from ..errors import HandlerNotFound, InvalidJob
 from ..store.db import run_in_transaction
-from .entry import Entry, check_entry, check_schedules, entry_task, split_task
+from .entry import (
+    Entry,
+    check_entry,
+    check_schedules,
+    entry_task,
+    payload_text,
+    split_task,
+)
 from .slots import current_slot
 
 SOURCES = ("code", "database")
@@ -115,7 +122,7 @@ def add(app: App, task: str, name: str, cron: str, *, timezone: str | None = Non
     if any(e.task == task and e.name == name for e in code_entries(app)):
         raise InvalidJob(f"schedule {entry_task(task, name)!r} is an entry of the handler's "
                          f"SCHEDULES (code); pick another name")
-    text = json.dumps(payload, ensure_ascii=False, sort_keys=True)
+    text = payload_text(payload)
     by = by[:64] if by else None
     made = run_in_transaction(app.engine, lambda c: store.schedules.add_schedule(
         c, task=task, name=name, cron=cron, timezone=timezone, payload=text, created_by=by,
@@ -136,7 +143,7 @@ def update(app: App, spec: str, cron: str, *, timezone: str | None = None,
     """
     entry = _stored(app, spec, "edited")
     payload = _check(app, entry.task, entry.name, cron, timezone, payload)
-    text = json.dumps(payload, ensure_ascii=False, sort_keys=True)
+    text = payload_text(payload)
     run_in_transaction(app.engine, lambda c: store.schedules.update_schedule(
         c, entry.task, entry.name, cron=cron, timezone=timezone, payload=text,
         now=app.clock.now()))

@@ -100,12 +100,24 @@ def check_entry(name: object, cron: object, timezone: object = None,
     if not isinstance(payload, dict):
         raise InvalidJob(f"schedule {name}: payload must be a JSON object (dict), got "
                          f"{type(payload).__name__}: {payload!r:.80}")
+    # as a dispatched row's payload is checked (`job.rows`): depth, JSON, size
+    limits.check_json_depth(payload, f"schedule {name}: payload")
     try:
-        text = json.dumps(payload, ensure_ascii=False)
+        text = payload_text(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"schedule {name}: payload is not JSON-serialisable: {exc}") from None
     limits.check_json_size(text, f"schedule {name}: payload", PAYLOAD_MAX_BYTES)
     return payload
+
+
+def payload_text(payload: dict) -> str:
+    """An entry's payload as stored (`cronjob_schedule.payload`) and checked for size: JSON
+    as a dispatched row's payload is written (ASCII, sorted keys; a lone surrogate escaped).
+
+    Raises:
+        TypeError, ValueError: `payload` is not JSON-serialisable (NaN included).
+    """
+    return json.dumps(payload, allow_nan=False, sort_keys=True)
 
 
 def check_schedules(cls: type) -> list[Entry]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, redirect, render_template, request, url_for
 from flask_babel import gettext as _
 
+from .. import limits
 from ..errors import HandlerNotFound, InvalidJob
 from ..schedule import entries
 from .family import json_value
@@ -121,7 +122,11 @@ def api_list():
 def api_add():
     """Add an entry from a JSON body `{"task", "name", "cron", "timezone"?, "payload"?}`:
     201 with the entry; 400 naming the bad field and value (nothing stored)."""
-    body = request.get_json(silent=True)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than the parser goes: not a body we take
+        return _api_error(InvalidJob(f"the body is nested more than {limits.JSON_MAX_DEPTH} "
+                                     f"levels deep; the limit is {limits.JSON_MAX_DEPTH}"), 400)
     if not isinstance(body, dict):
         return _api_error(InvalidJob("the body must be a JSON object with task, name and "
                                      "cron"), 400)
