@@ -1,5 +1,5 @@
 """Flow control on the database's clock, with real `cronjobs worker` processes whose clocks
-are off (Debian's `faketime`), on MariaDB and PostgreSQL (Redis broker).
+are off (a preloaded wall-clock shift), on MariaDB and PostgreSQL (Redis broker).
 
 One normal worker and four skewed ones (-60 s, -10 s, +10 s, +60 s) run together:
 - a 20 s FloodWait met by a skewed worker, and one met by the normal worker, holds its
@@ -13,12 +13,14 @@ One normal worker and four skewed ones (-60 s, -10 s, +10 s, +60 s) run together
 The offsets run at the same time, so the test lasts about as long as the pause.
 
 The workers' wall clocks are off and their monotonic clocks are not (as on a host whose
-clock is wrong; see `SKEW_ENV`). Under libfaketime 0.9.10 Python's `time.sleep` then fails
-(EINVAL), so a skewed worker's Dramatiq consumer thread dies at its first idle back-off:
-the skewed workers take part through their claim loop — every queue is rung at start and
-a queue whose rows are held stays rung — which is why every hold exists before they start.
-Without the database's clock the test fails (blocks written by the normal worker are
-pruned by the one 60 s ahead, those written 60 s behind end at once, ...).
+clock is wrong): `tests/clockshift/clockshift.c`, preloaded, moves the wall clock only.
+(Debian's libfaketime cannot do that for Python: with its monotonic clock left alone,
+`time.sleep` fails with EINVAL — a worker's consumer thread died at its first back-off and
+its claim loop at its first retried deadlock — and with it faked, every timed wait blocks
+for years.) Every hold exists before the workers start: each rings its queues at start and
+a queue whose rows are held stays rung. Without the database's clock the test fails
+(blocks written by the normal worker are pruned by the one 60 s ahead, those written 60 s
+behind end at once, ...).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -49,8 +51,8 @@ pytestmark = [pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indi
               pytest.mark.slow]
 
 FLOW_HANDLERS = str(Path(__file__).parent / "flow_handlers")
+CLOCKSHIFT = Path(__file__).parent / "clockshift" / "clockshift.c"
 ENV = {"CRONJOBS_HANDLER_PATHS": FLOW_HANDLERS, "CRONJOBS_LEASE_GRACE_SECONDS": "2"}
-FAKETIME = "/usr/bin/faketime"
 FLOOD, RATED, KEYONLY = "flow.flood.execute", "flow.rated.execute", "flow.keyonly.execute"
 OFFSETS = {"m60": -60, "m10": -10, "p10": 10, "p60": 60}  # role -> seconds off
 BLOCK_SECONDS, PAUSE_SECONDS, RATED_ROWS = 20, 30, 40
@@ -63,40 +65,43 @@ def app(make_app):
     return make_app(handler_paths=(FLOW_HANDLERS,), lease_grace_seconds=2)
 
 
-def faketime(seconds: int) -> list[str]:
-    """The command prefix that runs a process `seconds` off the real clock."""
-    return [FAKETIME, "-f", f"{seconds:+d}s"] if seconds else []
+@pytest.fixture(scope="module")
+def shift(tmp_path_factory) -> Callable[[int], dict[str, str]]:
+    """`shift(seconds)`: the environment that runs a process `seconds` off the real wall
+    clock (its monotonic clock untouched), built once per module with the system's C
+    compiler."""
+    lib = tmp_path_factory.mktemp("clockshift") / "clockshift.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(CLOCKSHIFT), "-ldl"],
+                   check=True, capture_output=True, timeout=60)
 
+    def env(seconds: int) -> dict[str, str]:
+        return {"LD_PRELOAD": str(lib), "CLOCKSHIFT_SECONDS": str(seconds)} if seconds else {}
 
-# The wall clock is off, the monotonic clock is not (as on a host whose clock is wrong):
-# with a faked monotonic clock libfaketime 0.9.10 hands Python a monotonic time near the
-# epoch time, and every timed wait (an Event's, a queue's) would block for years.
-SKEW_ENV = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    shown = subprocess.run([sys.executable, "-c", "import time; t = time.monotonic(); "
+                            "time.sleep(0.01); print(time.time())"], env={**os.environ, **env(60)},
+                           check=True, capture_output=True, text=True, timeout=60).stdout
+    assert 59 < float(shown) - time.time() < 61, "the shift is not in effect"
+    return env
 
 
 @contextmanager
-def skewed_worker(db_url: str, namespace: str, log: Path, role: str, seconds: int,
+def skewed_worker(db_url: str, namespace: str, log: Path, role: str, skew: dict[str, str],
                   pids: dict[int, str]) -> Iterator[subprocess.Popen]:
-    """A `cronjobs worker` for the shared queues and `m_<role>` (its own), `seconds` off
-    the real clock; SIGTERM to the worker itself on exit (faketime passes its status on),
-    which must exit 0. `pids[worker's pid] = role` once it stops."""
-    cmd = [*faketime(seconds), sys.executable, "-m", "cronjobs", "worker", "--slots", "4",
+    """A `cronjobs worker` for the shared queues and `m_<role>` (its own), its wall clock
+    shifted by `skew` (`shift(seconds)`); SIGTERM on exit, which must exit 0.
+    `pids[worker's pid] = role` once it stops."""
+    cmd = [sys.executable, "-m", "cronjobs", "worker", "--slots", "4",
            "--queues", ",".join([*SHARED, f"m_{role}"])]
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, env=cli_env(db_url, namespace, broker_url=REDIS, **ENV,
-                                                 **SKEW_ENV),
+                                                 **skew),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc
     finally:
-        child = proc.pid
-        if seconds:  # faketime runs the worker as its child
-            kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-            found = kids.read_text().split() if kids.exists() else []
-            child = int(found[0]) if found else proc.pid
-        pids[child] = role
+        pids[proc.pid] = role
         if proc.poll() is None:
-            os.kill(child, signal.SIGTERM)
+            os.kill(proc.pid, signal.SIGTERM)
         try:
             code = proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -119,7 +124,8 @@ def busiest_second(times: list[datetime]) -> int:
                 for i, s in enumerate(times)), default=0)
 
 
-def test_blocks_pauses_and_rates_hold_on_the_database_clock(app, db_url, namespace, tmp_path):
+def test_blocks_pauses_and_rates_hold_on_the_database_clock(app, db_url, namespace, tmp_path,
+                                                            shift):
     offset = timedelta(seconds=db_time(app))
     log = tmp_path / "workers.log"
     env = cli_env(db_url, namespace, **ENV)
@@ -134,10 +140,10 @@ def test_blocks_pauses_and_rates_hold_on_the_database_clock(app, db_url, namespa
     pauses = {}
     for name in PAUSED:  # typed on the host of `role`
         role = name.removeprefix("pq_")
-        made = subprocess.run([*faketime(OFFSETS.get(role, 0)), sys.executable, "-m",
-                               "cronjobs", "pause", "--queue", name, "--for",
-                               f"{PAUSE_SECONDS}s"], env=env, capture_output=True, text=True,
-                              timeout=60)
+        made = subprocess.run([sys.executable, "-m", "cronjobs", "pause", "--queue", name,
+                               "--for", f"{PAUSE_SECONDS}s"],
+                              env={**env, **shift(OFFSETS.get(role, 0))}, capture_output=True,
+                              text=True, timeout=60)
         assert made.returncode == 0 and "until" in made.stdout, made.stderr
         with app.engine.connect() as conn:
             created, until = conn.execute(sa.select(p.c.created_at, p.c.until_at).where(
@@ -153,7 +159,8 @@ def test_blocks_pauses_and_rates_hold_on_the_database_clock(app, db_url, namespa
         stack.callback(starts.stop)
         pids: dict[int, str] = {}
         for role, seconds in {**OFFSETS, "n": 0}.items():
-            stack.enter_context(skewed_worker(db_url, namespace, log, role, seconds, pids))
+            stack.enter_context(skewed_worker(db_url, namespace, log, role, shift(seconds),
+                                              pids))
         blocks = _wait_for_blocks(app, set(floods), log)
         nexts = {key: queue.dispatch(FLOOD, {"chat": key}, queue="skew") for key in floods}
         seen = _watch(app, [*floods.values(), *nexts.values(),

@@ -141,14 +141,26 @@ def test_no_resource_tracker_runs_for_the_children_their_fork_servers_or_job_pro
     # retired, or their job processes.
     app = make_app(broker_url=REDIS)
     log = tmp_path / "worker.log"
+    # The first rows wait before the worker starts, so its children claim them at once:
+    # a forked fork server with no job process for the test's 1 s retires, and on a loaded
+    # machine the rows dispatched after the children were seen came later than that.
+    queue.dispatch_many([{"type": RECORD, "payload": {}}] * 8, app=app)
+    completed = all_completed(app, 8)
     with running(db_url, namespace, log, ("--processes", "2", "--slots", "2"),
                  CRONJOBS_JOB_PROCESS_IDLE_SECONDS="1") as proc:
-        kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
-                        "two children", proc, log)
         # Listed while the rows run (after each look at them: a process whose row is done
         # is idle < 1 s), not after: one idle for the test's 1 s may have ended by then.
         seen: dict[int, str] = {}
-        used = _run_rows(app, proc, log, 0, 8, watch=lambda: _job_processes(kids, seen))
+
+        def done() -> bool:
+            finished = completed()
+            _job_processes(children(proc), seen)
+            return finished
+
+        wait_for(done, 60, "the 8 rows waiting at start", proc, log)
+        used = {row["pid"] for row in effect_rows(app, "record")}
+        kids = wait_for(lambda: len(children(proc)) == 2 and children(proc), 30,
+                        "two children", proc, log)
         assert used <= set(seen), (used, seen)
         assert {seen[pid] for pid in used} == {"forked"}
         assert _trackers(proc.pid) == []
