@@ -43,6 +43,8 @@ def post(client, body, path: str = "/api/jobs", headers: dict | None = None):
 def test_one_job_every_answer(make_app):
     app = make_app(dashboard_token=TOKEN)
     client = web_client(app)
+    rung: list[int] = []
+    app.broker.listen(lambda job_id, queue, delay: rung.append(job_id))
     made = post(client, {"type": TYPE, "payload": {"tag": "a"}, "key": "k1", "priority": 3,
                          "at": "2030-01-02T03:04:05+02:00", "title": "first",
                          "max_attempts": 4})
@@ -70,6 +72,7 @@ def test_one_job_every_answer(make_app):
     after = post(client, {"type": TYPE, "depends_on": [job_id]})
     assert after.status_code == 201 and row(app, after.get_json()["id"])["status"] == "waiting"
     assert count(app) == 3
+    assert rung == [job_id, child.get_json()["id"]]  # new pending rows only, once each
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
@@ -137,6 +140,8 @@ def test_batch_in_order_and_all_or_nothing(make_app):
     assert [json.loads(row(app, a["id"])["payload"])["n"] for a in answer] == list(range(5))
     assert post(client, {"jobs": jobs[:1]}, path).status_code == 200  # none created
     before = count(app)
+    rung: list[int] = []
+    app.broker.listen(lambda job_id, queue, delay: rung.append(job_id))
     bad_rows = {2: {"type": "test.recod.execute"}, 3: {"type": TYPE, "parent": 10**9},
                 1: {"type": TYPE, "key": "held", "payload": {"n": 9}}}
     for index, bad in bad_rows.items():
@@ -150,11 +155,12 @@ def test_batch_in_order_and_all_or_nothing(make_app):
     assert post(client, {"jobs": [{"type": TYPE}], "x": 1}, path).status_code == 422
     assert post(client, {"jobs": [{"type": TYPE}]}, path,
                 {**AUTH, "Idempotency-Key": "k"}).status_code == 400
-    assert count(app) == before
+    assert count(app) == before and rung == []  # nothing written, nothing sent
     thousand = post(client, {"jobs": [{"type": TYPE, "payload": {"i": i}} for i in range(1_000)]},
                     path)
     assert thousand.status_code == 201 and len(thousand.get_json()["jobs"]) == 1_000
     assert count(app) == before + 1_000
+    assert set(rung) <= {a["id"] for a in thousand.get_json()["jobs"]} and rung
 
 
 @pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
@@ -181,3 +187,17 @@ def test_twenty_clients_one_key_one_row(db_url, namespace, tmp_path, make_app):
     ids = {body["id"] for _, body in answers}
     app = make_app()
     assert len(ids) == 1 and count(app) == 1 and count(app, idempotency_key="race") == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_openapi_documents_both_routes(make_app):
+    from cronjobs.web import dispatchapi
+
+    web = web_client(make_app(dashboard_token=TOKEN)).application
+    rules = {(r.rule, m.lower()) for r in web.url_map.iter_rules()
+             if r.endpoint.startswith("dispatchapi.") for m in r.methods - {"OPTIONS"}}
+    documented = {(path, method) for path, ops in dispatchapi.OPENAPI.items() for method in ops}
+    assert rules == documented == {("/api/jobs", "post"), ("/api/jobs:batch", "post")}
+    for ops in dispatchapi.OPENAPI.values():
+        assert {"201", "409", "422"} <= set(ops["post"]["responses"])
+        assert all(r["description"] for r in ops["post"]["responses"].values())
