@@ -100,6 +100,7 @@ def _install(web: Flask, app: App) -> None:
     from . import (
         api,
         auth,
+        dispatchapi,
         failed,
         family,
         fields,
@@ -124,5 +125,6 @@ def _install(web: Flask, app: App) -> None:
     for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
                       operations.bp, api.bp, live.bp, flow.bp, family.bp, schedules.bp):
         web.register_blueprint(blueprint)
+    web.register_blueprint(dispatchapi.bp)  # POST /api/jobs, /api/jobs:batch
     health.install(web)
     auth.install(web)

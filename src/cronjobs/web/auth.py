@@ -32,6 +32,7 @@ from flask import (
 from flask_wtf.csrf import CSRFError
 
 from .. import limits
+from . import dispatchapi
 from .view import cronjobs_app
 
 bp = Blueprint("auth", __name__)
@@ -39,6 +40,9 @@ PUBLIC = {"auth.login", "static", "health.report", "health.live", "health.ready"
 # Forms that may carry more than the dashboard's 64 KB: Run now with a payload (a JSON
 # payload of up to PAYLOAD_MAX_BYTES, percent-encoded: up to 3 bytes per byte).
 LARGE_FORMS = {"tasks.run": 3 * limits.PAYLOAD_MAX_BYTES + 64 * 1024}
+# Jobs started over HTTP: a JSON job with a payload of up to PAYLOAD_MAX_BYTES, a batch.
+LARGE_FORMS.update({"dispatchapi.create_job": dispatchapi.ONE_MAX_BYTES,
+                    "dispatchapi.create_jobs": dispatchapi.BATCH_MAX_BYTES})
 
 
 def _fingerprint(token: str) -> str:

@@ -1,0 +1,283 @@
+"""Start jobs over HTTP: `POST /api/jobs` (one) and `POST /api/jobs:batch` (up to 1,000,
+all or nothing).
+
+A body is a JSON object whose fields (`FIELDS`, the one table of them) are the keyword
+arguments of `queue.dispatch` under the names of `cronjobs dispatch --stdin`'s lines. Rows
+are written by `queue.submit` (one row; its idempotency-key rules, the broker message after
+the commit); a batch by `queue.submit` per row in one Session, whose commit sends the
+messages and whose rollback (any bad row) leaves nothing. Answers are JSON: `{"error"}`
+with one line for a refusal.
+
+Sizes: a body may be `ONE_MAX_BYTES` (`/api/jobs`) or `BATCH_MAX_BYTES` (a batch) once
+the token is checked (`auth.LARGE_FORMS`); a request without it gets the dashboard's 64 KB.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from datetime import datetime
+
+from flask import Blueprint, request
+from sqlalchemy.orm import Session
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from .. import limits, queue, store
+from ..clock import as_utc
+from ..errors import InvalidJob
+from .scopes import requires
+from .view import cronjobs_app
+
+bp = Blueprint("dispatchapi", __name__)
+
+BATCH_MAX_ROWS = 1_000
+ONE_MAX_BYTES = limits.STDIN_LINE_MAX_BYTES  # a payload of PAYLOAD_MAX_BYTES, escaped
+BATCH_MAX_BYTES = 16_000_000  # 1,000 rows of 16 KB, or fewer larger ones
+# A body's field -> the keyword of `queue.submit` (callback_url: add it here).
+FIELDS = {"type": "type", "payload": "payload", "key": "idempotency_key",
+          "priority": "priority", "at": "scheduled_at", "title": "title",
+          "parent": "parent_id", "depends_on": "depends_on", "max_attempts": "max_attempts",
+          "allow_failed": "allow_failed", "expires_at": "expires_at",
+          "expires_in": "expires_in"}
+TIMES = ("at", "expires_at")
+HEADER = "Idempotency-Key"
+
+
+class Refused(Exception):
+    """A request answered with `status` and the JSON `{"error": message, **extra}`."""
+
+    def __init__(self, status: int, message: str, **extra: object) -> None:
+        super().__init__(message)
+        self.status, self.extra = status, extra
+
+    def answer(self) -> tuple[dict, int]:
+        """The Flask response value."""
+        return {"error": str(self), **self.extra}, self.status
+
+
+def read_body(max_bytes: int) -> object:
+    """The request's JSON body, decoded.
+
+    Args:
+        max_bytes: the largest body taken, in bytes (the route's limit).
+
+    Raises:
+        Refused: 415 not `application/json`; 413 over `max_bytes`; 400 not UTF-8 or not
+            JSON; 422 nested deeper than the parser goes.
+    """
+    if request.mimetype != "application/json":
+        raise Refused(415, f"send the body as Content-Type: application/json, "
+                           f"got {request.mimetype or 'none'!r:.60}")
+    try:
+        data = request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        raise Refused(413, f"the body is {request.content_length or 'over'} bytes; the limit "
+                           f"is {max_bytes:,} bytes") from None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise Refused(400, f"the body is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise Refused(400, f"the body is not valid JSON ({exc.msg} at line {exc.lineno} "
+                           f"column {exc.colno})") from None
+    except RecursionError:
+        raise Refused(422, f"the body is nested more than {limits.JSON_MAX_DEPTH} levels deep "
+                           f"(objects and arrays inside each other); the limit is "
+                           f"{limits.JSON_MAX_DEPTH}") from None
+
+
+def parse_job(data: object, where: str = "") -> dict:
+    """One job of a body as the keyword arguments of `queue.submit`.
+
+    Args:
+        data: the decoded JSON object: `type` (required) and the other `FIELDS`; `at`
+            and `expires_at` ISO 8601 (UTC if naive, `Z` allowed).
+        where: the prefix of an error (`"jobs[3]: "` in a batch).
+
+    Raises:
+        Refused: 422 naming the problem: not an object, an unknown field (with a "did
+            you mean"), no type, a bad time.
+    """
+    if not isinstance(data, dict):
+        raise Refused(422, f'{where}a job must be a JSON object like {{"type": "a.b.execute", '
+                           f'"payload": {{}}}}, got {type(data).__name__}')
+    for name in data:
+        if name not in FIELDS:
+            close = difflib.get_close_matches(name, FIELDS, 1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise Refused(422, f"{where}unknown field {name[:60]!r}{hint}; the fields are "
+                               f"{', '.join(FIELDS)}")
+    if "type" not in data:
+        raise Refused(422, f'{where}no "type" (the job type, e.g. "a.b.execute")')
+    job = {FIELDS[name]: value for name, value in data.items()}
+    for name in TIMES:
+        if data.get(name) is not None:
+            job[FIELDS[name]] = _time(data[name], f"{where}{name}")
+    return job
+
+
+def _time(value: object, name: str) -> datetime:
+    """`value`, an ISO 8601 text (UTC if naive), as naive UTC; as `cronjobs dispatch --at`."""
+    if not isinstance(value, str):
+        raise Refused(422, f"{name} must be an ISO 8601 time as a string, got {value!r:.40}")
+    try:
+        parsed = as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except (ValueError, OverflowError):
+        raise Refused(422, f"{name} is not an ISO 8601 time: {value!r:.60}") from None
+    if not datetime(1970, 1, 1) <= parsed < datetime(9999, 1, 1):
+        raise Refused(422, f"{name} is out of range (1970 to 9998): {value!r:.60}")
+    return parsed
+
+
+def _with_header_key(job: dict) -> dict:
+    """`job` with the `Idempotency-Key` header as its key (400 when both differ)."""
+    header = request.headers.get(HEADER)
+    if header is None:
+        return job
+    given = job.get("idempotency_key")
+    if given is not None and given != header:
+        raise Refused(400, f"the {HEADER} header ({header[:60]!r}) and the body's key "
+                           f"({str(given)[:60]!r}) differ; give one, or the same")
+    return dict(job, idempotency_key=header)
+
+
+def _conflict(job: dict, found: queue.Dispatched, held_type: str, where: str = "") -> None:
+    """Raise 409 when the key's row `found` holds another payload or type than `job`."""
+    if found.created or (found.payload_matches and held_type == job["type"]):
+        return
+    what = "payload" if held_type == job["type"] else f"type ({held_type})"
+    raise Refused(409, f"{where}idempotency key {job['idempotency_key']!r:.80} is held by "
+                       f"job {found.id} with another {what}", id=found.id)
+
+
+@bp.post("/api/jobs")
+@requires("dispatch")
+def create_job():
+    """Add one job: 201 `{"id", "created": true}`, or 200 `{"id", "created": false}` when
+    its key (the body's `key` or the `Idempotency-Key` header) holds a row of the same
+    type and payload; 409 when it holds another; 422 for a bad field (`{"error"}`)."""
+    app = cronjobs_app()
+    try:
+        job = _with_header_key(parse_job(read_body(ONE_MAX_BYTES)))
+        try:
+            found = queue.submit(app=app, **job)
+        except InvalidJob as exc:
+            raise Refused(422, str(exc)) from None
+        if not found.created:
+            held = queue.get(found.id, ["type"], app=app) or {"type": job["type"]}
+            _conflict(job, found, held["type"])
+    except Refused as refused:
+        return refused.answer()
+    return {"id": found.id, "created": found.created}, 201 if found.created else 200
+
+
+def _jobs_of(body: object) -> list[dict]:
+    """The parsed jobs of a batch body `{"jobs": [...]}`; 422 naming a bad one's index."""
+    if not isinstance(body, dict) or set(body) != {"jobs"} or not isinstance(body["jobs"], list):
+        raise Refused(422, 'a batch must be a JSON object {"jobs": [{"type": ...}, ...]}')
+    rows = body["jobs"]
+    if not 1 <= len(rows) <= BATCH_MAX_ROWS:
+        raise Refused(422, f"jobs has {len(rows):,} rows; give 1 to {BATCH_MAX_ROWS:,}")
+    return [parse_job(data, f"jobs[{index}]: ") for index, data in enumerate(rows)]
+
+
+def _submit_all(app, jobs: list[dict]) -> list[queue.Dispatched]:
+    """Every job in one transaction (the broker messages after its commit); nothing
+    written when one is refused (422 or 409 naming its index)."""
+    done: list[queue.Dispatched] = []
+    with Session(app.engine) as session, session.begin():
+        for index, job in enumerate(jobs):
+            where = f"jobs[{index}]: "
+            try:
+                found = queue.submit(app=app, session=session, **job)
+            except InvalidJob as exc:
+                raise Refused(422, f"{where}{exc}; nothing was written", index=index) from None
+            if not found.created:
+                held = store.get_job(session.connection(), found.id, ["type"])
+                _conflict(job, found, held["type"] if held else job["type"], where)
+            done.append(found)
+    return done
+
+
+@bp.post("/api/jobs:batch")
+@requires("dispatch")
+def create_jobs():
+    """Add up to 1,000 jobs, all or nothing: 201 `{"jobs": [{"id", "created"}, ...]}` in
+    input order (200 when none was created); 422 or 409 naming the first bad row's
+    `index`, and nothing written."""
+    try:
+        if HEADER in request.headers:
+            raise Refused(400, f"{HEADER} is for POST /api/jobs; give each batch row a key")
+        jobs = _jobs_of(read_body(BATCH_MAX_BYTES))
+        done = _submit_all(cronjobs_app(), jobs)
+    except Refused as refused:
+        return refused.answer()
+    answer = [{"id": found.id, "created": found.created} for found in done]
+    return {"jobs": answer}, 201 if any(found.created for found in done) else 200
+
+
+def _job_schema() -> dict:
+    """The JSON schema of one job of a body (OpenAPI 3.1: JSON Schema 2020-12)."""
+    text, integer = {"type": "string"}, {"type": "integer"}
+    time = {"type": "string", "format": "date-time", "description": "ISO 8601, UTC if naive"}
+    return {"type": "object", "required": ["type"], "additionalProperties": False,
+            "properties": {
+                "type": dict(text, description="a registered job type, or a remote one"),
+                "payload": {"type": "object", "description": "handed to handle(); at most "
+                            "1,000,000 bytes of JSON, nested at most 100 levels"},
+                "key": dict(text, maxLength=limits.KEY_MAX_CHARS,
+                            description="idempotency key (unique over the table)"),
+                "priority": dict(integer, description="lower runs first (default 5)"),
+                "at": dict(time, description="do not run before (ISO 8601, UTC if naive)"),
+                "title": dict(text, maxLength=limits.TITLE_MAX_CHARS),
+                "parent": dict(integer, minimum=1),
+                "depends_on": {"type": "array", "items": dict(integer, minimum=1)},
+                "max_attempts": dict(integer, minimum=1),
+                "allow_failed": {"type": "boolean"},
+                "expires_at": time,
+                "expires_in": {"type": ["number", "string"], "description": "90, \"30s\""}}}
+
+
+def _errors(*codes: str) -> dict:
+    error = {"content": {"application/json": {"schema": {
+        "type": "object", "properties": {"error": {"type": "string"}, "id": {"type": "integer"},
+                                         "index": {"type": "integer"}}}}}}
+    texts = {"400": "not JSON, not UTF-8, or the key header and body differ",
+             "401": "no token", "403": "the token lacks the dispatch scope",
+             "409": "the key is held by a row of another payload or type (its `id`)",
+             "413": "the body is too large", "415": "not application/json",
+             "422": "a bad field, an unknown type (did you mean), a limit"}
+    return {code: dict(error, description=texts[code]) for code in codes}
+
+
+def _created(schema: dict) -> dict:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+_ONE = {"type": "object", "properties": {"id": {"type": "integer"},
+                                        "created": {"type": "boolean"}}}
+OPENAPI: dict = {
+    "/api/jobs": {"post": {
+        "summary": "Start a job",
+        "operationId": "createJob",
+        "parameters": [{"name": HEADER, "in": "header", "required": False,
+                        "schema": {"type": "string", "maxLength": limits.KEY_MAX_CHARS},
+                        "description": "the row's idempotency key (as the body's key)"}],
+        "requestBody": {"required": True,
+                        "content": {"application/json": {"schema": _job_schema()}}},
+        "responses": {"201": dict(_created(_ONE), description="created"),
+                      "200": dict(_created(_ONE), description="the key's row, same payload"),
+                      **_errors("400", "401", "403", "409", "413", "415", "422")}}},
+    "/api/jobs:batch": {"post": {
+        "summary": "Start up to 1,000 jobs, all or nothing",
+        "operationId": "createJobs",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["jobs"], "properties": {"jobs": {
+                "type": "array", "minItems": 1, "maxItems": BATCH_MAX_ROWS,
+                "items": _job_schema()}}}}}},
+        "responses": {
+            "201": dict(_created({"type": "object", "properties": {
+                "jobs": {"type": "array", "items": _ONE}}}), description="in input order"),
+            "200": {"description": "no row created (every key held)"},
+            **_errors("400", "401", "403", "409", "413", "415", "422")}}},
+}
