@@ -110,6 +110,7 @@ def _install(web: Flask, app: App) -> None:
         operations,
         overview,
         proxy,
+        results,
         schedules,
         tasks,
         times,
@@ -124,5 +125,6 @@ def _install(web: Flask, app: App) -> None:
     for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
                       operations.bp, api.bp, live.bp, flow.bp, family.bp, schedules.bp):
         web.register_blueprint(blueprint)
+    web.register_blueprint(results.bp)
     health.install(web)
     auth.install(web)
