@@ -1,5 +1,5 @@
 """The public queue API: dispatch, submit, dispatch_many, get, children, family, process,
-recover_stale, cleanup.
+recover_stale, cleanup; wait (a row's `Result` once it is final).
 
 The CLI and the dashboard call these same functions. Every function takes an optional
 `app=` (default: `cronjobs.app.current()`). Rows are written by `cronjobs.job.dispatching`
@@ -19,8 +19,9 @@ from .app import App, current
 from .errors import InvalidJob, JobNotFound
 from .family.settle import settle_rows
 from .family.view import Family, read_family
-from .job import dispatching, failures
+from .job import dispatching, failures, waiting
 from .job.dispatching import Dispatched, build_row
+from .job.waiting import Result
 from .status import Status
 from .store.db import run_in_transaction
 
@@ -32,6 +33,7 @@ log = logging.getLogger("cronjobs.queue")
 # `build_row` (the column values of a checked new row) lives in `cronjobs.job.dispatching`.
 __all__ = ["Dispatched", "Family", "build_row", "children", "cleanup", "dispatch",
            "dispatch_many", "family", "get", "process", "recover_stale", "submit"]
+__all__ += ["Result", "wait"]
 
 
 def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
@@ -136,6 +138,30 @@ def get(id: int, columns: Iterable[str] | None = None, *, app: App | None = None
     """
     app = app or current()
     return run_in_transaction(app.engine, lambda conn: store.get_job(conn, id, columns))
+
+
+def wait(id: int, timeout: float | None = 30, *, app: App | None = None) -> Result:
+    """Wait until row `id` is final (completed, failed, cancelled, expired) and return its
+    outcome; at once when it is final already. A row that will be retried is not final.
+
+    Reads the row with a short poll that backs off (50 ms doubling to 1 s), so a row that
+    ends while waited for is seen within about a second, without a tight loop.
+
+    Args:
+        id: the row id.
+        timeout: seconds to wait at most (default 30; 0 reads once; None waits for ever).
+
+    Returns:
+        A `Result`: `status`, `result` (the stored result decoded from JSON), `error`,
+        `finished_at` (aware UTC) and `id`.
+
+    Raises:
+        JobNotFound: no row `id`.
+        TimeoutError: not final after `timeout` seconds; the message names the row and
+            the status last seen (`job 7 is still running after waiting 5 s`).
+        InvalidJob: a bad `timeout` (negative, NaN, over a year).
+    """
+    return waiting.wait((app or current()).engine, int(id), timeout)
 
 
 def children(id: int, columns: Iterable[str] | None = None, *, status: str | None = None,

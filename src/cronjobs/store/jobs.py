@@ -122,3 +122,20 @@ def _columns(columns: Iterable[str] | None) -> list:
     if unknown:
         raise InvalidJob(f"unknown column {unknown[0]!r}; columns are: {', '.join(JOB_COLUMNS)}")
     return [q.c[c] for c in names]
+
+
+OUTCOME_COLUMNS = ("id", "status", "result_payload", "error", "finished_at")
+_OUTCOMES_PER_STATEMENT = 1000
+
+
+def outcomes(conn: Connection, ids: Collection[int]) -> dict[int, dict]:
+    """`{id, status, result_payload, error, finished_at}` of each existing row of `ids`
+    (one statement per 1,000 ids; `queue.wait` and the dashboard's shared result waiter),
+    keyed by id; an id without a row is missing from the answer. Times naive UTC."""
+    found: dict[int, dict] = {}
+    wanted = sorted(set(ids))
+    for start in range(0, len(wanted), _OUTCOMES_PER_STATEMENT):
+        chunk = wanted[start:start + _OUTCOMES_PER_STATEMENT]
+        stmt = select(*(q.c[c] for c in OUTCOME_COLUMNS)).where(q.c.id.in_(chunk))
+        found.update((row["id"], dict(row)) for row in conn.execute(stmt).mappings())
+    return found

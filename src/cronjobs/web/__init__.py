@@ -111,6 +111,7 @@ def _install(web: Flask, app: App) -> None:
         operations,
         overview,
         proxy,
+        results,
         schedules,
         tasks,
         times,
@@ -126,5 +127,6 @@ def _install(web: Flask, app: App) -> None:
                       operations.bp, api.bp, live.bp, flow.bp, family.bp, schedules.bp):
         web.register_blueprint(blueprint)
     web.register_blueprint(dispatchapi.bp)  # POST /api/jobs, /api/jobs:batch
+    web.register_blueprint(results.bp)
     health.install(web)
     auth.install(web)

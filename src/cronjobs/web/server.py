@@ -116,7 +116,7 @@ def _listen(host: str, port: int) -> socket.socket:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
-            sock.listen(128)
+            sock.listen(1024)  # a burst of waiting API clients (`?wait=`) at once
         except BaseException:
             sock.close()
             raise
