@@ -54,10 +54,8 @@ def create_app(app: App, token: str | None = None, *,
                authorize: Callable[[Request], object | None] | None = None) -> Flask:
     """Build the dashboard for `app`.
 
-    The result is a plain WSGI app: serve it alone, or mount it under a prefix in your own
-    web app (Werkzeug's `DispatcherMiddleware`, or `a2wsgi.WSGIMiddleware` in FastAPI or
-    Starlette: docs/mounting.md). Links, redirects, static files and the session cookie's
-    path follow the prefix (the WSGI `SCRIPT_NAME`).
+    A WSGI app: serve it alone or mount it under a path of your web app (docs/mounting.md);
+    links, redirects, static files and the session cookie follow the WSGI `SCRIPT_NAME`.
 
     Args:
         app: the system to show.
@@ -66,9 +64,8 @@ def create_app(app: App, token: str | None = None, *,
             It also signs the dashboard's session cookie (`cronjobs_session`).
         authorize: your app's login, asked on every request: `authorize(request)` gets
             the Flask request (its `cookies`, `headers` and WSGI `environ`) and returns
-            the signed-in user, who may then do anything (admin) and is named
-            `str(user)` in the actions' records; None falls back to the token (Bearer
-            header or the login form). Exceptions it raises are not caught (a 500).
+            the signed-in user (an admin, `str(user)` in the actions' records), or None:
+            then the token decides (Bearer header or login form). Its errors are a 500.
 
     Returns:
         The Flask application (WSGI).
