@@ -15,10 +15,11 @@ package. Auth and CSRF: `cronjobs.web.auth`.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from flask import Flask, request, session
+from flask import Flask, Request, request, session
 from flask_babel import Babel
 from flask_wtf.csrf import CSRFProtect
 
@@ -49,13 +50,22 @@ def _request_locale() -> str | None:
     return str(get_locale()) if has_request_context() else None
 
 
-def create_app(app: App, token: str | None = None) -> Flask:
+def create_app(app: App, token: str | None = None, *,
+               authorize: Callable[[Request], object | None] | None = None) -> Flask:
     """Build the dashboard for `app`.
+
+    A WSGI app: serve it alone or mount it under a path of your web app (docs/mounting.md);
+    links, redirects, static files and the session cookie follow the WSGI `SCRIPT_NAME`.
 
     Args:
         app: the system to show.
         token: the dashboard token; default `app.settings.dashboard.token` (the commands
             pass the database's generated token on loopback when none is configured).
+            It also signs the dashboard's session cookie (`cronjobs_session`).
+        authorize: your app's login, asked on every request: `authorize(request)` gets
+            the Flask request (its `cookies`, `headers` and WSGI `environ`) and returns
+            the signed-in user (an admin, `str(user)` in the actions' records), or None:
+            then the token decides (Bearer header or login form). Its errors are a 500.
 
     Returns:
         The Flask application (WSGI).
@@ -84,6 +94,7 @@ def create_app(app: App, token: str | None = None) -> Flask:
     )
     web.extensions["cronjobs_app"] = app
     web.extensions["cronjobs_token"] = token
+    web.extensions["cronjobs_authorize"] = authorize
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page

@@ -1,0 +1,114 @@
+"""The dashboard mounted at /jobs in a Flask app (Werkzeug's DispatcherMiddleware) and in
+a FastAPI app (a2wsgi), behind the host's own login through `create_app(...,
+authorize=)` — the examples of docs/mounting.md. The gate holds in both mounts: nothing
+without a sign-in or the token, CSRF on every POST of a cookie session (the host's
+included), escaped row text, every URL under the prefix, no open redirect through
+`next`; the token paths (Bearer, the login form) still work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from flask import g
+
+from cronjobs.web import create_app
+from cronjobs.web.auth import host_user
+from dashboard_helpers import BEARER, TOKEN, add_row, csrf_of, row
+from mount_helpers import MOUNTS, URL_ATTR, Client
+from test_dashboard_login_next import HOSTILE
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+XSS = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app(dashboard_token=TOKEN)
+
+
+@pytest.mark.parametrize("mount", MOUNTS)
+def test_without_a_sign_in_nothing_is_shown_or_done(app, mount):
+    job = add_row(app, status="failed", error="boom")
+    client = Client(mount, app)
+    page = client.get("/jobs/queue")
+    assert page.status == 401 and 'action="/jobs/login"' in page.text
+    api = client.get("/jobs/api/jobs")
+    assert api.status == 401 and "unauthorized" in json.loads(api.text)["error"]
+    assert client.post(f"/jobs/jobs/{job}/retry").status == 401
+    assert client.get("/jobs/api/jobs", Authorization="Bearer nope").status == 401
+    # the host's wrong password is no way in either
+    assert client.post("/login", {"user": "ada", "password": "guess"}).status == 401
+    assert client.get("/jobs/queue").status == 401
+    assert row(app, job)["status"] == "failed"
+
+
+@pytest.mark.parametrize("mount", MOUNTS)
+def test_the_hosts_sign_in_lets_in_and_every_url_stays_under_the_prefix(app, mount):
+    job = add_row(app, status="failed", error=XSS, title=XSS)
+    client = Client(mount, app)
+    client.sign_in()
+    for path in ("/jobs/", "/jobs/queue", f"/jobs/jobs/{job}", "/jobs/failed", "/jobs/tasks"):
+        page = client.get(path)
+        assert page.status == 200, (path, page.text[:300])
+        urls = URL_ATTR.findall(page.text)
+        assert urls and [u for u in urls if not u.startswith("/jobs/")] == [], (path, urls)
+        assert XSS not in page.text and "<script>alert(1)" not in page.text
+        assert 'action="/jobs/logout"' not in page.text  # the host's login, the host's logout
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in client.get(f"/jobs/jobs/{job}").text
+    assert client.get("/jobs/static/style.css").status == 200
+    assert client.get("/jobs/api/jobs").status == 200
+    ours = [c for c in client.get("/jobs/queue").cookies if c.startswith("cronjobs_session=")]
+    assert all("Path=/jobs" in c and "HttpOnly" in c for c in ours)
+    assert client.get("/login").status == 200  # the host's own pages are its own
+
+
+@pytest.mark.parametrize("mount", MOUNTS)
+def test_posts_of_the_hosts_session_need_the_csrf_token(app, mount):
+    failed, pending = add_row(app, status="failed", error="boom"), add_row(app)
+    client = Client(mount, app)
+    client.sign_in()
+    assert client.post(f"/jobs/jobs/{failed}/retry").status == 403
+    assert client.post(f"/jobs/jobs/{pending}/cancel", {"csrf_token": "forged"}).status == 403
+    assert row(app, failed)["status"] == "failed" and row(app, pending)["status"] == "pending"
+    csrf = csrf_of(client.get(f"/jobs/jobs/{failed}").text)
+    done = client.post(f"/jobs/jobs/{failed}/retry", {"csrf_token": csrf})
+    assert done.status == 303 and done.headers["location"].endswith(f"/jobs/jobs/{failed}")
+    assert row(app, failed)["status"] == "pending"
+    assert client.post(f"/jobs/jobs/{pending}/cancel", {"csrf_token": csrf}).status == 303
+    assert row(app, pending)["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("mount", MOUNTS)
+def test_the_token_still_works_under_the_mount(app, mount):
+    failed = add_row(app, status="failed", error="boom")
+    client = Client(mount, app)
+    assert client.get("/jobs/api/jobs", **BEARER).status == 200
+    assert client.post(f"/jobs/jobs/{failed}/retry", **BEARER).status == 303  # no CSRF
+    assert row(app, failed)["status"] == "pending"
+    for target in HOSTILE[::3]:  # after logging in, `next` stays under the prefix
+        form = client.get("/jobs/login")
+        assert form.status == 200 and 'action="/jobs/login"' in form.text
+        wrong = client.post("/jobs/login", {"token": "guess", "next": target,
+                                            "csrf_token": csrf_of(form.text)})
+        assert wrong.status == 401 and 'name="next" value="/"' in wrong.text, target
+        resp = client.post("/jobs/login", {"token": TOKEN, "next": target,
+                                           "csrf_token": csrf_of(form.text)})
+        assert (resp.status, resp.headers["location"]) == (303, "/jobs/"), target
+    form = client.get("/jobs/login?next=/queue%3Fstatus%3Dfailed")
+    resp = client.post("/jobs/login", {"token": TOKEN, "next": "/queue?status=failed",
+                                       "csrf_token": csrf_of(form.text)})
+    assert resp.headers["location"] == "/jobs/queue?status=failed"
+    assert client.get("/jobs/queue").status == 200  # the login's session, at /jobs
+    assert 'action="/jobs/logout"' in client.get("/jobs/queue").text
+
+
+def test_the_authorize_hook_names_who_acts(app):
+    web = create_app(app, authorize=lambda request: request.headers.get("X-User"))
+    with web.test_request_context("/queue", headers={"X-User": "ada"}):
+        assert host_user() == "ada" and g.token_name == "ada" and g.via_authorize
+    with web.test_request_context("/queue"):
+        assert host_user() is None and "token_name" not in g
+    client = web.test_client()
+    assert client.get("/queue", headers={"X-User": "ada"}).status_code == 200
+    assert client.get("/queue").status_code == 401
