@@ -104,6 +104,21 @@ def test_decorated_functions_of_a_folder_file_are_registered_and_stay_plain_func
     assert registry.resolve_handler("fh.plain.execute") is plain.handler_class
 
 
+def test_cronjobs_handler_is_the_decorator_in_a_fresh_process():
+    """`import cronjobs` alone (nothing imported `cronjobs.handler` yet): the attribute and
+    `from cronjobs import handler` both give the callable module."""
+    code = ("import cronjobs\n"
+            "@cronjobs.handler('fh.fresh.execute', max_runtime=7)\n"
+            "def fresh(payload, job):\n    return True\n"
+            "from cronjobs import handler\n"
+            "from cronjobs.handler import CronJobHandler\n"
+            "assert handler is cronjobs.handler\n"
+            "assert issubclass(fresh.handler_class, CronJobHandler)\n"
+            "print(fresh.handler_class.MAX_RUNTIME, fresh({}, None))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "7 True\n"), done.stderr[-2000:]
+
+
 def test_bad_keywords_values_and_duplicates_are_clear_errors(tmp_path):
     with pytest.raises(TypeError, match=r"unknown keyword 'max_runtme'; allowed: .*max_runtime"):
         cronjobs.handler("fh.x.execute", max_runtme=5)

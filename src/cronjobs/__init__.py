@@ -14,6 +14,7 @@ class do not pay for the handler module and what it imports).
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import CronjobsError
@@ -45,7 +46,6 @@ def __getattr__(name: str) -> Any:
         globals()[name] = custom.health_check
         return custom.health_check
     if name == "handler":  # the module cronjobs.handler, callable: the decorator
-        from . import handler  # lazy: CLI start-up time
-
-        return handler
+        # lazy: CLI start-up time (not `from . import handler`: that asks this hook again)
+        return importlib.import_module(f"{__name__}.handler")
     raise AttributeError(f"module 'cronjobs' has no attribute {name!r}")
