@@ -23,6 +23,7 @@ from cronjobs import CronJobHandler, queue
 from cronjobs.clock import FrozenClock
 from cronjobs.config import Settings
 from cronjobs.errors import DuplicateHandlerType, HandlerError
+from cronjobs.handler import callback_kinds
 from cronjobs.schedule.scheduler import tick
 from cronjobs.store.models import cronjob_queue
 from dashboard_helpers import TOKEN, login, web_client
@@ -102,6 +103,17 @@ def test_decorated_functions_of_a_folder_file_are_registered_and_stay_plain_func
     assert plain.handler_class().handle({"b": 2}, None) == {"success": True, "result": {"b": 2}}
     registry.register("fh.plain.execute", plain.handler_class)
     assert registry.resolve_handler("fh.plain.execute") is plain.handler_class
+
+    @cronjobs.handler("fh.hooks.discover", available=lambda: False, idle=lambda app: "none",
+                      limit_key=lambda payload: payload["k"], on_failure=lambda f, j: True)
+    def hooks(payload, job):
+        return True
+
+    hooked = hooks.handler_class
+    assert (hooked.available(), hooked.idle(None), hooked().limit_key({"k": "a"})) == (
+        False, "none", "a")
+    assert callback_kinds(hooked) == ("failure",)
+    registry.register(hooked.TYPE, hooked)  # the registry's checks of the class pass
 
 
 def test_cronjobs_handler_is_the_decorator_in_a_fresh_process():
