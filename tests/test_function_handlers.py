@@ -116,6 +116,26 @@ def test_decorated_functions_of_a_folder_file_are_registered_and_stay_plain_func
     registry.register(hooked.TYPE, hooked)  # the registry's checks of the class pass
 
 
+def test_an_entry_point_may_name_a_decorated_function(tmp_path, monkeypatch):
+    (tmp_path / "fh_plugin_mod.py").write_text(textwrap.dedent('''
+        import cronjobs
+
+        @cronjobs.handler("fh.plugin.execute", max_attempts=5)
+        def daily(payload, job):
+            return True
+    '''), encoding="utf-8")
+    info = tmp_path / "fh_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fh-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[cronjobs.handlers]\nfhdaily = fh_plugin_mod:daily\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = HandlerRegistry(Settings(handler_paths=()))
+    registry.load()
+    assert registry.resolve_handler("fh.plugin.execute").MAX_ATTEMPTS == 5
+    assert registry.handler_source("fh.plugin.execute") == \
+        "entry point fhdaily (fh_plugin_mod:daily)"
+
+
 def test_cronjobs_handler_is_the_decorator_in_a_fresh_process():
     """`import cronjobs` alone (nothing imported `cronjobs.handler` yet): the attribute and
     `from cronjobs import handler` both give the callable module."""
