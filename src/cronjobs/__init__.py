@@ -3,7 +3,9 @@
 Public API: `CronJobHandler`, `RetryLater`, `Job`, the `queue` module (`dispatch`,
 `submit`, `dispatch_many`, `get`, `process`, `recover_stale`, `cleanup`) and
 `scheduler.tick`, and `health_check` (a decorator: a health check of your own, from
-`cronjobs.health.custom`). Nothing is connected at import time.
+`cronjobs.health.custom`), and `handler` (a decorator: `@cronjobs.handler(TYPE, ...)`
+makes a function a handler; the module `cronjobs.handler`, callable). Nothing is
+connected at import time.
 
 `CronJobHandler`, `RetryLater` and `Job` are imported from `cronjobs.handler` on first
 use (lazy: CLI start-up time: `cronjobs --help` and the commands that need no handler
@@ -12,16 +14,20 @@ class do not pay for the handler module and what it imports).
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import CronjobsError
 
 if TYPE_CHECKING:
+    from . import handler
     from .handler import CronJobHandler, Job, RetryLater
     from .health.custom import health_check
 
 __version__ = "0.1.0"
 __all__ = ["CronJobHandler", "CronjobsError", "Job", "RetryLater", "__version__", "health_check"]
+
+__all__ += ["handler"]  # `@cronjobs.handler(TYPE, ...)`: a function as a handler
 
 _FROM_HANDLER = frozenset({"CronJobHandler", "Job", "RetryLater"})
 
@@ -39,4 +45,7 @@ def __getattr__(name: str) -> Any:
 
         globals()[name] = custom.health_check
         return custom.health_check
+    if name == "handler":  # the module cronjobs.handler, callable: the decorator
+        # lazy: CLI start-up time (not `from . import handler`: that asks this hook again)
+        return importlib.import_module(f"{__name__}.handler")
     raise AttributeError(f"module 'cronjobs' has no attribute {name!r}")

@@ -44,6 +44,7 @@ from cronjobs.config import Settings
 from cronjobs.config.urls import check_ping_url
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
+from cronjobs.functions.decorator import handler_class_of, module_members
 from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
 from cronjobs.schedule.catchup import check_handler as check_catchup
 from cronjobs.schedule.deadline import check_starting_deadline
@@ -276,17 +277,18 @@ class HandlerRegistry:
             self._register_module(module, str(path))
 
     def _register_module(self, module: ModuleType, source: str) -> None:
-        for _, obj in inspect.getmembers(module, inspect.isclass):
+        for obj, where in module_members(module, source):  # classes, decorated functions
             if obj.__module__ != module.__name__:
                 continue
             if not issubclass(obj, CronJobHandler):
-                log.debug("skipping %s from %s: not a CronJobHandler", class_name(obj), source)
+                log.debug("skipping %s from %s: not a CronJobHandler", class_name(obj), where)
             elif not obj.TYPE:
-                log.debug("skipping %s from %s: no TYPE", class_name(obj), source)
+                log.debug("skipping %s from %s: no TYPE", class_name(obj), where)
             else:
-                self._add(obj.TYPE, obj, source)
+                self._add(obj.TYPE, obj, where)
 
     def _register_object(self, obj: Any, source: str) -> None:
+        obj = handler_class_of(obj) or obj  # a function decorated with cronjobs.handler
         if inspect.isclass(obj):
             if not (issubclass(obj, CronJobHandler) and obj.TYPE):
                 raise HandlerError(f"{source} names {class_name(obj)}, which is not a "
