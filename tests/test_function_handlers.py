@@ -137,8 +137,9 @@ def test_an_entry_point_may_name_a_decorated_function(tmp_path, monkeypatch):
 
 
 def test_cronjobs_handler_is_the_decorator_in_a_fresh_process():
-    """`import cronjobs` alone (nothing imported `cronjobs.handler` yet): the attribute and
-    `from cronjobs import handler` both give the callable module."""
+    """`import cronjobs` alone: the attribute and `from cronjobs import handler` both give
+    the decorator, and the contract's names still import from `cronjobs.handler`, also
+    after the decorator was used."""
     code = ("import cronjobs\n"
             "@cronjobs.handler('fh.fresh.execute', max_runtime=7)\n"
             "def fresh(payload, job):\n    return True\n"

@@ -1,51 +1,64 @@
 """cronjobs: scheduled and background jobs from a database table.
 
 Public API: `CronJobHandler`, `RetryLater`, `Job`, the `queue` module (`dispatch`,
-`submit`, `dispatch_many`, `get`, `process`, `recover_stale`, `cleanup`) and
-`scheduler.tick`, and `health_check` (a decorator: a health check of your own, from
-`cronjobs.health.custom`), and `handler` (a decorator: `@cronjobs.handler(TYPE, ...)`
-makes a function a handler; the module `cronjobs.handler`, callable). Nothing is
-connected at import time.
+`submit`, `dispatch_many`, `get`, `process`, `recover_stale`, `cleanup`, `wait`) and
+`scheduler.tick`, `health_check` (a decorator: a health check of your own, from
+`cronjobs.health.custom`) and `handler` (a decorator: `@cronjobs.handler(TYPE, ...)` makes
+a function a handler). Nothing is connected at import time.
 
-`CronJobHandler`, `RetryLater` and `Job` are imported from `cronjobs.handler` on first
-use (lazy: CLI start-up time: `cronjobs --help` and the commands that need no handler
-class do not pay for the handler module and what it imports).
+`cronjobs.handler` is the decorator, so the handler contract module of the same name is
+imported here, before the name is bound (the import system binds a submodule's name on its
+package when it first loads it): import its names with `from cronjobs.handler import
+CronJobHandler` or from `cronjobs` itself.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import CronjobsError
+from .handler import CronJobHandler, Job, RetryLater
 
 if TYPE_CHECKING:
-    from . import handler
-    from .handler import CronJobHandler, Job, RetryLater
     from .health.custom import health_check
 
 __version__ = "0.1.0"
-__all__ = ["CronJobHandler", "CronjobsError", "Job", "RetryLater", "__version__", "health_check"]
+__all__ = ["CronJobHandler", "CronjobsError", "Job", "RetryLater", "__version__", "handler",
+           "health_check"]
 
-__all__ += ["handler"]  # `@cronjobs.handler(TYPE, ...)`: a function as a handler
 
-_FROM_HANDLER = frozenset({"CronJobHandler", "Job", "RetryLater"})
+def handler(job_type: str, /, **options: Any) -> Callable[[Callable], Callable]:
+    """`@cronjobs.handler("report.daily.execute", frequency="day", max_attempts=3,
+    max_runtime=600)` on a plain function `fn(payload, job)`: that function is the handler
+    of `job_type`, a `CronJobHandler` subclass made under the hood (same registry,
+    `list-handlers`, limits, OVERLAP, schedules, Results tab).
+
+    Args:
+        job_type: the job type (str), dotted, ending in `.discover` or `.execute`.
+        **options: the handler's class constants in lower case (`frequency`,
+            `max_attempts`, `max_runtime` in seconds, `overlap`, `queue`, `schedules`, ...)
+            and its hooks as callables (`available`, `render_summary`, `on_complete`, ...);
+            see `cronjobs.functions.decorator.decorator`.
+
+    Returns:
+        A decorator that returns the function itself, its class as `fn.handler_class`.
+
+    Raises:
+        TypeError: an unknown keyword (naming it and the allowed ones), a `job_type` that is
+            not a str, a hook that is not callable, or a decorated object that is not a
+            function.
+    """
+    from .functions.decorator import decorator  # lazy: only handler files call it
+
+    return decorator(CronJobHandler, job_type, **options)
 
 
 def __getattr__(name: str) -> Any:
-    """`cronjobs.CronJobHandler`, `Job`, `RetryLater`: from `cronjobs.handler`, on first use."""
-    if name in _FROM_HANDLER:
-        from . import handler  # lazy: CLI start-up time
-
-        value = getattr(handler, name)
-        globals()[name] = value
-        return value
+    """`cronjobs.health_check`: from `cronjobs.health.custom`, on first use."""
     if name == "health_check":
         from .health import custom  # lazy: `import cronjobs` stays cheap
 
         globals()[name] = custom.health_check
         return custom.health_check
-    if name == "handler":  # the module cronjobs.handler, callable: the decorator
-        # lazy: CLI start-up time (not `from . import handler`: that asks this hook again)
-        return importlib.import_module(f"{__name__}.handler")
     raise AttributeError(f"module 'cronjobs' has no attribute {name!r}")

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import operator
-import sys
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from types import ModuleType
 from typing import Any, ClassVar
 
 from markupsafe import Markup
@@ -386,15 +384,3 @@ def stage_of(job_type: str) -> str:
     """Return `discover` or `execute` (the last part of the type)."""
     return job_type.rpartition(".")[2]
 
-
-class _CallableModule(ModuleType):
-    """This module, callable (the package's attribute `handler` is this module once it is
-    imported): `@cronjobs.handler(TYPE, ...)` is `cronjobs.functions.decorator`."""
-
-    def __call__(self, job_type: str, /, **options: Any) -> Any:
-        from .functions.decorator import decorator  # lazy: only handler files call it
-
-        return decorator(CronJobHandler, job_type, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule  # the reference's "Customizing module ..."

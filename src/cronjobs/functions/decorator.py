@@ -1,8 +1,8 @@
 """`@cronjobs.handler(TYPE, **constants)`: a plain function as a handler.
 
-`cronjobs.handler` is the module `cronjobs/handler.py` made callable; calling it calls
-`decorator` here with `CronJobHandler` as the base (this package sits below the handler
-contract and imports nothing of cronjobs). The decorator builds a subclass of the base
+`cronjobs.handler` (a function of the package, `cronjobs/__init__.py`) calls `decorator`
+here with `CronJobHandler` as the base (this package sits below the handler contract and
+imports nothing of cronjobs). The decorator builds a subclass of the base
 whose `handle(payload, job)` calls the function, with each keyword as the class constant
 of its upper-case name (`frequency` -> `FREQUENCY`, `max_runtime` -> `MAX_RUNTIME`, ...)
 and the optional hooks a class may define (`available`, `idle`, `render_summary`,
