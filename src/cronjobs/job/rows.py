@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .. import durations, limits
+from .. import durations, limits, tracing
 from ..app import App
 from ..clock import as_utc
 from ..errors import InvalidJob
@@ -68,7 +68,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
             "title": title, "scheduled_at": scheduled_at,
-            "created_at": now, "updated_at": now, "expires_at": expires}
+            "created_at": now, "updated_at": now, "expires_at": expires,
+            "trace_context": tracing.context_of_dispatch()}
 
 
 def expiry(expires_at: object, expires_in: object, start: datetime) -> datetime | None:
