@@ -144,6 +144,27 @@ def test_a_scheduled_row_carries_none_and_a_bad_stored_context_is_ignored(make_a
     assert span.parent is None and span.links == ()
 
 
+class ExitExecute(CronJobHandler):
+    TYPE = "test.exit.execute"
+    MAX_ATTEMPTS = 1
+
+    def handle(self, payload, job):
+        raise SystemExit(3)  # a BaseException, as the job process's MAX_RUNTIME alarm
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_base_exception_ends_the_span_in_error(make_app, spans):
+    app = make_app(clock=FrozenClock(T0))
+    app.handlers.register(ExitExecute.TYPE, ExitExecute)
+    with trace.get_tracer("test").start_as_current_span("request"):
+        job_id = queue.dispatch(ExitExecute.TYPE, {})
+    assert [r.status for r in drain(app).reports] == ["failed"]
+    [span] = _named(spans, ExitExecute.TYPE)
+    assert span.attributes["cronjobs.job.id"] == job_id
+    assert (span.status.status_code, span.status.description) == (StatusCode.ERROR,
+                                                                 "SystemExit")
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
 def test_off_the_column_stays_null_and_jobs_run(make_app, spans):
     app = make_app(clock=FrozenClock(T0))

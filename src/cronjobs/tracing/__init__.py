@@ -1,10 +1,10 @@
 """Tracing with OpenTelemetry (the optional extra `cronjobs[otel]`): off and free when it
 is not installed.
 
-Whether `opentelemetry` is importable is checked once, when this package is first imported
-(`importlib.util.find_spec`, no import); only then is `cronjobs.tracing.spans` (which
-imports the OpenTelemetry API) loaded, on first use. Every hook here costs a None check
-when tracing is off:
+Whether the OpenTelemetry API is importable is checked once, when this package is first
+imported (`importlib.util.find_spec` of `opentelemetry.trace` and `.propagate`); only then
+is `cronjobs.tracing.spans` (which imports the OpenTelemetry API) loaded, on first use.
+Every hook here costs a None check when tracing is off:
 
 - `context_of_dispatch()`: the current trace context (W3C `traceparent`, `tracestate`) as
   short JSON, stored in `cronjob_queue.trace_context` by every dispatch (None without a
@@ -28,7 +28,18 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-INSTALLED = importlib.util.find_spec("opentelemetry") is not None
+
+def _importable(name: str) -> bool:
+    """Whether module `name` can be imported (its parent package is imported to tell;
+    `opentelemetry` itself is a namespace package, left behind by an uninstall or made by
+    an exporter alone: the API's modules are what count)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # no parent package
+        return False
+
+
+INSTALLED = _importable("opentelemetry.trace") and _importable("opentelemetry.propagate")
 _on = INSTALLED  # the switch (`enable`)
 _spans: Any = None  # `cronjobs.tracing.spans` once loaded while on
 _NOTHING = nullcontext()
@@ -59,8 +70,13 @@ def enabled() -> bool:
 def _loaded() -> Any:
     """The `spans` module while tracing is on (imported on first use), else None."""
     global _spans
+    global _on
     if _spans is None and _on:
-        from . import spans  # lazy: the OpenTelemetry API, only when installed and on
+        try:
+            from . import spans  # lazy: the OpenTelemetry API, only when installed and on
+        except ImportError:  # a broken or partial install: off, never the job's failure
+            _on = False
+            return None
         _spans = spans
     return _spans
 
