@@ -53,3 +53,5 @@ def test_make_run_installs_only_what_running_needs(tmp_path):
                         "ruff", "import-linter", "hatchling", "aiosmtpd"}, names
     # the tests' certificate maker; installed, PyMySQL imports it in every process
     assert "cryptography" not in names, names
+    # issue 40: tracing is the `otel` extra's (and the tests'), never a dependency
+    assert not names & {"opentelemetry-api", "opentelemetry-sdk"}, names

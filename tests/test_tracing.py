@@ -6,6 +6,9 @@ make spans linked to their rows; with tracing off the column stays NULL and jobs
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime
 
 import pytest
@@ -234,3 +237,25 @@ def test_a_job_process_exports_its_span_in_the_trace(make_app, db_url, namespace
     assert len(workers) == 1 and not workers & pids, "the handlers ran in job processes"
     names = {s["name"] for s in exported}
     assert {"cronjobs.claim", "cronjobs.finish"} <= names
+
+
+NO_PROVIDER = """
+from types import SimpleNamespace
+from opentelemetry import trace
+from cronjobs import tracing
+job = SimpleNamespace(id=1, type="a.execute", attempts=1, queue="q", worker_id="h:1",
+                      trace_context='{"traceparent":"00-' + "1" * 32 + '-' + "2" * 16 + '-01"}')
+with tracing.job_span(job) as inside:
+    current = trace.get_current_span().get_span_context().is_valid
+print(tracing.enabled(), inside is None, current, tracing.context_of_dispatch())
+"""
+
+
+def test_without_a_tracer_provider_no_span_is_made():
+    """The API installed, no provider configured by the app (a fresh process): the job
+    runs without a span (a check, not the no-op tracer's ~20 µs), nothing is stored."""
+    out = subprocess.run([sys.executable, "-c", NO_PROVIDER], capture_output=True, text=True,
+                         timeout=60, env={k: v for k, v in os.environ.items()
+                                          if not k.startswith("OTEL_")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "False", "None"]

@@ -99,7 +99,10 @@ def _job_span(job: Any) -> Iterator[Any]:
 def record(name: str, start_ns: int, worker_id: str, queue: str | None,
            rows: Iterable[dict]) -> None:
     """A span `name` from `start_ns` (nanoseconds since the epoch) to now, a root span
-    linked to the stored context of each of `rows` (dicts with `id`, `trace_context`)."""
+    linked to the stored context of each of `rows` (dicts with `id`, `trace_context`);
+    nothing while the app has configured no tracer provider."""
+    if isinstance(trace.get_tracer_provider(), _NO_PROVIDER):
+        return
     links: list[Link] = []
     count = 0
     for row in rows:
