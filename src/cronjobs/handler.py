@@ -87,6 +87,8 @@ class Job:
     updated_at: datetime
     limit_key: str | None = None  # the value of the handler's LIMIT_KEY, set at dispatch
     root_id: int | None = None  # the family's first row (None: this row has no parent)
+    # the dispatching trace context (W3C traceparent/tracestate as JSON; `cronjobs.tracing`)
+    trace_context: str | None = None
 
     @classmethod
     def from_row(cls, row: dict, *, decode: bool = True) -> Job:

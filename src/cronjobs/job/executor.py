@@ -10,12 +10,13 @@ import logging
 import os
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .. import limits, store
+from .. import limits, store, tracing
 from ..app import App
 from ..flow import rules as flowrules
 from ..handler import Job, task_name
@@ -114,7 +115,9 @@ def call_handler(app: App, job: Job, runtime: Runtime | None = None,
         return no_handler(job.type)
     try:
         handler = cls(JobContext(app, job, runtime))
-        return from_return(handler.handle(job.payload, job), handler)
+        with tracing.job_span(job):  # a no-op without OpenTelemetry
+            returned = handler.handle(job.payload, job)
+        return from_return(returned, handler)
     except reraise:
         raise
     except BaseException as exc:  # even SystemExit: the handler's failure is the row's business
@@ -217,8 +220,11 @@ class Executor:
         """
         request = store.ClaimRequest(now, self.worker_id, queue, job_id, limit,
                                      self.holds_stored)
+        start_ns = time.time_ns()
         claim = store.claim_jobs(conn, request, self.claim_policy)
         self.holds_stored = claim.holds_stored
+        if claim.rows and tracing.enabled():
+            tracing.claim_span(start_ns, self.worker_id, queue, claim.rows)
         return claim
 
     def prepare(self, row: dict, terms: Terms) -> Prepared:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from .. import limits, store
+from .. import limits, store, tracing
 from ..app import App
 from ..family.settle import Finished, after_finish, task_run_ended
 from ..handler import Job, callback_kinds
@@ -200,6 +201,7 @@ class OutcomeWriter:
             What the store raises (a refused statement, a lost connection): the caller's
             transaction is then rolled back whole.
         """
+        start_ns = time.time_ns()
         simple = [p for p in plans if p.status != Status.CANCELLED and not task_run(p.job)]
         written = store.finish_many(conn, [(p.job.id, p.job.attempts, p.values)
                                            for p in simple]) if len(simple) > 1 else None
@@ -212,6 +214,8 @@ class OutcomeWriter:
         ring_after = self._settle(conn, plans, finals, batch)
         if released is not None:
             released += ring_after
+        if tracing.enabled():
+            tracing.finish_span(start_ns, self.worker_id, [p.job for p in plans])
         return finals
 
     def _settle(self, conn: Connection, plans: list[Finish], finals: list[str],

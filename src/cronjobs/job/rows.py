@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .. import durations, limits
+from .. import durations, limits, tracing
 from ..app import App
 from ..clock import as_utc
 from ..errors import InvalidJob
@@ -63,7 +63,7 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
     now = app.clock.now()
     expires = expiry(expires_at, expires_in, scheduled_at or now)
     return {"type": type, "queue": queue or app.queue_of(type), "status": Status.PENDING,
-            "limit_key": limit_key_of(cls, payload),
+            "limit_key": limit_key_of(cls, payload), "trace_context": tracing.context_of_dispatch(),
             "priority": priority, "payload": payload_json, "attempts": 0,
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,

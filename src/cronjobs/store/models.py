@@ -114,6 +114,9 @@ cronjob_queue = Table(
     # Migration 0015: not claimed after this instant (naive UTC); the row ends `expired`
     # (`dispatch(expires_in=...)`, a task's STARTING_DEADLINE). NULL: no deadline.
     Column("expires_at", UtcDateTime, nullable=True),
+    # Migration 0020: the trace context current at dispatch (W3C `traceparent` and
+    # `tracestate` as JSON, `cronjobs.tracing`); NULL without OpenTelemetry or a span.
+    Column("trace_context", String(1024), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_finished", "status", "finished_at", "type"),  # 0003: + type

@@ -44,7 +44,7 @@ from multiprocessing.connection import Connection
 
 import handlers as _builtin_handlers
 
-from .. import logs
+from .. import logs, tracing
 from ..app import App
 from ..config import Settings
 from ..handler import Job
@@ -319,7 +319,9 @@ def _send_rung() -> None:
     (`job_process_idle_seconds` 0) and the row wait for the sweep. A process that never
     dispatched has no doorbell thread: nothing to wait for. Waits at most
     `SEND_RUNG_SECONDS` (a broker that does not answer): the worker kills a retired process
-    that lingers for a second."""
+    that lingers for a second. Then its jobs' spans not exported yet (`tracing.flush`, as
+    long again at most; nothing without OpenTelemetry or an SDK provider)."""
     broker = sys.modules.get("cronjobs.broker")
     if broker is not None:
         broker.flush_rung(SEND_RUNG_SECONDS)
+    tracing.flush(SEND_RUNG_SECONDS)  # the spans of its jobs (an SDK's batch processor)
