@@ -24,7 +24,8 @@ from ...errors import InvalidJob
 from ...job import dispatching
 from ...job.rows import build_row
 from ...status import Status
-from . import connect, rows
+from ...store import borrowed
+from . import connect
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -110,7 +111,7 @@ class CronjobsBackend(BaseTaskBackend):
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from None
         using = self.database or connect.alias()
-        job_id = rows.insert(connections[using], values)
+        job_id = borrowed.insert_row(connections[using], values)
         queue, when = values["queue"], values["scheduled_at"]
         transaction.on_commit(
             lambda: dispatching.send(app, job_id, queue, dispatching.delay(app, when)),
@@ -127,7 +128,7 @@ class CronjobsBackend(BaseTaskBackend):
         """
         row = None
         if str(result_id).isdigit():
-            row = rows.read(connections[self.database or connect.alias()], int(result_id))
+            row = borrowed.read_row(connections[self.database or connect.alias()], int(result_id))
         if row is None or row["type"] != TYPE:
             raise TaskResultDoesNotExist(result_id)
         payload = json.loads(row["payload"])
@@ -137,7 +138,7 @@ class CronjobsBackend(BaseTaskBackend):
         return self.result_from_row(task, row, payload["args"], payload["kwargs"])
 
     def result_from_row(self, task, row: dict | None, args, kwargs) -> CronjobsTaskResult:
-        """A `TaskResult` of `task` from a row's columns (`rows.COLUMNS`; None: a new,
+        """A `TaskResult` of `task` from a row's columns (`store.borrowed.COLUMNS`; None: a new,
         READY result without an id) and the task's arguments.
 
         Raises:

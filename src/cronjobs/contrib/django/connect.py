@@ -12,18 +12,11 @@ import threading
 
 from django.conf import settings
 from django.db import connections
-from sqlalchemy.engine import URL
 
 from ...app import App
 from ...config import Settings
 from ...errors import CronjobsError
-
-# Django's database engines and the SQLAlchemy drivers cronjobs speaks for them.
-DRIVERS = {
-    "django.db.backends.sqlite3": "sqlite",
-    "django.db.backends.postgresql": "postgresql+psycopg",
-    "django.db.backends.mysql": "mysql+pymysql",
-}
+from ...store import borrowed
 
 _apps: dict[str, App] = {}
 _lock = threading.Lock()
@@ -47,21 +40,12 @@ def database_url(name: str | None = None) -> str:
     if name not in connections:
         raise CronjobsError(f"CRONJOBS_DATABASE names no entry of DATABASES: {name!r}")
     entry = connections[name].settings_dict
-    driver = DRIVERS.get(entry.get("ENGINE", ""))
-    if driver is None:
+    url = borrowed.django_url(entry)
+    if url is None:
         raise CronjobsError(f"cronjobs cannot use the Django database engine "
                             f"{entry.get('ENGINE')!r} (DATABASES[{name!r}]); use SQLite, "
                             f"PostgreSQL or MySQL/MariaDB, or set CRONJOBS_DATABASE_URL")
-    if driver == "sqlite":
-        return f"sqlite:///{entry['NAME']}"
-    query = {"charset": "utf8mb4"} if driver.startswith("mysql") else {}
-    if driver.startswith("postgresql") and (entry.get("OPTIONS") or {}).get("options"):
-        query["options"] = entry["OPTIONS"]["options"]  # e.g. -csearch_path=...
-    return URL.create(driver, username=entry.get("USER") or None,
-                      password=entry.get("PASSWORD") or None, host=entry.get("HOST") or None,
-                      port=int(entry["PORT"]) if entry.get("PORT") else None,
-                      database=entry.get("NAME") or None,
-                      query=query).render_as_string(hide_password=False)
+    return url
 
 
 def cronjobs_database_url() -> str:
