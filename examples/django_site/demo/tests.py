@@ -143,7 +143,7 @@ class CronjobsBackendTests(TransactionTestCase):
     def test_worker_runs_tasks(self):
         added = tasks.add.enqueue(20, 22)
         context = tasks.attempt.enqueue("x")
-        failed = tasks.fail.using(run_after=None).enqueue()
+        failed = tasks.fail.using(backend="once").enqueue()
         burst_worker()
         added.refresh()
         self.assertEqual(added.status, TaskResultStatus.SUCCESSFUL)
@@ -152,10 +152,12 @@ class CronjobsBackendTests(TransactionTestCase):
         self.assertEqual(added.attempts, 1)
         self.assertEqual(tasks.attempt.get_result(context.id).return_value,
                          {"value": "x", "attempt": 1})
-        outcome = tasks.fail.get_result(failed.id)
-        self.assertIn(outcome.status, (TaskResultStatus.READY, TaskResultStatus.FAILED))
-        if outcome.status == TaskResultStatus.FAILED:
-            self.assertEqual(outcome.errors[0].exception_class_path, "builtins.RuntimeError")
+        failed.refresh()
+        self.assertEqual(failed.status, TaskResultStatus.FAILED)
+        self.assertEqual(failed.errors[0].exception_class_path, "builtins.RuntimeError")
+        self.assertIn("this task always fails", failed.errors[0].traceback)
+        with self.assertRaisesMessage(ValueError, "Task failed"):
+            _ = failed.return_value
 
 
 class AdminTests(TransactionTestCase):

@@ -67,4 +67,9 @@ TASKS = {
         "BACKEND": "cronjobs.contrib.django.CronjobsBackend",
         "QUEUES": ["default", "reports"],
     },
+    # one attempt per row: a task that raises is FAILED at once
+    "once": {
+        "BACKEND": "cronjobs.contrib.django.CronjobsBackend",
+        "OPTIONS": {"MAX_ATTEMPTS": 1},
+    },
 }

@@ -20,6 +20,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from ... import limits
 from ...errors import InvalidJob
 from ...job import dispatching
 from ...job.rows import build_row
@@ -77,9 +78,10 @@ class CronjobsBackend(BaseTaskBackend):
     """A backend of Django's Tasks framework that runs tasks in cronjobs workers.
 
     Settings: `TASKS = {"default": {"BACKEND": "cronjobs.contrib.django.CronjobsBackend",
-    "QUEUES": [...], "OPTIONS": {"DATABASE": "default"}}}`; `DATABASE` is the
-    `DATABASES` alias the rows are written through (default `CRONJOBS_DATABASE`, else
-    "default"), in the caller's transaction on that connection.
+    "QUEUES": [...], "OPTIONS": {"DATABASE": "default", "MAX_ATTEMPTS": 3}}}`;
+    `DATABASE` is the `DATABASES` alias the rows are written through (default
+    `CRONJOBS_DATABASE`, else "default"), in the caller's transaction on that
+    connection; `MAX_ATTEMPTS` the attempts of each row (default the handler's, 3).
     """
 
     supports_defer = True
@@ -97,7 +99,8 @@ class CronjobsBackend(BaseTaskBackend):
 
         Raises:
             InvalidTask: the task is not valid for this backend (priority, queue,
-                run_after, ...) or its arguments are not JSON.
+                run_after, ...), its arguments are not JSON, or OPTIONS["MAX_ATTEMPTS"]
+                is not an integer >= 1.
         """
         self.validate_task(task)
         app = connect.get_app()
@@ -107,7 +110,8 @@ class CronjobsBackend(BaseTaskBackend):
         try:
             values = build_row(app, TYPE, payload, priority=DEFAULT_PRIORITY - task.priority,
                                scheduled_at=_utc(task.run_after), queue=task.queue_name,
-                               title=task.name[:191])
+                               title=task.name[:limits.TITLE_MAX_CHARS],
+                               max_attempts=self.options.get("MAX_ATTEMPTS"))
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from None
         using = self.database or connect.alias()
