@@ -20,6 +20,7 @@ from cronjobs.contrib.django.compat import (
     TaskResultDoesNotExist,
     TaskResultStatus,
     task_backends,
+    task_enqueued,
 )
 from demo import tasks
 
@@ -77,6 +78,19 @@ class CronjobsBackendTests(TransactionTestCase):
             _ = result.return_value
         self.assertEqual(row_count(result.id), 1)
 
+    def test_enqueued_signal(self):
+        seen = []
+
+        def on_enqueued(sender, task_result, **kwargs):
+            seen.append(task_result.id)
+
+        task_enqueued.connect(on_enqueued)
+        try:
+            result = tasks.add.enqueue(1, 1)
+        finally:
+            task_enqueued.disconnect(on_enqueued)
+        self.assertEqual(seen, [result.id])
+
     def test_get_result(self):
         result = tasks.add.enqueue(a=4, b=5)
         fetched = tasks.add.get_backend().get_result(result.id)
@@ -86,7 +100,7 @@ class CronjobsBackendTests(TransactionTestCase):
         self.assertEqual(tasks.add.get_result(result.id).id, result.id)
 
     def test_get_missing_result(self):
-        for missing in ("123456789", "not-an-id"):
+        for missing in ("123456789", "not-an-id", "99999999999999999999999", "²", "-1"):
             with self.assertRaises(TaskResultDoesNotExist):
                 tasks.add.get_backend().get_result(missing)
 

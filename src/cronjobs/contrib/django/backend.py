@@ -34,6 +34,7 @@ from .compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task_enqueued,
 )
 from .handler import TYPE
 
@@ -46,6 +47,7 @@ STATUSES = {
 }
 DEFAULT_PRIORITY = 5  # cronjobs' default; lower runs first, Django's higher runs first
 _KEPT = {"task", "id", "args", "kwargs", "backend"}  # what a refresh leaves alone
+_ID = re.compile(r"[1-9][0-9]{0,17}")  # a row id (BIGINT), as `enqueue` gives it
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
 
 
@@ -122,6 +124,7 @@ class CronjobsBackend(BaseTaskBackend):
             using=using)
         object.__setattr__(result, "id", str(job_id))
         object.__setattr__(result, "enqueued_at", _aware(values["created_at"]))
+        task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> CronjobsTaskResult:
@@ -131,7 +134,7 @@ class CronjobsBackend(BaseTaskBackend):
             TaskResultDoesNotExist: no row of a Django task has that id.
         """
         row = None
-        if str(result_id).isdigit():
+        if _ID.fullmatch(str(result_id)):
             row = borrowed.read_row(connections[self.database or connect.alias()], int(result_id))
         if row is None or row["type"] != TYPE:
             raise TaskResultDoesNotExist(result_id)
