@@ -1,0 +1,6 @@
+"""The admin, where the cronjobs rows are listed read-only."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]
