@@ -114,6 +114,9 @@ cronjob_queue = Table(
     # Migration 0015: not claimed after this instant (naive UTC); the row ends `expired`
     # (`dispatch(expires_in=...)`, a task's STARTING_DEADLINE). NULL: no deadline.
     Column("expires_at", UtcDateTime, nullable=True),
+    # Migration 0019: the row's webhook (`dispatch(callback_url=...)`); NULL: the
+    # handler's WEBHOOK_URL, if any.
+    Column("callback_url", String(limits.URL_MAX_CHARS), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
     Index("ix_cronjob_queue_status_finished", "status", "finished_at", "type"),  # 0003: + type
@@ -372,4 +375,30 @@ cronjob_schedule = Table(
     Column("created_by", String(64), nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+# Webhook deliveries (migration 0019): one per (row, attempt) with a webhook URL, inserted
+# in the transaction that writes the attempt's outcome, its JSON body frozen then. A
+# worker's sender claims due ones under a lease (`locked_until`, `lease_token`), POSTs
+# them and marks them `delivered`, or schedules the next try (`failed` after
+# WEBHOOK_MAX_TRIES) (`cronjobs.store.webhooks`).
+cronjob_webhook = Table(
+    "cronjob_webhook",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("url", String(limits.URL_MAX_CHARS), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("tries", Integer, nullable=False, server_default="0"),
+    Column("next_try_at", UtcDateTime, nullable=False),
+    Column("locked_until", UtcDateTime, nullable=True),
+    Column("lease_token", String(64), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("last_status_code", Integer, nullable=True),
+    Column("body", LongText, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("delivered_at", UtcDateTime, nullable=True),
+    UniqueConstraint("job_id", "attempt", name="uq_cronjob_webhook_job_attempt"),
+    Index("ix_cronjob_webhook_due", "status", "next_try_at"),
 )
