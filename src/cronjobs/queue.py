@@ -40,8 +40,8 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
              queue: str | None = None, known_type: bool = True, session: Session | None = None,
              app: App | None = None, depends_on: Iterable[int] | None = None,
              allow_failed: bool = False, expires_at: datetime | None = None,
-             expires_in: float | str | timedelta | None = None,
-             callback_url: str | None = None) -> int:
+             expires_in: float | str | timedelta | None = None, callback_url: str | None = None
+             ) -> int:
     """Add a job row and send its id to the broker; return the row id.
 
     Args:
@@ -68,10 +68,8 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             (reason `dependency_failed`, no attempt used); True: it runs anyway.
         expires_at, expires_in: a deadline (a time; or 90, `"30s"`, a timedelta from
             `scheduled_at`, else now; not both): not started by then, the row ends `expired`.
-        callback_url: an http(s) URL (at most 2,048 characters) that receives each
-            finished attempt of the row as a signed POST (docs/webhooks.md); it wins over
-            the handler's WEBHOOK_URL. A bad one raises `InvalidCallbackUrl` (an
-            InvalidJob and a ValueError) and nothing is written.
+        callback_url: http(s) URL (<= 2,048 chars) POSTed each finished attempt, signed
+            (docs/webhooks.md); wins over WEBHOOK_URL; bad: `InvalidCallbackUrl`.
 
     Returns:
         The id of the new row, or of the row that already holds `idempotency_key`.
@@ -84,11 +82,7 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             (limits: `cronjobs.limits`), parent missing, an expiry not after the start...
         DatabaseUnavailable: the database cannot be reached.
     """
-    return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
-                  priority=priority, scheduled_at=scheduled_at, title=title, queue=queue,
-                  max_attempts=max_attempts, known_type=known_type, session=session, app=app,
-                  depends_on=depends_on, allow_failed=allow_failed, expires_at=expires_at,
-                  expires_in=expires_in, callback_url=callback_url).id
+    return submit(**locals()).id  # every argument of dispatch is one of submit's
 
 
 def submit(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,

@@ -25,9 +25,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
               scheduled_at: datetime | None = None, title: str | None = None,
               max_attempts: int | None = None, queue: str | None = None,
               known_type: bool = True, root_id: int | None = None,
-              expires_at: datetime | None = None, expires_in: object = None,
-              callback_url: str | None = None) -> dict:
-    """Check dispatch arguments and return the column values of a new row.
+              expires_at: datetime | None = None, expires_in: object = None, **extra) -> dict:
+    """Check dispatch arguments (`extra`: `callback_url`, `_callback`); return a new row's columns.
 
     Args:
         expires_at, expires_in: the row's deadline (`expiry`): a time, or a duration from
@@ -39,18 +38,10 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             (one that another codebase's workers run); see `check_type`.
         root_id: the first row of the new row's family (a handler's `dispatch` passes
             its own row's root); default `parent_id`. Ignored without `parent_id`.
-        callback_url: the row's webhook (http(s), at most 2,048 characters); it wins over
-            the handler's WEBHOOK_URL. None: the handler's, if any.
 
     Raises:
-        InvalidJob: naming the bad argument and its value (`InvalidCallbackUrl`, also a
-            ValueError, for a bad `callback_url`).
+        InvalidJob: naming the bad argument and its value.
     """
-    if callback_url is not None:
-        try:
-            check_callback_url(callback_url)
-        except ValueError as exc:
-            raise InvalidCallbackUrl(str(exc)) from None
     cls = _handler_of(app, type, known_type)
     payload_json = _payload_json(payload)
     if title is not None:
@@ -78,8 +69,23 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
             "title": title, "scheduled_at": scheduled_at,
-            "created_at": now, "updated_at": now, "expires_at": expires,
-            "callback_url": callback_url}
+            "created_at": now, "updated_at": now, "expires_at": expires, **_callback(**extra)}
+
+
+def _callback(callback_url: str | None = None) -> dict:
+    """The `callback_url` column of a new row: None, or an http(s) URL with a host within
+    2,048 characters (`limits.URL_MAX_CHARS`).
+
+    Raises:
+        InvalidCallbackUrl: an InvalidJob and a ValueError, naming the value; nothing is
+            written then.
+    """
+    if callback_url is not None:
+        try:
+            check_callback_url(callback_url)
+        except ValueError as exc:
+            raise InvalidCallbackUrl(str(exc)) from None
+    return {"callback_url": callback_url}
 
 
 def expiry(expires_at: object, expires_in: object, start: datetime) -> datetime | None:

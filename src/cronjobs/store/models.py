@@ -114,8 +114,7 @@ cronjob_queue = Table(
     # Migration 0015: not claimed after this instant (naive UTC); the row ends `expired`
     # (`dispatch(expires_in=...)`, a task's STARTING_DEADLINE). NULL: no deadline.
     Column("expires_at", UtcDateTime, nullable=True),
-    # Migration 0019: the row's webhook (`dispatch(callback_url=...)`); NULL: the
-    # handler's WEBHOOK_URL, if any.
+    # Migration 0019: the row's webhook (`dispatch(callback_url=...)`); NULL: WEBHOOK_URL.
     Column("callback_url", String(limits.URL_MAX_CHARS), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_cronjob_queue_idempotency_key"),
     Index("ix_cronjob_queue_claim", "queue", "status", "priority", "id"),
@@ -377,11 +376,8 @@ cronjob_schedule = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
-# Webhook deliveries (migration 0019): one per (row, attempt) with a webhook URL, inserted
-# in the transaction that writes the attempt's outcome, its JSON body frozen then. A
-# worker's sender claims due ones under a lease (`locked_until`, `lease_token`), POSTs
-# them and marks them `delivered`, or schedules the next try (`failed` after
-# WEBHOOK_MAX_TRIES) (`cronjobs.store.webhooks`).
+# Webhook deliveries (0019): one per (row, attempt), written with the outcome, body frozen;
+# a sender claims them under a lease, POSTs and marks them (`cronjobs.store.webhooks`).
 cronjob_webhook = Table(
     "cronjob_webhook",
     metadata,

@@ -67,14 +67,16 @@ def claim_due(conn: Connection, now: datetime, *, lease_seconds: float, token: s
     return [dict(r) for r in got.mappings()]
 
 
-def mark_delivered(conn: Connection, delivery_id: int, token: str, now: datetime,
-                   status_code: int) -> bool:
-    """Mark delivery `delivery_id` `delivered` at `now`, if sender `token` still holds
-    it. Returns True when marked."""
+def mark_delivered(conn: Connection, delivery_ids: list[int], token: str, now: datetime,
+                   status_code: int) -> int:
+    """Mark deliveries `delivery_ids` (answered `status_code`) `delivered` at `now`, those
+    sender `token` still holds. Returns how many were marked."""
+    if not delivery_ids:
+        return 0
     return conn.execute(w.update().where(
-        w.c.id == delivery_id, w.c.lease_token == token, w.c.status == PENDING).values(
+        w.c.id.in_(delivery_ids), w.c.lease_token == token, w.c.status == PENDING).values(
         status=DELIVERED, delivered_at=now, locked_until=None, last_status_code=status_code,
-        last_error=None)).rowcount == 1
+        last_error=None)).rowcount
 
 
 def mark_try_failed(conn: Connection, delivery_id: int, token: str, *, error: str,

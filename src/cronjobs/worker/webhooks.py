@@ -30,7 +30,7 @@ from ..store.db import run_in_transaction
 log = logging.getLogger("cronjobs.worker.webhooks")
 
 MAX_BACKOFF_SECONDS = 3600.0
-LEASE_MARGIN_SECONDS = 30.0
+LEASE_MARGIN_SECONDS = 5.0  # a delivery's lease: twice the POST's timeout and this
 
 
 @dataclass
@@ -73,7 +73,7 @@ class WebhookSender:
         parallel: POSTs in flight at once.
     """
 
-    def __init__(self, app: App, *, interval_seconds: float = 0.5, parallel: int = 8) -> None:
+    def __init__(self, app: App, *, interval_seconds: float = 0.5, parallel: int = 16) -> None:
         self.app = app
         self.interval_seconds = interval_seconds
         self.token = uuid.uuid4().hex
@@ -101,7 +101,7 @@ class WebhookSender:
             except Exception:  # database down: tried again at the next turn
                 log.warning("webhook deliveries could not be sent", exc_info=True)
 
-    def deliver_due(self, limit: int = 50) -> DeliveryReport:
+    def deliver_due(self, limit: int = 200) -> DeliveryReport:
         """Claim at most `limit` due deliveries, POST them, mark each. Without a secret
         configured, nothing is claimed and one warning is logged (once per sender).
 
@@ -115,7 +115,7 @@ class WebhookSender:
                             "(CRONJOBS_WEBHOOK_SECRET)")
                 self._warned = True
             return DeliveryReport()
-        lease = config.timeout_seconds + LEASE_MARGIN_SECONDS
+        lease = 2 * config.timeout_seconds + LEASE_MARGIN_SECONDS
         claimed = run_in_transaction(self.app.engine, lambda conn: store.webhooks.claim_due(
             conn, self.app.clock.now(), lease_seconds=lease, token=self.token, limit=limit))
         answers = list(self._pool.map(lambda d: self._try(d, config), claimed))
@@ -137,10 +137,10 @@ class WebhookSender:
               report: DeliveryReport) -> None:
         report.delivered = report.retried = report.failed = 0
         now = self.app.clock.now()
+        delivered: dict[int, list[int]] = {}  # status code -> ids
         for delivery, (code, error) in zip(claimed, answers, strict=True):
             if error is None:
-                report.delivered += store.webhooks.mark_delivered(
-                    conn, delivery["id"], self.token, now, code)
+                delivered.setdefault(code, []).append(delivery["id"])
                 continue
             last = delivery["tries"] >= config.max_tries
             due = None if last else now + timedelta(
@@ -151,3 +151,5 @@ class WebhookSender:
                     report.failed += 1
                 else:
                     report.retried += 1
+        for code, ids in delivered.items():
+            report.delivered += store.webhooks.mark_delivered(conn, ids, self.token, now, code)
