@@ -103,6 +103,14 @@ def deliveries_of(conn: Connection, job_id: int, limit: int = 50) -> list[dict]:
     return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
+def delete_deliveries(conn: Connection, job_ids: list[int]) -> int:
+    """Delete the deliveries of rows `job_ids` (rows the cleanup deleted). Returns how
+    many were deleted."""
+    if not job_ids:
+        return 0
+    return conn.execute(w.delete().where(w.c.job_id.in_(job_ids))).rowcount
+
+
 def count_by_status(conn: Connection, job_ids: list[int] | None = None) -> dict[str, int]:
     """How many deliveries have each status (of rows `job_ids`; None: all)."""
     stmt = select(w.c.status, func.count()).group_by(w.c.status)
