@@ -94,12 +94,20 @@ class WebhookSender:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
+        failing = False  # logged once per streak of failed turns (a database outage)
         while not self._stop.wait(self.interval_seconds):
             try:
                 while self.deliver_due().sent and not self._stop.is_set():
-                    pass  # a full batch: look again at once
-            except Exception:  # database down: tried again at the next turn
-                log.warning("webhook deliveries could not be sent", exc_info=True)
+                    pass  # deliveries were due: look again at once
+            except Exception as exc:  # database down: tried again at the next turn
+                if not failing:
+                    log.warning("webhook deliveries could not be sent (%.300s); trying "
+                                "again every %g s", exc, self.interval_seconds)
+                failing = True
+            else:
+                if failing:
+                    log.info("webhook deliveries are sent again")
+                failing = False
 
     def deliver_due(self, limit: int = 200) -> DeliveryReport:
         """Claim at most `limit` due deliveries, POST them, mark each. Without a secret
