@@ -5,14 +5,14 @@ as compact JSON, `cronjobs.tracing`), read by the worker to run the job in a spa
 same trace. NULL when OpenTelemetry is not installed or no span was current.
 
 Revision ID: 0020
-Revises: 0017
+Revises: 0019
 Create Date: 2027-03-01
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0020"
-down_revision = "0017"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 

@@ -27,6 +27,10 @@ class InvalidJob(CronjobsError):
     """A dispatch was refused: payload not JSON, title too long, negative attempts, ..."""
 
 
+class InvalidCallbackUrl(InvalidJob, ValueError):
+    """A dispatch's `callback_url` is not an http(s) URL with a host within 2,048 characters."""
+
+
 class JobNotFound(CronjobsError):
     """No row in `cronjob_queue` has the given id."""
 

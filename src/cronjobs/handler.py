@@ -87,6 +87,7 @@ class Job:
     updated_at: datetime
     limit_key: str | None = None  # the value of the handler's LIMIT_KEY, set at dispatch
     root_id: int | None = None  # the family's first row (None: this row has no parent)
+    callback_url: str | None = None  # the row's webhook (`dispatch(callback_url=...)`)
     # the dispatching trace context (W3C traceparent/tracestate as JSON; `cronjobs.tracing`)
     trace_context: str | None = None
 
@@ -228,6 +229,9 @@ class CronJobHandler:
         SPREAD: True gives the task an offset of its own (a hash of its name) within its
             period, so many tasks of one frequency do not all start at once; JITTER adds
             to it, the total below the period. False (the default): none.
+        WEBHOOK_URL: an http(s) URL that receives each finished attempt of the type's
+            rows as a signed JSON POST (docs/webhooks.md); a row's `callback_url` wins.
+            None (the default): no webhook.
 
     Idle: a handler may define a classmethod `idle(cls, app) -> str | None` (`app`: the
     `cronjobs.app.App` of the scheduler or page asking): a one-line note saying why its
@@ -276,6 +280,7 @@ class CronJobHandler:
     TIMEZONE: ClassVar[str | None] = None
     JITTER: ClassVar[float | str | None] = None
     SPREAD: ClassVar[bool] = False
+    WEBHOOK_URL: ClassVar[str | None] = None
 
     error: str | None = None
     gateway_error: str | None = None

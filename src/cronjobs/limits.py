@@ -79,6 +79,7 @@ PROBLEM_KEY_MAX_CHARS = 191  # a health problem's key (`cronjob_alert.problem`)
 ALERT_FAILURE_MAX_CHARS = 200  # why a channel failed to deliver an alert
 WORKER_HOST_MAX_CHARS = 255  # `cronjob_worker.host`
 WORKER_LIST_MAX_CHARS = 1_000  # `cronjob_worker.queues` and `current_jobs`
+URL_MAX_CHARS = 2_048  # a webhook URL (`cronjob_queue.callback_url`, `cronjob_webhook.url`)
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 

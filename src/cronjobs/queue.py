@@ -42,7 +42,8 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
              queue: str | None = None, known_type: bool = True, session: Session | None = None,
              app: App | None = None, depends_on: Iterable[int] | None = None,
              allow_failed: bool = False, expires_at: datetime | None = None,
-             expires_in: float | str | timedelta | None = None) -> int:
+             expires_in: float | str | timedelta | None = None, callback_url: str | None = None
+             ) -> int:
     """Add a job row and send its id to the broker; return the row id.
 
     Args:
@@ -69,6 +70,8 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             (reason `dependency_failed`, no attempt used); True: it runs anyway.
         expires_at, expires_in: a deadline (a time; or 90, `"30s"`, a timedelta from
             `scheduled_at`, else now; not both): not started by then, the row ends `expired`.
+        callback_url: http(s) URL (<= 2,048 chars) POSTed each finished attempt, signed
+            (docs/webhooks.md); wins over WEBHOOK_URL; bad: `InvalidCallbackUrl`.
 
     Returns:
         The id of the new row, or of the row that already holds `idempotency_key`.
@@ -81,11 +84,7 @@ def dispatch(type: str, payload: dict | None = None, *, idempotency_key: str | N
             (limits: `cronjobs.limits`), parent missing, an expiry not after the start...
         DatabaseUnavailable: the database cannot be reached.
     """
-    return submit(type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
-                  priority=priority, scheduled_at=scheduled_at, title=title, queue=queue,
-                  max_attempts=max_attempts, known_type=known_type, session=session, app=app,
-                  depends_on=depends_on, allow_failed=allow_failed, expires_at=expires_at,
-                  expires_in=expires_in).id
+    return submit(**locals()).id  # every argument of dispatch is one of submit's
 
 
 def submit(type: str, payload: dict | None = None, *, idempotency_key: str | None = None,
@@ -95,7 +94,8 @@ def submit(type: str, payload: dict | None = None, *, idempotency_key: str | Non
            known_type: bool = True, session: Session | None = None,
            app: App | None = None, depends_on: Iterable[int] | None = None,
            allow_failed: bool = False, expires_at: datetime | None = None,
-           expires_in: float | str | timedelta | None = None) -> Dispatched:
+           expires_in: float | str | timedelta | None = None,
+           callback_url: str | None = None) -> Dispatched:
     """Like `dispatch()`, but tell new work from an existing row: returns `Dispatched`
     (its `status` is `waiting` for a row that waits for its dependencies)."""
     return dispatching.submit(app or current(), type, payload, session=session,
@@ -103,7 +103,8 @@ def submit(type: str, payload: dict | None = None, *, idempotency_key: str | Non
                               priority=priority, scheduled_at=scheduled_at, title=title,
                               max_attempts=max_attempts, queue=queue, known_type=known_type,
                               depends_on=depends_on, allow_failed=allow_failed,
-                              expires_at=expires_at, expires_in=expires_in)
+                              expires_at=expires_at, expires_in=expires_in,
+                              callback_url=callback_url)
 
 
 def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
@@ -115,7 +116,7 @@ def dispatch_many(jobs: Iterable[dict], *, session: Session | None = None,
     Args:
         jobs: dicts with the keyword arguments of `dispatch` (`type` required;
             `known_type: False`, `depends_on`, `allow_failed`, `expires_at` or
-            `expires_in` per row; rows with
+            `expires_in`, `callback_url` per row; rows with
             `depends_on` are inserted one by one, in the same transaction). When any
             row has an `idempotency_key`, the rows are inserted one by one (in the same
             single transaction), so a taken key gives the existing id as `dispatch` does.

@@ -41,7 +41,7 @@ from typing import Any
 import handlers as builtin_handlers
 from cronjobs import limits
 from cronjobs.config import Settings
-from cronjobs.config.urls import check_ping_url
+from cronjobs.config.urls import check_ping_url, check_webhook_url
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
 from cronjobs.functions.decorator import handler_class_of, module_members
@@ -348,6 +348,7 @@ def check_class(type: str, handler_class: type) -> None:
         check_catchup(handler_class)
         check_schedules(handler_class)
         check_ping_url(handler_class)
+        check_webhook_url(handler_class)
         check_starting_deadline(getattr(handler_class, "STARTING_DEADLINE", None))
         check_timing(handler_class)  # TIMEZONE, JITTER, SPREAD
     except ValueError as exc:

@@ -297,7 +297,39 @@ class AlertSettings(Section):
         return split_commas(value)
 
 
+class WebhookSettings(Section):
+    """Signed webhooks (`WEBHOOK_URL` of a handler, `callback_url` of a row): the secret
+    that signs them and how a worker's sender retries them (docs/webhooks.md)."""
+
+    PREFIX: ClassVar[str] = "webhook_"
+    model_config = _config(PREFIX)
+
+    secret: str | None = Field(
+        default=None,
+        description="The HMAC-SHA256 key of the `X-Cronjobs-Signature` header of every webhook "
+                    "delivery. Unset: deliveries are recorded but not sent (the worker logs one "
+                    "warning) until it is set.")
+    max_tries: int = Field(
+        default=8, ge=1, le=100,
+        description="POSTs of one delivery before it is `failed` (tries).")
+    timeout_seconds: float = Field(
+        default=5, gt=0, le=60, description="One POST's HTTP timeout (seconds).")
+    backoff_seconds: float = Field(
+        default=10, gt=0, le=3600,
+        description="Wait before the second try, doubling after each failed try, at most "
+                    "one hour (seconds).")
+
+    @field_validator("secret")
+    @classmethod
+    def _check_secret(cls, value: str | None) -> str | None:
+        if value is not None and len(value) < 16:
+            raise ValueError(f"the webhook secret must have at least 16 characters, got "
+                             f"{len(value)}")
+        return value
+
+
 # The sections of `Settings`, by attribute, in the order of the configuration reference.
 SECTIONS: dict[str, type[Section]] = {
     "dashboard": DashboardSettings, "uptime": UptimeSettings, "tls": TlsSettings,
-    "backup": BackupSettings, "health": HealthSettings, "alerts": AlertSettings}
+    "backup": BackupSettings, "health": HealthSettings, "alerts": AlertSettings,
+    "webhooks": WebhookSettings}

@@ -34,6 +34,7 @@ from .sections import (
     HealthSettings,
     TlsSettings,
     UptimeSettings,
+    WebhookSettings,
     split_commas,
 )
 from .sources import read_sources, unknown_key
@@ -180,6 +181,9 @@ class Settings(BaseModel):
     alerts: AlertSettings = Field(
         default_factory=AlertSettings,
         description="The health task's alerts: when they are sent, and their channels.")
+    webhooks: WebhookSettings = Field(
+        default_factory=WebhookSettings,
+        description="Signed webhooks: their secret and retries.")
 
     @field_validator("handler_paths", mode="before")
     @classmethod

@@ -9,11 +9,13 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from ..limits import URL_MAX_CHARS
 from ..store.urls import DATABASE_SCHEME_FOR, SUPPORTED_DATABASE_SCHEMES, check_database_url
 
 __all__ = ["AMQP_SCHEMES", "DATABASE_SCHEME_FOR", "MEMORY_BROKER", "REDIS_SCHEMES",
            "SUPPORTED_DATABASE_SCHEMES", "check_broker_url", "check_database_url",
            "check_http_url", "check_ping_url", "hide_password"]
+__all__ += ["check_callback_url", "check_webhook_url"]
 
 MEMORY_BROKER = "memory://"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -83,3 +85,36 @@ def check_ping_url(cls: type) -> None:
         check_http_url(value)
     except ValueError as exc:
         raise ValueError(f"PING_URL {exc}") from None
+
+
+def check_callback_url(value: object, what: str = "callback_url") -> str:
+    """`value` when it is a webhook URL: http:// or https:// with a host, at most
+    `limits.URL_MAX_CHARS` (2,048) characters.
+
+    Args:
+        what: the name of the value in the error (`callback_url`, `WEBHOOK_URL`).
+
+    Raises:
+        ValueError: one line naming `what` and the value (not a string, too long, not an
+            http(s) URL with a host, a space or a control character).
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be an http(s) URL, got {value!r:.120}")
+    if len(value) > URL_MAX_CHARS:
+        raise ValueError(f"{what} is {len(value)} characters long, over the limit of "
+                         f"{URL_MAX_CHARS}: {value[:60]!r}...")
+    try:
+        return check_http_url(value)
+    except ValueError as exc:
+        raise ValueError(f"{what} {exc}") from None
+
+
+def check_webhook_url(cls: type) -> None:
+    """Check a handler class's `WEBHOOK_URL`: None, or a URL `check_callback_url` takes.
+
+    Raises:
+        ValueError: naming the value (`WEBHOOK_URL 'x' is not an http:// or https:// URL ...`).
+    """
+    value = getattr(cls, "WEBHOOK_URL", None)
+    if value is not None:
+        check_callback_url(value, "WEBHOOK_URL")

@@ -26,6 +26,7 @@ from ..status import FINAL, Ended, Reason, Status
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
 from .dispatching import send
 from .outcome import Outcome, Policy, next_state, refused, unrecordable
+from .webhooks import deliveries
 
 log = logging.getLogger("cronjobs.worker.loop")
 
@@ -211,6 +212,9 @@ class OutcomeWriter:
         for plan, final in zip(plans, finals, strict=True):
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
                 write_block(conn, plan, self.app.clock)
+        if plans:  # the webhooks of these attempts, committed with their outcomes
+            store.webhooks.insert_deliveries(conn, deliveries(self.app, plans, finals),
+                                             plans[0].now)
         ring_after = self._settle(conn, plans, finals, batch)
         if released is not None:
             released += ring_after

@@ -14,7 +14,8 @@ from typing import Any
 from .. import durations, limits, tracing
 from ..app import App
 from ..clock import as_utc
-from ..errors import InvalidJob
+from ..config.urls import check_callback_url
+from ..errors import InvalidCallbackUrl, InvalidJob
 from ..flow import rules as flowrules
 from ..status import Status
 
@@ -24,8 +25,8 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
               scheduled_at: datetime | None = None, title: str | None = None,
               max_attempts: int | None = None, queue: str | None = None,
               known_type: bool = True, root_id: int | None = None,
-              expires_at: datetime | None = None, expires_in: object = None) -> dict:
-    """Check dispatch arguments and return the column values of a new row.
+              expires_at: datetime | None = None, expires_in: object = None, **extra) -> dict:
+    """Check dispatch arguments (`extra`: `callback_url`, `_callback`); return a new row's columns.
 
     Args:
         expires_at, expires_in: the row's deadline (`expiry`): a time, or a duration from
@@ -68,7 +69,23 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
             "title": title, "scheduled_at": scheduled_at,
-            "created_at": now, "updated_at": now, "expires_at": expires}
+            "created_at": now, "updated_at": now, "expires_at": expires, **_callback(**extra)}
+
+
+def _callback(callback_url: str | None = None) -> dict:
+    """The `callback_url` column of a new row: None, or an http(s) URL with a host within
+    2,048 characters (`limits.URL_MAX_CHARS`).
+
+    Raises:
+        InvalidCallbackUrl: an InvalidJob and a ValueError, naming the value; nothing is
+            written then.
+    """
+    if callback_url is not None:
+        try:
+            check_callback_url(callback_url)
+        except ValueError as exc:
+            raise InvalidCallbackUrl(str(exc)) from None
+    return {"callback_url": callback_url}
 
 
 def expiry(expires_at: object, expires_in: object, start: datetime) -> datetime | None:

@@ -35,6 +35,7 @@ from . import (  # dashboard reads, operator actions, bulk operations, alert sta
     selection,
     stops,
     views,
+    webhooks,
 )
 from .claim import Claim, ClaimPolicy, ClaimRequest, HandlerTerms, claim_jobs
 from .finish import delete_job, finish_job, finish_many
@@ -87,6 +88,7 @@ from .sql import database_now, db_now
 from .workers import beat, forget, list_workers, prune_workers, running_by_worker
 
 __all__ = [
+    "webhooks",
     "JOB_COLUMNS", "Claim", "ClaimPolicy", "ClaimRequest", "HandlerTerms", "claim_jobs",
     "count_children", "family_roots", "get_children",
     "delete_job", "finish_job", "finish_many", "get_job", "insert_job", "insert_jobs",

@@ -14,6 +14,7 @@ from .jobs import live_in_families
 from .models import cronjob_queue as q
 from .models import cronjob_slot
 from .sql import db_now, due, skip_locked
+from .webhooks import delete_deliveries
 
 
 def rescue_stale(conn: Connection, now: datetime, minutes: float, limit: int = 500,
@@ -143,6 +144,7 @@ def prune(conn: Connection, now: datetime, *, completed_days: float, failed_days
             ids = _outside_busy_families(conn, ids)
             if ids:
                 conn.execute(q.delete().where(q.c.id.in_(ids)))
+                delete_deliveries(conn, ids)  # their webhooks go with them
         counts[COUNTED_AS.get(status.value, status.value)] += len(ids)
     return counts
 

@@ -19,7 +19,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -32,40 +31,12 @@ from sqlalchemy import (
     false,
     true,
 )
-from sqlalchemy.ext.compiler import compiles
 
 from .. import limits
 from ..status import Status
+from .columns import Id, LongText, UtcDateTime
 
 metadata = MetaData()
-
-# SQLite only auto-increments an INTEGER PRIMARY KEY; BIGINT elsewhere.
-Id = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class MicrosecondDateTime(DateTime):
-    """MySQL's and MariaDB's `DATETIME(6)` (`sqlalchemy.dialects.mysql.DATETIME(fsp=6)`,
-    declared without importing that dialect): the `UtcDateTime` variant there."""
-
-
-class LongTextType(Text):
-    """MySQL's and MariaDB's `LONGTEXT` (`sqlalchemy.dialects.mysql.LONGTEXT()`, declared
-    without importing that dialect): the `LongText` variant there."""
-
-
-@compiles(MicrosecondDateTime)
-def _datetime6(_type: MicrosecondDateTime, _compiler, **_kw) -> str:
-    return "DATETIME(6)"
-
-
-@compiles(LongTextType)
-def _longtext(_type: LongTextType, _compiler, **_kw) -> str:
-    return "LONGTEXT"
-
-
-# Microsecond precision on MySQL/MariaDB (plain DATETIME drops fractions).
-UtcDateTime = DateTime().with_variant(MicrosecondDateTime(), "mysql", "mariadb")
-LongText = Text().with_variant(LongTextType(), "mysql", "mariadb")
 
 STATUSES = tuple(Status)  # the values of `cronjob_queue.status`
 TITLE_MAX = limits.TITLE_MAX_CHARS
@@ -114,6 +85,8 @@ cronjob_queue = Table(
     # Migration 0015: not claimed after this instant (naive UTC); the row ends `expired`
     # (`dispatch(expires_in=...)`, a task's STARTING_DEADLINE). NULL: no deadline.
     Column("expires_at", UtcDateTime, nullable=True),
+    # Migration 0019: the row's webhook (`dispatch(callback_url=...)`); NULL: WEBHOOK_URL.
+    Column("callback_url", String(limits.URL_MAX_CHARS), nullable=True),
     # Migration 0020: the trace context current at dispatch (W3C `traceparent` and
     # `tracestate` as JSON, `cronjobs.tracing`); NULL without OpenTelemetry or a span.
     Column("trace_context", String(1024), nullable=True),
@@ -375,4 +348,27 @@ cronjob_schedule = Table(
     Column("created_by", String(64), nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+# Webhook deliveries (0019): one per (row, attempt), written with the outcome, body frozen;
+# a sender claims them under a lease, POSTs and marks them (`cronjobs.store.webhooks`).
+cronjob_webhook = Table(
+    "cronjob_webhook",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("url", String(limits.URL_MAX_CHARS), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("tries", Integer, nullable=False, server_default="0"),
+    Column("next_try_at", UtcDateTime, nullable=False),
+    Column("locked_until", UtcDateTime, nullable=True),
+    Column("lease_token", String(64), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("last_status_code", Integer, nullable=True),
+    Column("body", LongText, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("delivered_at", UtcDateTime, nullable=True),
+    UniqueConstraint("job_id", "attempt", name="uq_cronjob_webhook_job_attempt"),
+    Index("ix_cronjob_webhook_due", "status", "next_try_at"),
 )

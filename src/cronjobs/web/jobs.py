@@ -231,7 +231,10 @@ def job(job_id: int):
     if tab not in ("overview", "results"):
         abort(400, f"tab must be overview or results, got {tab!r}")
     data = job_page(job_id, tab)
-    return render_template("job.html", poll_seconds=JOB_POLL_SECONDS, **data)
+    with cronjobs_app().engine.connect() as conn:  # its webhook deliveries, failed ones too
+        webhooks = store.webhooks.deliveries_of(conn, job_id)
+    return render_template("job.html", poll_seconds=JOB_POLL_SECONDS, webhooks=webhooks,
+                           **data)
 
 
 def _summary(conn, cls: type | None, row: dict) -> dict:

@@ -37,6 +37,7 @@ from .pool import SlotPool
 from .relay import Relay
 from .runner import KILL_GRACE_SECONDS
 from .sweep import release_waiting, sweep
+from .webhooks import WebhookSender
 
 log = logging.getLogger("cronjobs.worker.loop")
 
@@ -172,6 +173,7 @@ class WorkerProcess:
             ("ended pauses and blocks", FLOW_PRUNE_SECONDS, self.prune_flow),
         ])
         self.relay = Relay(app, self._wants_doorbell)
+        self.webhooks = WebhookSender(app)  # the deliveries of finished attempts
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
         self._memory_mb: float | None = None
         # The actor only rings the pool; its threads are there to acknowledge messages
@@ -210,6 +212,7 @@ class WorkerProcess:
         except Exception as exc:  # database down at start: the housekeeper retries
             log.warning("start-up heartbeat failed (%s); will retry", exc)
         self.housekeeper.start()
+        self.webhooks.start()
         log.info("worker %s consuming %s with %d slot(s)", self.executor.worker_id,
                  ",".join(self.queues), self.slots)
 
@@ -323,6 +326,7 @@ class WorkerProcess:
                         "pending: %s", len(cut), timeout_seconds, cut)
         self.pool.close("shutdown")
         self.housekeeper.stop()
+        self.webhooks.stop()
         self.executor.pings.sender.flush(2.0)  # the last runs' pings out, briefly
         log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
                  self.executor.worker_id, self.executor.jobs_done, self.pool.claims,

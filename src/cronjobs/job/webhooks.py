@@ -1,0 +1,88 @@
+"""Webhooks of finished attempts: which URL a row's outcome goes to, its JSON body, the
+delivery rows written with the outcome, and the signature of a POST.
+
+The signature header is `X-Cronjobs-Signature: t=<unix seconds>,v1=<hex>` where `<hex>`
+is HMAC-SHA256, keyed with the settings' `webhook_secret`, of `"<t>.<body>"` (the body's
+exact bytes). A receiver recomputes it, compares in constant time and refuses a `t` too
+far from its clock (replay); `X-Cronjobs-Delivery: <row id>.<attempt>` names the
+delivery, the same on every try of it (docs/webhooks.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+from ..app import App
+from ..status import Ended, Status
+
+SIGNATURE_HEADER = "X-Cronjobs-Signature"
+DELIVERY_HEADER = "X-Cronjobs-Delivery"
+REPLAY_TOLERANCE_SECONDS = 300
+
+
+def url_of(app: App, job: Any) -> str | None:
+    """The webhook URL of run `job` (a `handler.Job`): the row's `callback_url`, else its
+    handler's `WEBHOOK_URL` (the class this process resolves for its type), else None."""
+    if job.callback_url:
+        return job.callback_url
+    return getattr(app.resolve(job.type), "WEBHOOK_URL", None)
+
+
+def body_of(job: Any, status: str, outcome: Any, now: Any) -> str:
+    """The JSON body of the webhook of run `job` ended with `status` (the row's status
+    after the write; `deleted` is sent as `cancelled`), `outcome` (its `result`,
+    `error`, `reason`) at `now` (naive UTC)."""
+    status = Status.CANCELLED if status == Ended.DELETED else status
+    return json.dumps({
+        "id": job.id, "type": job.type, "status": str(status), "attempt": job.attempts,
+        "max_attempts": job.max_attempts, "will_retry": status == Status.PENDING,
+        "result": outcome.result, "error": outcome.error,
+        "reason": None if outcome.reason is None else str(outcome.reason),
+        "finished_at": now.isoformat(timespec="seconds") + "Z",
+        "delivery": f"{job.id}.{job.attempts}",
+    }, default=str, separators=(",", ":"), sort_keys=True)
+
+
+def deliveries(app: App, plans: list, finals: list) -> list[dict]:
+    """The delivery rows of the written `plans` (`finishing.Finish`) with their final
+    statuses: one per run whose attempt counted and that has a webhook URL; none for a
+    run that lost its row, nor for one that gave its attempt back (a RetryLater, a
+    cut-off, a row put back for another worker: the next run has the same number)."""
+    rows = []
+    for plan, final in zip(plans, finals, strict=True):
+        job = plan.job
+        if final == Ended.LOST or plan.values.get("attempts") == job.attempts - 1:
+            continue
+        url = url_of(app, job)
+        if url:
+            rows.append({"job_id": job.id, "attempt": job.attempts, "url": url,
+                         "body": body_of(job, final, plan.outcome, plan.now)})
+    return rows
+
+
+def sign(secret: str, body: str, timestamp: int | None = None) -> str:
+    """The `X-Cronjobs-Signature` value of `body` signed with `secret` at `timestamp`
+    (unix seconds; None: now): `t=<timestamp>,v1=<hex HMAC-SHA256 of "<t>.<body>">`."""
+    t = int(time.time()) if timestamp is None else int(timestamp)
+    digest = hmac.new(secret.encode(), f"{t}.{body}".encode(), hashlib.sha256).hexdigest()
+    return f"t={t},v1={digest}"
+
+
+def verify(secret: str, header: str, body: str | bytes, *, now: float | None = None,
+           tolerance_seconds: float = REPLAY_TOLERANCE_SECONDS) -> bool:
+    """True when `header` (an `X-Cronjobs-Signature` value) signs `body` with `secret`
+    and its timestamp is within `tolerance_seconds` of `now` (unix seconds; None: now).
+    Never raises for a malformed header: it is False."""
+    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    try:
+        t = int(parts["t"])
+    except (KeyError, ValueError):
+        return False
+    if abs((time.time() if now is None else now) - t) > tolerance_seconds:
+        return False
+    text = body.decode() if isinstance(body, bytes) else body
+    return hmac.compare_digest(sign(secret, text, t), f"t={t},v1={parts.get('v1', '')}")
