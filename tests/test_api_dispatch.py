@@ -71,8 +71,12 @@ def test_one_job_every_answer(make_app):
     assert child.status_code == 201 and row(app, child.get_json()["id"])["parent_id"] == job_id
     after = post(client, {"type": TYPE, "depends_on": [job_id]})
     assert after.status_code == 201 and row(app, after.get_json()["id"])["status"] == "waiting"
-    assert count(app) == 3
-    assert rung == [job_id, child.get_json()["id"]]  # new pending rows only, once each
+    hooked = post(client, {"type": TYPE, "callback_url": "https://hooks.example/done"})
+    assert hooked.status_code == 201
+    assert row(app, hooked.get_json()["id"])["callback_url"] == "https://hooks.example/done"
+    assert count(app) == 4
+    # new pending rows only, once each
+    assert rung == [job_id, child.get_json()["id"], hooked.get_json()["id"]]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
@@ -92,6 +96,7 @@ def test_one_job_refusals_write_nothing(make_app):
         "array": post(client, [{"type": TYPE}]),
         "deep": post(client, f'{{"type": "{TYPE}", "payload": {DEEP}}}'),
         "deep payload": post(client, {"type": TYPE, "payload": {"a": json.loads(DEEPER)}}),
+        "callback": post(client, {"type": TYPE, "callback_url": "ftp://hooks.example/x"}),
     }
     assert {name: a.status_code for name, a in answers.items()} == dict.fromkeys(answers, 422)
     errors = {name: a.get_json()["error"] for name, a in answers.items()}

@@ -33,12 +33,12 @@ bp = Blueprint("dispatchapi", __name__)
 BATCH_MAX_ROWS = 1_000
 ONE_MAX_BYTES = limits.STDIN_LINE_MAX_BYTES  # a payload of PAYLOAD_MAX_BYTES, escaped
 BATCH_MAX_BYTES = 16_000_000  # 1,000 rows of 16 KB, or fewer larger ones
-# A body's field -> the keyword of `queue.submit` (callback_url: add it here).
+# A body's field -> the keyword of `queue.submit`.
 FIELDS = {"type": "type", "payload": "payload", "key": "idempotency_key",
           "priority": "priority", "at": "scheduled_at", "title": "title",
           "parent": "parent_id", "depends_on": "depends_on", "max_attempts": "max_attempts",
           "allow_failed": "allow_failed", "expires_at": "expires_at",
-          "expires_in": "expires_in"}
+          "expires_in": "expires_in", "callback_url": "callback_url"}
 TIMES = ("at", "expires_at")
 HEADER = "Idempotency-Key"
 
@@ -235,7 +235,10 @@ def _job_schema() -> dict:
                 "max_attempts": dict(integer, minimum=1),
                 "allow_failed": {"type": "boolean"},
                 "expires_at": time,
-                "expires_in": {"type": ["number", "string"], "description": "90, \"30s\""}}}
+                "expires_in": {"type": ["number", "string"], "description": "90, \"30s\""},
+                "callback_url": dict(text, format="uri", maxLength=limits.URL_MAX_CHARS,
+                                     description="http(s) URL: the signed webhook of each "
+                                     "finished attempt (docs/webhooks.md)")}}
 
 
 def _errors(*codes: str) -> dict:
