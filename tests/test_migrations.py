@@ -28,7 +28,7 @@ def test_head_matches_models_and_round_trips(backend, tmp_path):
     try:
         assert current(engine) is None
         upgrade(engine)
-        assert current(engine) == "0017"
+        assert current(engine) == "0018"
         assert _diff(engine) == []
         downgrade(engine)
         assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}

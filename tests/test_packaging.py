@@ -35,7 +35,7 @@ def test_wheel_contents_and_migrate_from_it(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True,
                          text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0017"
+    assert out.stdout.strip() == "0018"
 
 
 def test_make_run_installs_only_what_running_needs(tmp_path):

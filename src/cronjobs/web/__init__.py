@@ -100,6 +100,7 @@ def _install(web: Flask, app: App) -> None:
     from . import (
         api,
         auth,
+        control,
         failed,
         family,
         fields,
@@ -107,6 +108,7 @@ def _install(web: Flask, app: App) -> None:
         health,
         jobs,
         live,
+        openapi,
         operations,
         overview,
         proxy,
@@ -123,6 +125,8 @@ def _install(web: Flask, app: App) -> None:
     proxy.install(web, app.settings.dashboard.proxy)
     for blueprint in (auth.bp, overview.bp, tasks.bp, jobs.bp, fields.bp, workers.bp, failed.bp,
                       operations.bp, api.bp, live.bp, flow.bp, family.bp, schedules.bp):
+        web.register_blueprint(blueprint)
+    for blueprint in (control.bp, openapi.bp):  # the operator's POST routes, the OpenAPI
         web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)

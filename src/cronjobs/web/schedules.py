@@ -14,6 +14,8 @@ from .. import limits
 from ..errors import HandlerNotFound, InvalidJob
 from ..schedule import entries
 from .family import json_value
+from .openapi import operation
+from .scopes import requires
 from .tasks import parse_payload
 from .view import cronjobs_app, handler_registry
 
@@ -52,6 +54,7 @@ def index():
 
 
 @bp.post("/schedules/add")
+@requires("admin")
 def add():
     """Add an entry (form: `task`, `name`, `cron`, optional `timezone`, `payload`); a bad
     field is a 400 naming it and its value, and nothing is stored."""
@@ -65,6 +68,7 @@ def add():
 
 
 @bp.post("/schedules/<spec>/edit")
+@requires("admin")
 def edit(spec: str):
     """Change a stored entry's `cron`, `timezone` and `payload` (form)."""
     try:
@@ -77,6 +81,7 @@ def edit(spec: str):
 
 
 @bp.post("/schedules/<spec>/<action>")
+@requires("admin")
 def act(spec: str, action: str):
     """`pause`, `resume` or `remove` entry `spec` (`TASK:NAME`); 404 for an unknown entry."""
     try:
@@ -119,6 +124,7 @@ def api_list():
 
 
 @bp.post("/api/schedules")
+@requires("admin")
 def api_add():
     """Add an entry from a JSON body `{"task", "name", "cron", "timezone"?, "payload"?}`:
     201 with the entry; 400 naming the bad field and value (nothing stored)."""
@@ -145,6 +151,7 @@ def api_add():
 
 
 @bp.post("/api/schedules/<spec>/<action>")
+@requires("admin")
 def api_act(spec: str, action: str):
     """`pause` or `resume` entry `spec`: `{"task", "paused"}`; 404 for an unknown one."""
     try:
@@ -167,3 +174,19 @@ def api_remove(spec: str):
     except HandlerNotFound as exc:
         return _api_error(exc, 404)
     return jsonify(task=spec, removed=True)
+
+
+OPENAPI: dict = {
+    "/api/schedules": {
+        "get": operation("Every schedule entry", {"200": "the entries"}),
+        "post": operation("Add a schedule entry", {"201": "the entry", "400": "bad body"},
+                          body={"task": "string", "name": "string", "cron": "string",
+                                "timezone": "string", "payload": "object"}),
+    },
+    "/api/schedules/{spec}/{action}": {"post": operation(
+        "Pause or resume an entry (`action`: pause, resume)",
+        {"200": "`{task, paused}`", "400": "bad action", "404": "no such entry"})},
+    "/api/schedules/{spec}": {"delete": operation(
+        "Remove a stored entry", {"200": "`{task, removed}`", "400": "a code entry",
+                                  "404": "no such entry"})},
+}
