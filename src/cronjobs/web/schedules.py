@@ -13,6 +13,7 @@ from flask_babel import gettext as _
 from .. import limits
 from ..errors import HandlerNotFound, InvalidJob
 from ..schedule import entries
+from .auth import who
 from .family import json_value
 from .openapi import operation
 from .scopes import requires
@@ -61,7 +62,7 @@ def add():
     form = request.form
     try:
         entries.add(cronjobs_app(), (form.get("task") or "").strip(),
-                    (form.get("name") or "").strip(), **_fields(form), by=_by("dashboard"))
+                    (form.get("name") or "").strip(), **_fields(form), by=_by(who()))
     except (InvalidJob, HandlerNotFound) as exc:
         return _refused(exc)
     return redirect(url_for("schedules.index"), 303)
@@ -85,7 +86,7 @@ def edit(spec: str):
 def act(spec: str, action: str):
     """`pause`, `resume` or `remove` entry `spec` (`TASK:NAME`); 404 for an unknown entry."""
     try:
-        _apply(spec, action, "dashboard", ("pause", "resume", "remove"))
+        _apply(spec, action, who(), ("pause", "resume", "remove"))
     except InvalidJob as exc:
         return _refused(exc)
     except HandlerNotFound as exc:
@@ -143,7 +144,7 @@ def api_add():
     try:
         entry = entries.add(cronjobs_app(), body.get("task"), body.get("name"),
                             body.get("cron"), timezone=body.get("timezone"),
-                            payload=body.get("payload"), by=_by("api"))
+                            payload=body.get("payload"), by=_by(who()))
     except (InvalidJob, HandlerNotFound) as exc:
         return _api_error(exc, 400)
     return jsonify(task=entry.entry_task, name=entry.name, cron=entry.cron,
@@ -155,7 +156,7 @@ def api_add():
 def api_act(spec: str, action: str):
     """`pause` or `resume` entry `spec`: `{"task", "paused"}`; 404 for an unknown one."""
     try:
-        _apply(spec, action, "api", ("pause", "resume"))
+        _apply(spec, action, who(), ("pause", "resume"))
     except InvalidJob as exc:
         return _api_error(exc, 400)
     except HandlerNotFound as exc:

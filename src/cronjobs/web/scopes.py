@@ -35,9 +35,11 @@ def requires(scope: str):
 
 def needed(view, method: str) -> str:
     """The scope a request with HTTP `method` to `view` (a view function, or None for an
-    unknown route) needs: the view's `cronjobs_scope`, else `read` for GET, HEAD and
-    OPTIONS and `admin` for the other methods."""
+    unknown route) needs: `read` for OPTIONS, else the view's `cronjobs_scope`, else `read`
+    for GET and HEAD and `admin` for the other methods."""
     scope = getattr(view, "cronjobs_scope", None)
+    if method == "OPTIONS":  # Flask answers it alone: it runs no view
+        return "read"
     if scope:
         return scope
     return "read" if method in SAFE_METHODS else "admin"
