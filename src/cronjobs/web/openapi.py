@@ -24,6 +24,8 @@ bp = Blueprint("openapi", __name__)
 OPENAPI_VERSION = "3.1.0"
 _PARAM = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 _METHODS = ("get", "post", "put", "patch", "delete")
+AUTH_ANSWERS = {"401": {"description": "no token, a wrong or a revoked one"},
+                "403": {"description": "the token's scope is too small"}}
 TYPES = {"string", "integer", "number", "boolean", "object", "array"}
 
 
@@ -79,7 +81,8 @@ def _version() -> str:
 
 def document(web: Flask) -> dict:
     """The OpenAPI 3.1 document of dashboard `web`: the `OPENAPI` of every registered
-    blueprint's module, each operation with its path parameters and `x-cronjobs-scope`.
+    blueprint's module, each operation with its path parameters (those it does not declare),
+    its 401 and 403 answers and `x-cronjobs-scope`.
 
     Returns:
         The document (a dict, JSON-ready).
@@ -99,10 +102,12 @@ def document(web: Flask) -> dict:
             op = methods[method] = dict(op)
             if (path, method) in views:
                 op["x-cronjobs-scope"] = needed(views[path, method], method.upper())
+            given = {p["name"] for p in op.get("parameters", []) if p.get("in") == "path"}
             op["parameters"] = [
                 {"name": n, "in": "path", "required": True,
                  "schema": {"type": "integer" if n.endswith("id") else "string"}}
-                for n in names] + op.get("parameters", [])
+                for n in names if n not in given] + op.get("parameters", [])
+            op["responses"] = {**AUTH_ANSWERS, **op.get("responses", {})}
     return {
         "openapi": OPENAPI_VERSION,
         "info": {"title": "cronjobs dashboard API", "version": _version(),
