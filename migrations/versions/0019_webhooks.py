@@ -7,7 +7,7 @@ frozen then; a worker's sender claims due deliveries under a lease (`locked_unti
 `lease_token`), POSTs them, and marks them `delivered` or schedules the next try.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2027-03-01
 """
 import sqlalchemy as sa
@@ -15,7 +15,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

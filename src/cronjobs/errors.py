@@ -144,3 +144,7 @@ def names_missing_table(text: str) -> bool:
     table: cronjob_queue", MariaDB's "Table 'db.cronjob_queue' doesn't exist",
     PostgreSQL's 'relation "cronjob_queue" does not exist'): a database never migrated."""
     return "cronjob" in text and any(s in text for s in _NO_TABLE)
+
+
+class TokenError(CronjobsError):
+    """An API token refused: a bad name or scope, a name taken, or no such token."""

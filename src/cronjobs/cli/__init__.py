@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (each module registers its commands)
     scaffold,
     schedules,
     tasks,
+    tokens,
     workers,
 )
 from .base import main, run

@@ -350,6 +350,19 @@ cronjob_schedule = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+# API tokens (migration 0018; docs/api.md): a named token with a scope (read < dispatch <
+# operate < admin), stored as the SHA-256 of the token; `revoked_at` set: refused.
+cronjob_token = Table(
+    "cronjob_token",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("scope", String(16), nullable=False),
+    Column("hash", String(64), nullable=False, unique=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("last_used_at", UtcDateTime, nullable=True),
+    Column("revoked_at", UtcDateTime, nullable=True),
+)
+
 # Webhook deliveries (0019): one per (row, attempt), written with the outcome, body frozen;
 # a sender claims them under a lease, POSTs and marks them (`cronjobs.store.webhooks`).
 cronjob_webhook = Table(

@@ -111,6 +111,7 @@ def _install(web: Flask, app: App) -> None:
     from . import (
         api,
         auth,
+        control,
         dispatchapi,
         failed,
         family,
@@ -119,6 +120,7 @@ def _install(web: Flask, app: App) -> None:
         health,
         jobs,
         live,
+        openapi,
         operations,
         overview,
         proxy,
@@ -139,5 +141,7 @@ def _install(web: Flask, app: App) -> None:
         web.register_blueprint(blueprint)
     web.register_blueprint(dispatchapi.bp)  # POST /api/jobs, /api/jobs:batch
     web.register_blueprint(results.bp)
+    for blueprint in (control.bp, openapi.bp):  # the operator's POST routes, the OpenAPI
+        web.register_blueprint(blueprint)
     health.install(web)
     auth.install(web)

@@ -12,6 +12,8 @@ from ..schedule import pingin
 from ..schedule.taskrows import task_rows
 from .fields import FIELDS
 from .jobs import queue_filters
+from .openapi import operation
+from .scopes import requires
 from .view import cronjobs_app, head_bytes
 
 bp = Blueprint("api", __name__)
@@ -77,6 +79,7 @@ def job(job_id: int):
 
 @bp.post("/api/ping/<task>")
 @bp.post("/api/ping/<task>/<any(start, fail):kind>")
+@requires("dispatch")
 def ping(task: str, kind: str = "success"):
     """Pings in (`schedule.pingin.ping`): record a run of `task` that runs elsewhere:
     `/start` opens a running row, no suffix (success) or `/fail` ends it (or writes a
@@ -104,3 +107,25 @@ def metrics():
     if collector is None:
         collector = current_app.extensions["cronjobs_metrics"] = Metrics(cronjobs_app())
     return Response(collector.render(), mimetype=CONTENT_TYPE_LATEST)
+
+
+OPENAPI: dict = {
+    "/api/tasks": {"get": operation("Every task", {"200": "the rows of the Tasks page"})},
+    "/api/jobs": {"get": operation(
+        "A page of rows, newest first", {"200": "rows; header `X-Next-Before`: the next page",
+                                         "400": "a bad filter"},
+        query={"status": "string", "type": "string", "parent": "integer", "queue": "string",
+               "title": "string", "before": "integer", "after": "integer", "limit": "integer",
+               "housekeeping": "string"})},
+    "/api/jobs/{job_id}": {"get": operation(
+        "One whole row", {"200": "the row (large texts cut, listed under `cut`)",
+                          "404": "no such row"})},
+    "/api/ping/{task}": {"post": operation(
+        "Ping in: a run of a task that runs elsewhere succeeded", {
+            "200": "`{task, id, status}`", "404": "unknown task"},
+        description="The optional body (plain text) is the run's output.")},
+    "/api/ping/{task}/{kind}": {"post": operation(
+        "Ping in: a run started (`start`) or failed (`fail`)", {
+            "200": "`{task, id, status}`", "404": "unknown task or kind"},
+        description="The optional body (plain text) is the run's output or error.")},
+}

@@ -8,6 +8,12 @@ Actions are POST only (a GET gets 405). A POST from a cookie session must carry 
 session's CSRF token (Flask-WTF), or it gets 403 and changes nothing; a Bearer request
 needs none (a browser cannot add that header to a forged cross-site request). No CORS
 headers are ever sent, and tokens never travel in URLs.
+
+Tokens: the dashboard's own (`CRONJOBS_DASHBOARD_TOKEN` or the database's generated one,
+named `dashboard`, scope `admin`; a login session is that token) and those of `cronjobs
+tokens create` (`store.tokens`, looked up by hash; a revoked one is 401). Each request
+needs the scope of its view (`scopes.needed`): too small a scope is 403 with a JSON
+`error`. `g.token_name` and `g.token_scope` hold who asks; actions record `who()`.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from datetime import timedelta
 from urllib.parse import unquote, urlsplit
 
 from flask import (
@@ -32,7 +39,9 @@ from flask import (
 from flask_wtf.csrf import CSRFError
 
 from .. import limits
+from ..store import tokens
 from . import dispatchapi
+from .scopes import needed, requires, scope_allows
 from .view import cronjobs_app
 
 bp = Blueprint("auth", __name__)
@@ -43,6 +52,7 @@ LARGE_FORMS = {"tasks.run": 3 * limits.PAYLOAD_MAX_BYTES + 64 * 1024}
 # Jobs started over HTTP: a JSON job with a payload of up to PAYLOAD_MAX_BYTES, a batch.
 LARGE_FORMS.update({"dispatchapi.create_job": dispatchapi.ONE_MAX_BYTES,
                     "dispatchapi.create_jobs": dispatchapi.BATCH_MAX_BYTES})
+LARGE_FORMS["control.run_task"] = 2 * limits.PAYLOAD_MAX_BYTES + 64 * 1024  # JSON escapes
 
 
 def _fingerprint(token: str) -> str:
@@ -54,11 +64,38 @@ def dashboard_token() -> str:
     return current_app.extensions["cronjobs_token"]
 
 
-def _bearer_ok(token: str) -> bool:
+TOUCH_EVERY = timedelta(seconds=60)  # a token's last_used_at is written at most this often
+TOKEN_MAX_CHARS = 256  # longer Bearer values are no token of ours: no lookup
+
+
+def _bearer() -> str | None:
     header = request.headers.get("Authorization", "")
-    if not header.startswith("Bearer "):
-        return False
-    return hmac.compare_digest(header[7:].strip().encode(), token.encode())
+    return header[7:].strip() if header.startswith("Bearer ") else None
+
+
+def _stored_token(given: str) -> dict | None:
+    """The valid stored token `given` is (`store.tokens.find`), or None; its
+    `last_used_at` is written at most once a `TOUCH_EVERY` per token and process."""
+    if not given or len(given) > TOKEN_MAX_CHARS:
+        return None
+    app = cronjobs_app()
+    with app.engine.connect() as conn:
+        found = tokens.find(conn, given)
+    if found is None:
+        return None
+    touched = current_app.extensions.setdefault("cronjobs_tokens_touched", {})
+    now = app.clock.now()
+    last = max(filter(None, (touched.get(found["name"]), found["last_used_at"])), default=None)
+    if last is None or now - last >= TOUCH_EVERY:
+        touched[found["name"]] = now
+        with app.engine.begin() as conn:
+            tokens.touch(conn, found["name"], now)
+    return found
+
+
+def _as(name: str, scope: str, bearer: bool) -> bool:
+    g.token_name, g.token_scope, g.via_bearer = name, scope, bearer
+    return True
 
 
 def host_user() -> object | None:
@@ -77,15 +114,42 @@ def host_user() -> object | None:
 
 
 def authenticated() -> bool:
-    """True when this request carries the token (Bearer header or logged-in session) or
-    the `authorize` hook names a user."""
+    """True when this request carries a valid token (Bearer header: the dashboard's or a
+    stored one; or a logged-in session, which is the dashboard's) or the `authorize` hook
+    names a user (admin); sets `g.token_name`, `g.token_scope` and `g.via_bearer`."""
     token = dashboard_token()
-    if _bearer_ok(token):
-        g.via_bearer = True
-        return True
+    given = _bearer()
+    if given is not None:
+        if hmac.compare_digest(given.encode(), token.encode()):
+            return _as(tokens.DASHBOARD, "admin", True)
+        found = _stored_token(given)
+        if found is not None:
+            return _as(found["name"], found["scope"], True)
     if host_user() is not None:
-        return True
-    return hmac.compare_digest(str(session.get("auth", "")).encode(), _fingerprint(token).encode())
+        return _as(g.token_name, "admin", False)
+    if hmac.compare_digest(str(session.get("auth", "")).encode(), _fingerprint(token).encode()):
+        return _as(tokens.DASHBOARD, "admin", False)
+    return False
+
+
+def who() -> str:
+    """Who acts in this request, as actions record it: `dashboard` for the dashboard's
+    token and its login sessions, `token:NAME` for a stored token (from `g.token_name`),
+    the host app's user as its `authorize` hook named it."""
+    if g.get("via_authorize"):
+        return g.token_name
+    name = g.get("token_name") or tokens.DASHBOARD
+    return name if name == tokens.DASHBOARD else f"token:{name}"
+
+
+def _scope_refusal():
+    """403 (JSON) when the request's token lacks the scope of its view, else None."""
+    view = current_app.view_functions.get(request.endpoint)
+    need = needed(view, request.method)
+    if scope_allows(g.token_scope, need):
+        return None
+    return jsonify(error=f"forbidden: {request.method} {request.path} needs scope {need}; "
+                         f"token {g.token_name!r} has {g.token_scope}"), 403
 
 
 def _wants_json() -> bool:
@@ -96,6 +160,7 @@ def _wants_json() -> bool:
 def require_login():
     """before_request: answer 401 (JSON) or the login page unless authenticated; check CSRF."""
     g.via_bearer = g.via_authorize = False
+    g.token_name, g.token_scope = None, None
     g.authenticated = authenticated()  # the pages show their nav and Log out only then
     endpoint = request.endpoint or ""
     app = cronjobs_app()
@@ -107,6 +172,10 @@ def require_login():
                 "WWW-Authenticate": 'Bearer realm="cronjobs"'}
         return render_template("login.html", next=request.full_path.rstrip("?"),
                                error=None), 401
+    if g.authenticated and not public and request.endpoint:
+        refused = _scope_refusal()
+        if refused is not None:
+            return refused
     if endpoint in LARGE_FORMS:  # only once the token is known: a stranger gets 64 KB
         request.max_content_length = request.max_form_memory_size = LARGE_FORMS[endpoint]
     if request.method == "POST" and not g.via_bearer:
@@ -166,6 +235,7 @@ def login():
 
 
 @bp.post("/logout")
+@requires("read")
 def logout():
     """End the session."""
     session.clear()

@@ -14,6 +14,7 @@ from ..actions import bulk
 from ..job import failures
 from ..status import Status
 from .operations import group_selection, start_operation
+from .scopes import requires
 from .view import ROW_ID_MAX, cronjobs_app
 
 bp = Blueprint("failed", __name__)
@@ -60,6 +61,7 @@ def failed():
 
 
 @bp.post("/failed/retry")
+@requires("operate")
 def retry_group():
     """Start a bulk retry of a group (`job`: one of its rows) or of every failed row (`all=1`,
     with an optional `type`) at once, and open its progress page.

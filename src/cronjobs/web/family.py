@@ -14,6 +14,9 @@ from flask import Blueprint, abort, jsonify, redirect, render_template, request,
 
 from ..actions import operator
 from ..family.view import Family, read_family
+from .auth import who
+from .openapi import operation
+from .scopes import requires
 from .view import cronjobs_app
 
 bp = Blueprint("family", __name__)
@@ -70,11 +73,12 @@ def api(job_id: int):
 
 
 @bp.post("/api/jobs/<id:job_id>/family/cancel")
+@requires("operate")
 def api_cancel(job_id: int):
     """Cancel the family of row `job_id` (`operator.cancel_family`): `{"root", "cancelled",
     "stopping"}`; 404 for an unknown id. A Bearer request needs no CSRF token."""
     family_of(job_id)
-    return jsonify(operator.cancel_family(cronjobs_app(), job_id, who="api"))
+    return jsonify(operator.cancel_family(cronjobs_app(), job_id, who=who()))
 
 
 @bp.get("/api/jobs/<id:job_id>/family/live")
@@ -93,9 +97,22 @@ def confirm_cancel(job_id: int):
 
 
 @bp.post("/jobs/<id:job_id>/family/cancel")
+@requires("operate")
 def cancel(job_id: int):
     """Cancel the family of row `job_id` (`operator.cancel_family`); then its page."""
     fam = family_of(job_id)
-    done = operator.cancel_family(cronjobs_app(), fam.root_id, who="dashboard")
+    done = operator.cancel_family(cronjobs_app(), fam.root_id, who=who())
     return redirect(url_for("family.page", job_id=fam.root_id,
                             cancelled=done["cancelled"] + done["stopping"]), 303)
+
+
+OPENAPI: dict = {
+    "/api/jobs/{job_id}/family": {"get": operation(
+        "A row's family: its root, counts and rows", {"200": "the family",
+                                                     "404": "no such row"})},
+    "/api/jobs/{job_id}/family/cancel": {"post": operation(
+        "Cancel a row's family", {"200": "`{root, cancelled, stopping}`",
+                                  "404": "no such row"})},
+    "/api/jobs/{job_id}/family/live": {"get": operation(
+        "What the family page polls", {"200": "counts and HTML", "404": "no such row"})},
+}

@@ -17,6 +17,8 @@ from ..actions import operator
 from ..errors import InvalidJob
 from ..flow.state import held_now, queue_limits, type_limits
 from ..schedule.entries import schedule_tasks
+from .auth import who
+from .scopes import requires
 from .view import cronjobs_app, handler_registry
 
 bp = Blueprint("flow", __name__)
@@ -87,6 +89,7 @@ def index():
 
 
 @bp.post("/flow/confirm")
+@requires("operate")
 def confirm():
     """The confirmation page of an action (form `action`: pause, resume or unblock, and
     its fields); nothing is changed until its button is pressed."""
@@ -116,6 +119,7 @@ def _confirm_fields(action: str, form) -> tuple[dict, bool]:
 
 
 @bp.post("/flow/pause")
+@requires("operate")
 def pause():
     """Pause a queue, a type or a task (form: `scope`, `name`, optional `for` and
     `reason`); a pause of the same target is replaced. Then back to the page."""
@@ -124,7 +128,7 @@ def pause():
     except InvalidJob as exc:
         return _page(_("Refused: %(reason)s", reason=str(exc)), 400, request.form)
     app = cronjobs_app()
-    by = f"dashboard@{request.remote_addr or '-'}"[:limits.FLOW_BY_MAX_CHARS]
+    by = f"{who()}@{request.remote_addr or '-'}"[:limits.FLOW_BY_MAX_CHARS]
     with app.engine.begin() as conn:
         now = store.flow.flow_now(conn, app.clock)  # `for` counts on the database's clock
         until = now + wanted["for"] if wanted["for"] else None
@@ -134,6 +138,7 @@ def pause():
 
 
 @bp.post("/flow/resume")
+@requires("operate")
 def resume():
     """Lift the pause of form `scope` and `name`; 404 when there is none."""
     try:
@@ -151,6 +156,7 @@ def resume():
 
 
 @bp.post("/flow/unblock")
+@requires("operate")
 def unblock():
     """Lift block form `block` (its id) before its end; 404 when there is none."""
     try:

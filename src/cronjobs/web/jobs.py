@@ -16,7 +16,9 @@ from ..handler import stage_of
 from ..status import Status
 from ..store.models import STATUSES
 from ..worker.heartbeat import LIVE_SECONDS
+from .auth import who
 from .fields import page_row
+from .scopes import requires
 from .view import cronjobs_app, handler_registry, render_summary
 
 bp = Blueprint("jobs", __name__)
@@ -250,14 +252,16 @@ def _summary(conn, cls: type | None, row: dict) -> dict:
 
 
 @bp.post("/jobs/<id:job_id>/retry")
+@requires("operate")
 def retry(job_id: int):
     """Failed row back to pending (attempts reset); back to its page."""
-    operator.retry(cronjobs_app(), job_id, who="dashboard")
+    operator.retry(cronjobs_app(), job_id, who=who())
     return redirect(url_for("jobs.job", job_id=job_id), 303)
 
 
 @bp.post("/jobs/<id:job_id>/cancel")
+@requires("operate")
 def cancel(job_id: int):
     """Pending row cancelled; back to its page."""
-    operator.cancel(cronjobs_app(), job_id, who="dashboard")
+    operator.cancel(cronjobs_app(), job_id, who=who())
     return redirect(url_for("jobs.job", job_id=job_id), 303)

@@ -14,6 +14,7 @@ from flask import Blueprint, jsonify, render_template
 
 from ..store.models import STATUSES
 from .jobs import JOB_POLL_SECONDS, job_page, queue_filters, queue_links, queue_page
+from .openapi import operation
 
 bp = Blueprint("live", __name__)
 
@@ -57,3 +58,11 @@ def job(job_id: int):
                     "children": data["child_counts"], "done": not data["live"],
                     "poll_seconds": JOB_POLL_SECONDS,
                     "html": render_template("_job_live.html", **data)})
+
+
+OPENAPI: dict = {
+    "/api/queue": {"get": operation("What the Queue page polls",
+                                    {"200": "rows, counts and HTML", "400": "a bad filter"})},
+    "/api/jobs/{job_id}/live": {"get": operation(
+        "What the Job page polls", {"200": "the row's live part", "404": "no such row"})},
+}

@@ -27,7 +27,9 @@ from ..actions.selection import Selection
 from ..errors import OperationRunning
 from ..job import failures
 from ..status import Status
+from .auth import who
 from .jobs import queue_filters
+from .scopes import requires
 from .view import ROW_ID_MAX, cronjobs_app
 
 bp = Blueprint("operations", __name__)
@@ -148,6 +150,7 @@ def _running(selection: Selection) -> dict | None:
 
 
 @bp.post("/operations/confirm")
+@requires("operate")
 def confirm():
     """What the bulk action of the form would do, to how many rows now, with a button that
     starts it (the same fields, posted to `/operations`). 409 while an operation of the
@@ -165,6 +168,7 @@ def confirm():
 
 
 @bp.post("/operations")
+@requires("operate")
 def start():
     """Start the bulk action of the form and open its operation's page.
 
@@ -180,7 +184,7 @@ def start_operation(action: str, selection: Selection):
     """Start `action` on `selection` in the background: a redirect to its page, or 409."""
     app = cronjobs_app()
     try:
-        started = bulk.start(app, action, selection, who="dashboard",
+        started = bulk.start(app, action, selection, who=who(),
                              max_rows=bulk.SNAPSHOT_MAX_ROWS)
     except OperationRunning as exc:
         return _refused(exc)
@@ -200,6 +204,7 @@ def operation(operation_id: int):
 
 
 @bp.post("/operations/<int:operation_id>/resume")
+@requires("operate")
 def resume(operation_id: int):
     """Take over a stalled operation and run its batches left in the background."""
     app = cronjobs_app()

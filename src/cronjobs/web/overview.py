@@ -22,6 +22,7 @@ from ..flow.state import held_by_queue, held_now, untaken
 from ..store import stats
 from ..worker.heartbeat import LIVE_SECONDS
 from . import charts
+from .openapi import operation
 from .view import cronjobs_app
 
 bp = Blueprint("overview", __name__)
@@ -171,3 +172,9 @@ def _held(app, conn, now) -> list[dict]:
     at = store.flow.flow_now(conn, app.clock)
     return held_now(app, conn, at, store.flow.list_pauses(conn, at),
                     store.flow.list_blocks(conn, at))
+
+
+OPENAPI: dict = {
+    "/api/overview": {"get": operation("What the Overview page polls",
+                                       {"200": "counts, speed and HTML"})},
+}

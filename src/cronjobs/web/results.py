@@ -191,7 +191,7 @@ _OUTCOME = {
 _ERROR = {"content": {"application/json": {"schema": {
     "type": "object", "properties": {"error": {"type": "string"}}}}}}
 
-OPENAPI: dict = {"/api/jobs/{id}/result": {"get": {
+OPENAPI: dict = {"/api/jobs/{job_id}/result": {"get": {
     "summary": "A job's outcome, waited for",
     "description": "Answers 200 as soon as the row is final (completed, failed, cancelled, "
                    "expired), 202 with its status when `wait` seconds pass first.",
@@ -199,7 +199,7 @@ OPENAPI: dict = {"/api/jobs/{id}/result": {"get": {
     "tags": ["jobs"],
     "x-cronjobs-scope": "read",
     "parameters": [
-        {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}},
+        {"name": "job_id", "in": "path", "required": True, "schema": {"type": "integer"}},
         {"name": "wait", "in": "query", "required": False,
          "description": "seconds to wait for the end (0 to 60; default 0)",
          "schema": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}},

@@ -13,7 +13,10 @@ from flask_babel import gettext as _
 from .. import limits
 from ..errors import HandlerNotFound, InvalidJob
 from ..schedule import entries
+from .auth import who
 from .family import json_value
+from .openapi import operation
+from .scopes import requires
 from .tasks import parse_payload
 from .view import cronjobs_app, handler_registry
 
@@ -52,19 +55,21 @@ def index():
 
 
 @bp.post("/schedules/add")
+@requires("admin")
 def add():
     """Add an entry (form: `task`, `name`, `cron`, optional `timezone`, `payload`); a bad
     field is a 400 naming it and its value, and nothing is stored."""
     form = request.form
     try:
         entries.add(cronjobs_app(), (form.get("task") or "").strip(),
-                    (form.get("name") or "").strip(), **_fields(form), by=_by("dashboard"))
+                    (form.get("name") or "").strip(), **_fields(form), by=_by(who()))
     except (InvalidJob, HandlerNotFound) as exc:
         return _refused(exc)
     return redirect(url_for("schedules.index"), 303)
 
 
 @bp.post("/schedules/<spec>/edit")
+@requires("admin")
 def edit(spec: str):
     """Change a stored entry's `cron`, `timezone` and `payload` (form)."""
     try:
@@ -77,10 +82,11 @@ def edit(spec: str):
 
 
 @bp.post("/schedules/<spec>/<action>")
+@requires("admin")
 def act(spec: str, action: str):
     """`pause`, `resume` or `remove` entry `spec` (`TASK:NAME`); 404 for an unknown entry."""
     try:
-        _apply(spec, action, "dashboard", ("pause", "resume", "remove"))
+        _apply(spec, action, who(), ("pause", "resume", "remove"))
     except InvalidJob as exc:
         return _refused(exc)
     except HandlerNotFound as exc:
@@ -119,6 +125,7 @@ def api_list():
 
 
 @bp.post("/api/schedules")
+@requires("admin")
 def api_add():
     """Add an entry from a JSON body `{"task", "name", "cron", "timezone"?, "payload"?}`:
     201 with the entry; 400 naming the bad field and value (nothing stored)."""
@@ -137,7 +144,7 @@ def api_add():
     try:
         entry = entries.add(cronjobs_app(), body.get("task"), body.get("name"),
                             body.get("cron"), timezone=body.get("timezone"),
-                            payload=body.get("payload"), by=_by("api"))
+                            payload=body.get("payload"), by=_by(who()))
     except (InvalidJob, HandlerNotFound) as exc:
         return _api_error(exc, 400)
     return jsonify(task=entry.entry_task, name=entry.name, cron=entry.cron,
@@ -145,10 +152,11 @@ def api_add():
 
 
 @bp.post("/api/schedules/<spec>/<action>")
+@requires("admin")
 def api_act(spec: str, action: str):
     """`pause` or `resume` entry `spec`: `{"task", "paused"}`; 404 for an unknown one."""
     try:
-        _apply(spec, action, "api", ("pause", "resume"))
+        _apply(spec, action, who(), ("pause", "resume"))
     except InvalidJob as exc:
         return _api_error(exc, 400)
     except HandlerNotFound as exc:
@@ -167,3 +175,19 @@ def api_remove(spec: str):
     except HandlerNotFound as exc:
         return _api_error(exc, 404)
     return jsonify(task=spec, removed=True)
+
+
+OPENAPI: dict = {
+    "/api/schedules": {
+        "get": operation("Every schedule entry", {"200": "the entries"}),
+        "post": operation("Add a schedule entry", {"201": "the entry", "400": "bad body"},
+                          body={"task": "string", "name": "string", "cron": "string",
+                                "timezone": "string", "payload": "object"}),
+    },
+    "/api/schedules/{spec}/{action}": {"post": operation(
+        "Pause or resume an entry (`action`: pause, resume)",
+        {"200": "`{task, paused}`", "400": "bad action", "404": "no such entry"})},
+    "/api/schedules/{spec}": {"delete": operation(
+        "Remove a stored entry", {"200": "`{task, removed}`", "400": "a code entry",
+                                  "404": "no such entry"})},
+}

@@ -23,6 +23,7 @@ from ..schedule.taskrows import TaskRow, next_runs, task_rows
 from ..schedule.tasks import set_enabled
 from ..status import Status
 from . import charts
+from .scopes import requires
 from .view import cronjobs_app, handler_registry, page_now
 
 bp = Blueprint("tasks", __name__)
@@ -217,6 +218,7 @@ def parse_payload(text: str) -> dict | None:
 
 
 @bp.post("/tasks/<task>/run")
+@requires("operate")
 def run(task: str):
     """Run now: one row per request token (a double click is one row), then the row's page.
 
@@ -247,6 +249,7 @@ def run(task: str):
 
 
 @bp.post("/tasks/<task>/enabled")
+@requires("operate")
 def enabled(task: str):
     """The kill switch: form field `enabled` = `1` (on) or `0` (off); back to the page it
     came from (`back` = `task`: the task's page)."""

@@ -15,6 +15,9 @@ from ..status import Status
 from ..store import stats
 from ..store.stops import RUNNING_SHOWN
 from ..worker.heartbeat import LIVE_SECONDS, parse_job_slots
+from .auth import who
+from .openapi import operation
+from .scopes import requires
 from .view import cronjobs_app
 
 bp = Blueprint("workers", __name__)
@@ -93,12 +96,18 @@ def confirm_stop(job_id: int):
 
 
 @bp.post("/jobs/<id:job_id>/stop")
+@requires("operate")
 def stop(job_id: int):
     """Stop running row `job_id` (`operator.stop`); then its page, which shows the row
     end. A row that does not run: 409, nothing written."""
     try:
-        operator.stop(cronjobs_app(), job_id, who="dashboard")
+        operator.stop(cronjobs_app(), job_id, who=who())
     except JobStateError:
         return confirm_stop(job_id)[0], 409
     return redirect(url_for("jobs.job", job_id=job_id, stop="requested"), 303)
 
+
+OPENAPI: dict = {
+    "/api/workers": {"get": operation("Running jobs and live workers",
+                                      {"200": "`{running, workers, html}`"})},
+}
