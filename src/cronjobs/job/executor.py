@@ -201,6 +201,7 @@ class Executor:
         whether it has family callbacks noted for the outcome writer)."""
         cls = self.app.resolve(job_type)
         self._families.note_type(job_type, cls)
+        self.writer.note_type(job_type, cls)
         runtime = float(cls.MAX_RUNTIME) if cls is not None else 120.0
         return Terms(cls, runtime + self.app.settings.lease_grace_seconds,
                      int(cls.MAX_ATTEMPTS) if cls is not None else None, runtime,

@@ -152,8 +152,14 @@ class OutcomeWriter:
         self.app = app
         self.worker_id = worker_id
         self._held = held
+        self._webhook_urls: dict[str, str | None] = {}  # type -> its WEBHOOK_URL
         self._policy = Policy(app.settings.retry_backoff_cap_minutes,
                               app.settings.unknown_type_grace_seconds, worker_id)
+
+    def note_type(self, job_type: str, cls: type | None) -> None:
+        """`cls`, the handler class the claim resolved for `job_type`: its `WEBHOOK_URL`
+        is kept, so an outcome's webhook does not resolve the type again."""
+        self._webhook_urls[job_type] = getattr(cls, "WEBHOOK_URL", None)
 
     def plan(self, job: Job, result: Outcome, duration_ms: float) -> Finish:
         """Plan the end of run `job` after `result`: its next state (`outcome.next_state`)
@@ -213,8 +219,8 @@ class OutcomeWriter:
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
                 write_block(conn, plan, self.app.clock)
         if plans:  # the webhooks of these attempts, committed with their outcomes
-            store.webhooks.insert_deliveries(conn, deliveries(self.app, plans, finals),
-                                             plans[0].now)
+            store.webhooks.insert_deliveries(
+                conn, deliveries(self.app, plans, finals, self._webhook_urls), plans[0].now)
         ring_after = self._settle(conn, plans, finals, batch)
         if released is not None:
             released += ring_after

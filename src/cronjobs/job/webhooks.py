@@ -24,12 +24,19 @@ DELIVERY_HEADER = "X-Cronjobs-Delivery"
 REPLAY_TOLERANCE_SECONDS = 300
 
 
-def url_of(app: App, job: Any) -> str | None:
+def url_of(app: App, job: Any, handler_urls: dict[str, str | None] | None = None) -> str | None:
     """The webhook URL of run `job` (a `handler.Job`): the row's `callback_url`, else its
-    handler's `WEBHOOK_URL` (the class this process resolves for its type), else None."""
+    handler's `WEBHOOK_URL` (the class this process resolves for its type), else None.
+    `handler_urls`: a cache of each type's `WEBHOOK_URL` (resolved once per type)."""
     if job.callback_url:
         return job.callback_url
-    return getattr(app.resolve(job.type), "WEBHOOK_URL", None)
+    if handler_urls is None:
+        return getattr(app.resolve(job.type), "WEBHOOK_URL", None)
+    try:
+        return handler_urls[job.type]
+    except KeyError:
+        url = handler_urls[job.type] = getattr(app.resolve(job.type), "WEBHOOK_URL", None)
+        return url
 
 
 def body_of(job: Any, status: str, outcome: Any, now: Any) -> str:
@@ -47,17 +54,19 @@ def body_of(job: Any, status: str, outcome: Any, now: Any) -> str:
     }, default=str, separators=(",", ":"), sort_keys=True)
 
 
-def deliveries(app: App, plans: list, finals: list) -> list[dict]:
+def deliveries(app: App, plans: list, finals: list,
+               handler_urls: dict[str, str | None] | None = None) -> list[dict]:
     """The delivery rows of the written `plans` (`finishing.Finish`) with their final
     statuses: one per run whose attempt counted and that has a webhook URL; none for a
     run that lost its row, nor for one that gave its attempt back (a RetryLater, a
-    cut-off, a row put back for another worker: the next run has the same number)."""
+    cut-off, a row put back for another worker: the next run has the same number).
+    `handler_urls`: the caller's cache of each type's `WEBHOOK_URL` (see `url_of`)."""
     rows = []
     for plan, final in zip(plans, finals, strict=True):
         job = plan.job
         if final == Ended.LOST or plan.values.get("attempts") == job.attempts - 1:
             continue
-        url = url_of(app, job)
+        url = url_of(app, job, handler_urls)
         if url:
             rows.append({"job_id": job.id, "attempt": job.attempts, "url": url,
                          "body": body_of(job, final, plan.outcome, plan.now)})
