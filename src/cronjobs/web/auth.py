@@ -11,7 +11,9 @@ headers are ever sent, and tokens never travel in URLs.
 
 Tokens: the dashboard's own (`CRONJOBS_DASHBOARD_TOKEN` or the database's generated one,
 named `dashboard`, scope `admin`; a login session is that token) and those of `cronjobs
-tokens create` (`store.tokens`, looked up by hash; a revoked one is 401). Each request
+tokens create` (`store.tokens`, looked up by hash; a revoked one is 401). A Bearer header
+that is sent decides (its scheme in any case): a wrong one is 401, whatever the cookie
+session or the `authorize` hook would say. Each request
 needs the scope of its view (`scopes.needed`): too small a scope is 403 with a JSON
 `error`. `g.token_name` and `g.token_scope` hold who asks; actions record `who()`.
 """

@@ -71,8 +71,9 @@ def read_bytes(max_bytes: int) -> bytes:
     except RequestEntityTooLarge:
         data = None
     if data is None or len(data) > max_bytes:
-        raise Refused(413, f"the body is {request.content_length or 'over'} bytes; the limit "
-                           f"is {max_bytes:,} bytes")
+        size = (f"{request.content_length:,} bytes" if request.content_length
+                else f"over {max_bytes:,} bytes")
+        raise Refused(413, f"the body is {size}; the limit is {max_bytes:,} bytes")
     return data
 
 
@@ -347,7 +348,8 @@ def _job_schema() -> dict:
 def _errors(*codes: str) -> dict:
     error = {"content": {"application/json": {"schema": {
         "type": "object", "properties": {"error": {"type": "string"}, "id": {"type": "integer"},
-                                         "index": {"type": "integer"}}}}}}
+                                         "index": {"type": "integer"},
+                                         "other_index": {"type": "integer"}}}}}}
     texts = {"400": "not JSON, not UTF-8, or the key header and body differ, or the "
                     "header is repeated or not UTF-8",
              "401": "no token, a wrong or a revoked one",
