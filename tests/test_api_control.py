@@ -5,6 +5,7 @@ on a refusal; each recorded with the token's name."""
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 
 import pytest
@@ -25,9 +26,9 @@ def api(make_app):
     client = create_app(app).test_client()
     headers = {"Authorization": f"Bearer {token}"}
 
-    def post(path: str, body=None, raw: str | None = None):
+    def post(path: str, body=None, raw: str | None = None, ctype="application/json"):
         if raw is not None:
-            return client.post(path, data=raw, headers=headers)
+            return client.post(path, data=raw, headers={**headers, "Content-Type": ctype})
         return client.post(path, json=body, headers=headers)
     return app, post
 
@@ -115,3 +116,31 @@ def test_pause_resume_and_unblock(api):
     assert post("/api/blocks/unblock", {"type": "test.summary.execute"}).status_code == 200
     for body in ({}, {"id": 1, "type": "x"}, {"id": 0}, {"id": True}, {"id": 1, "key": "k"}):
         assert post("/api/blocks/unblock", body).status_code == 400, body
+
+
+def test_bodies_need_json_limits_and_a_warning_for_unknown_names(api):
+    app, post = api
+    chunked = {"wsgi.input_terminated": True}  # a chunked body: no Content-Length
+    for path in ("/api/tasks/test-count/run", "/api/pauses", "/api/pauses/resume",
+                 "/api/blocks/unblock"):
+        resp = post(path, raw='{"queue": "q"}', ctype="text/plain")
+        assert resp.status_code == 415 and "Content-Type: application/json" in error(resp)
+        resp = post(path, raw='{"n": 1' + "0" * 5000 + "}")  # over Python's digit limit
+        assert resp.status_code == 400 and "not valid JSON" in error(resp), path
+    client = create_app(app).test_client()
+    big = b'{"queue": "q"}' + b" " * (64 * 1024)
+    resp = client.post("/api/pauses", input_stream=io.BytesIO(big),
+                       headers={"Authorization": f"Bearer {TOKEN}",
+                                "Content-Type": "application/json"},
+                       environ_overrides=chunked)
+    assert resp.status_code == 413 and "limit" in error(resp)
+    assert post("/api/tasks/test-count/run", raw="", ctype="text/plain").status_code == 201
+    resp = post("/api/pauses", raw="null")
+    assert resp.status_code == 400 and error(resp).endswith("got null")
+    resp = post("/api/pauses", {"type": "test.sumary.execute"})
+    assert resp.status_code == 201
+    assert "no registered handler has type 'test.sumary.execute' (a typo?)" in resp.get_json(
+        )["warning"]
+    assert "warning" not in post("/api/pauses", {"type": "test.summary.execute"}).get_json()
+    with app.engine.connect() as conn:
+        assert len(store.flow.list_pauses(conn, app.clock.now())) == 2

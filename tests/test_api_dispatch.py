@@ -4,6 +4,7 @@ batches and 20 clients racing for one Idempotency-Key against a real dashboard p
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import threading
 from datetime import datetime
@@ -155,6 +156,7 @@ def test_batch_in_order_and_all_or_nothing(make_app):
         refused = post(client, {"jobs": rows}, path)
         assert refused.status_code == (409 if index == 1 else 422), refused.get_json()
         assert refused.get_json()["error"].startswith(f"jobs[{index}]: ")
+        assert refused.get_json()["index"] == index
     assert post(client, {"jobs": [{"type": TYPE}] * 1_001}, path).status_code == 422
     assert post(client, {"jobs": []}, path).status_code == 422
     assert post(client, {"jobs": [{"type": TYPE}], "x": 1}, path).status_code == 422
@@ -206,3 +208,55 @@ def test_openapi_documents_both_routes(make_app):
     for ops in dispatchapi.OPENAPI.values():
         assert {"201", "409", "422"} <= set(ops["post"]["responses"])
         assert all(r["description"] for r in ops["post"]["responses"].values())
+
+
+def test_odd_bodies_headers_and_batch_keys(make_app):
+    app = make_app(dashboard_token=TOKEN)
+    client = web_client(app)
+    batch = "/api/jobs:batch"
+    digits = json.dumps({"type": TYPE, "payload": {"n": 0}}).replace("0", "1" + "0" * 5000)
+    for path, body in (("/api/jobs", digits), (batch, '{"jobs": [' + digits + "]}")):
+        resp = post(client, body, path)  # over Python's int-digit limit: bad JSON, not 500
+        assert resp.status_code == 400 and "not valid JSON" in resp.get_json()["error"], path
+    null = post(client, "null")
+    assert null.status_code == 422 and null.get_json()["error"].startswith(
+        "the body must be a JSON object") and null.get_json()["error"].endswith("got null")
+    remote = post(client, {"type": "test.recod.execute"}).get_json()["error"]
+    assert "did you mean" in remote and "CRONJOBS_REMOTE_TYPES" in remote
+    assert "known_type" not in remote and "--remote" not in remote
+    # a chunked body (no Content-Length) over the limit: 413, not its prefix parsed
+    chunked = f'{{"type": "{TYPE}"}}'.encode() + b" " * limits.STDIN_LINE_MAX_BYTES + b"xx"
+    resp = client.post("/api/jobs", input_stream=io.BytesIO(chunked), headers=AUTH,
+                       environ_overrides={"wsgi.input_terminated": True})
+    assert resp.status_code == 413, resp.get_data(as_text=True)[:200]
+    # the header is UTF-8 (WSGI hands it over as latin-1): the same key as the body's
+    made = post(client, {"type": TYPE, "key": "fatura-ş"})
+    again = post(client, {"type": TYPE}, headers={
+        **AUTH, "Idempotency-Key": "fatura-ş".encode().decode("latin-1")})
+    assert again.status_code == 200 and again.get_json()["id"] == made.get_json()["id"]
+    for key, words in (("\xff\xfe", "not UTF-8"), ("a,b", "give one Idempotency-Key")):
+        resp = post(client, {"type": TYPE}, headers={**AUTH, "Idempotency-Key": key})
+        assert resp.status_code == 400 and words in resp.get_json()["error"], key
+    twice = client.post("/api/jobs", data=json.dumps({"type": TYPE}), headers=[
+        *AUTH.items(), ("Idempotency-Key", "a"), ("Idempotency-Key", "b")])
+    assert twice.status_code == 400, twice.get_json()
+    # a batch: one key twice with one payload is one row; with another, 422 naming both
+    same = post(client, {"jobs": [{"type": TYPE, "key": "d", "payload": {"a": 1}},
+                                  {"type": TYPE, "key": "d", "payload": {"a": 1}}]}, batch)
+    first, second = same.get_json()["jobs"]
+    assert same.status_code == 201 and first["id"] == second["id"]
+    assert (first["created"], second["created"]) == (True, False)
+    before = count(app)
+    clash = post(client, {"jobs": [{"type": TYPE}, {"type": TYPE, "key": "e", "payload": {}},
+                                   {"type": TYPE, "key": "e", "payload": {"a": 2}}]}, batch)
+    answer = clash.get_json()
+    assert clash.status_code == 422 and "id" not in answer
+    assert (answer["index"], answer["other_index"]) == (2, 1)
+    assert "jobs[2]" in answer["error"] and "jobs[1]" in answer["error"]
+    for index, bad in ((1, {"payload": {}}), (0, {"type": 5}), (1, {"type": TYPE, "x": 1}),
+                       (1, None)):
+        rows = [{"type": TYPE}] * 2
+        rows[index] = bad
+        refused = post(client, {"jobs": rows}, batch)
+        assert refused.status_code == 422 and refused.get_json()["index"] == index, bad
+    assert count(app) == before

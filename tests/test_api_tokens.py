@@ -94,6 +94,14 @@ def test_missing_wrong_and_revoked_tokens_are_401(make_app):
     client = create_app(app).test_client()
     made = make_tokens(app)
     assert client.get("/api/jobs", headers=bearer(made["read"])).status_code == 200
+    for scheme in ("bearer", "BEARER", "BeArEr"):  # RFC 7235: the scheme in any case
+        assert client.get("/api/jobs", headers={"Authorization": f"{scheme} {made['read']}"}
+                          ).status_code == 200, scheme
+    resp = client.get("/api/jobs")
+    assert "send Authorization: Bearer <token>" in resp.get_json()["error"]
+    resp = client.get("/api/jobs", headers=bearer("nope"))
+    assert resp.get_json()["error"] == ("unauthorized: the token is not valid (unknown or "
+                                        "revoked)")
     for headers in ({}, bearer("nope"), bearer(made["read"] + "x"), bearer("x" * 5000),
                     {"Authorization": f"Basic {made['read']}"}):
         resp = client.get("/api/jobs", headers=headers)
@@ -126,7 +134,14 @@ def test_bearer_posts_need_no_csrf_but_cookie_posts_do_and_who_is_recorded(make_
                        headers=bearer(made["operate"]))
     assert resp.status_code == 201 and resp.get_json()["created_by"] == "token:t-operate"
     csrf = login(client)  # a cookie session: admin, but CSRF still needed
-    assert client.post(f"/api/jobs/{second}/retry").status_code == 403
+    resp = client.post(f"/api/jobs/{second}/retry")
+    assert resp.status_code == 403 and "CSRF check failed" in resp.get_json()["error"]
+    resp = client.post("/jobs/1/retry", headers={"Accept": "application/json"})
+    assert resp.status_code == 403 and resp.is_json
+    # a Bearer header decides: a wrong one is 401, never the cookie session's admin
+    resp = client.post(f"/api/jobs/{second}/retry", headers={**bearer("nope"),
+                                                            "X-CSRFToken": csrf})
+    assert resp.status_code == 401, resp.get_data(as_text=True)
     assert row(app, second)["status"] == "failed"
     assert client.post(f"/jobs/{second}/retry", data={"csrf_token": "bad"}).status_code == 403
     assert client.post(f"/api/jobs/{second}/retry",
@@ -179,5 +194,24 @@ def test_the_tokens_commands_create_list_and_revoke(make_app):
     assert client.post("/api/ping/zz", headers=bearer(token)).status_code == 401
     again = runner.invoke(main, ["tokens", "revoke", "ci-bot"])
     assert again.exit_code == 2 and "revoked already" in again.output
+    # a revoked name may be reused: the row is replaced, with a new hash (the old stays 401)
+    remade = runner.invoke(main, ["tokens", "create", "ci-bot", "--scope", "operate"])
+    assert remade.exit_code == 0, remade.output
+    new_token = remade.output.splitlines()[-1]
+    assert new_token != token and client.post("/api/ping/zz", headers=bearer(token)
+                                              ).status_code == 401
+    assert client.post("/api/jobs/1/retry", headers=bearer(new_token)).status_code == 404
+    for argv, words in [
+        (["revoke", "dashboard"], "the dashboard token is CRONJOBS_DASHBOARD_TOKEN and "
+                                  "cannot be revoked here"),
+        (["create", "a\tb", "--scope", "read"], "each an ASCII letter (A-Z, a-z), a digit "
+                                                "(0-9) or one of . _ @ : -"),
+        (["create", "ş", "--scope", "read"], "got 'ş'"),
+    ]:
+        result = runner.invoke(main, ["tokens", *argv])
+        assert result.exit_code == 2 and words in result.output, (argv, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert "got 'a\\tb'" in runner.invoke(main, ["tokens", "create", "a\tb", "--scope",
+                                                   "read"]).output  # escaped, shown
     with app.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(cronjob_token)).scalar() == 1

@@ -45,6 +45,13 @@ def test_the_document_matches_the_routes(make_app):
         assert names == sorted(re.findall(r"{([^}]+)}", path)), (path, method)
     assert doc["paths"]["/api/jobs/{job_id}/retry"]["post"]["x-cronjobs-scope"] == "operate"
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    # what each route really answers: a body route's 413 and 415, no 400 for a bodiless one
+    answers = {path: set(doc["paths"][path]["post"]["responses"]) for path in (
+        "/api/jobs/{job_id}/cancel", "/api/tasks/{task}/run", "/api/pauses",
+        "/api/pauses/resume", "/api/blocks/unblock", "/api/schedules")}
+    assert "400" not in answers.pop("/api/jobs/{job_id}/cancel")
+    assert "409" in answers.pop("/api/schedules")
+    assert all({"400", "413", "415"} <= codes for codes in answers.values()), answers
 
 
 def test_operation_refuses_a_type_that_is_not_json():

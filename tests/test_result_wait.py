@@ -84,11 +84,13 @@ def test_result_route_status_codes(make_app):
     assert 0.3 <= time.monotonic() - start < 1.5
     resp = client.get("/api/jobs/999999/result?wait=1", headers=BEARER)
     assert resp.status_code == 404 and "999999" in resp.get_json()["error"]
-    for bad in ("abc", "-1", "61", "nan", "inf"):
+    # plain decimals only: not what float() also takes ("1_0", " 1", an Arabic-Indic 1)
+    for bad, text in [(v, v) for v in ("abc", "-1", "61", "nan", "inf", "1_0", "1e1")] + [
+            ("%201", " 1"), ("%D9%A1", "\u0661")]:
         resp = client.get(f"/api/jobs/{pending}/result?wait={bad}", headers=BEARER)
         assert resp.status_code == 400, bad
         assert resp.get_json()["error"] == (f"wait must be a number of seconds from 0 to 60, "
-                                            f"got {bad!r}")
+                                            f"got {text!r}")
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

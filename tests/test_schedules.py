@@ -276,6 +276,10 @@ def test_api_list_add_pause_resume_delete_with_the_bearer_token(make_app):
     bad = client.post("/api/schedules", headers=BEARER, json={
         "task": "sx-report", "name": "x", "cron": "bad"})
     assert bad.status_code == 400 and "'bad'" in bad.get_json()["error"]
+    for name in ("jp", "tr"):  # a stored entry, a code entry: that name is taken
+        taken = client.post("/api/schedules", headers=BEARER, json={
+            "task": "sx-report", "name": name, "cron": "0 9 * * *"})
+        assert taken.status_code == 409 and "sx-report:" + name in taken.get_json()["error"]
     assert client.post("/api/schedules/sx-report:jp/pause", headers=BEARER).status_code == 200
     listed = {r["task"]: r for r in client.get("/api/schedules", headers=BEARER).get_json()}
     assert listed["sx-report:jp"]["paused"] is True and listed["sx-report:jp"]["payload"] == {

@@ -148,3 +148,8 @@ def names_missing_table(text: str) -> bool:
 
 class TokenError(CronjobsError):
     """An API token refused: a bad name or scope, a name taken, or no such token."""
+
+
+class ScheduleExists(InvalidJob):
+    """A schedule entry of that task and name exists already (stored, or in the handler's
+    SCHEDULES): the HTTP API answers 409."""

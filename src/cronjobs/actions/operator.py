@@ -15,6 +15,7 @@ from ..family.settle import settle_rows
 from ..handler import task_name
 from ..job import dispatching
 from ..job.finishing import ring
+from ..schedule.entries import schedule_tasks
 from ..status import Reason, Status
 from ..store import families
 from ..store.db import run_in_transaction
@@ -126,6 +127,30 @@ def cancel_family(app: App, job_id: int, *, who: str = "operator") -> dict:
              who, done["cancelled"], done["stopping"], extra={"trace_id": done["root"]})
     ring(app, started)
     return done
+
+
+def unknown_target(app: App, scope: str, name: str) -> str | None:
+    """The warning for a pause of a name no handler of `app` knows, or None.
+
+    A pause of an unknown queue, type or task still holds (another codebase's workers
+    may run it), but a typo should not go unnoticed: `cronjobs pause` prints this text,
+    `POST /api/pauses` answers it as `"warning"`.
+
+    Args:
+        app: the App whose handlers and schedule entries count as known.
+        scope: `queue`, `type` or `task`.
+        name: the paused name.
+
+    Returns:
+        One line (`no registered handler has type 'x' (a typo?); ...`), or None when known.
+    """
+    known = {"queue": lambda: name in app.queues(),
+             "type": lambda: app.resolve(name) is not None,
+             "task": lambda: name in schedule_tasks(app)}[scope]()
+    if known:
+        return None
+    return (f"no registered handler has {scope} {name[:80]!r} (a typo?); `cronjobs tasks` "
+            f"and `cronjobs list-handlers` list them")
 
 
 def resume(app: App, scope: str, name: str) -> bool:

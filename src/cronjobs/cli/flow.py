@@ -65,14 +65,11 @@ def _targets(verb: str):
 def _warn_unknown(app, scope: str, name: str) -> None:
     """A pause of a name this process's handlers do not know still holds (another
     codebase's workers may run it), but a typo should not go unnoticed."""
-    from ..schedule.entries import schedule_tasks  # lazy: CLI start-up time
+    from ..actions.operator import unknown_target  # lazy: CLI start-up time
 
-    known = {"queue": lambda: name in app.queues(),
-             "type": lambda: app.resolve(name) is not None,
-             "task": lambda: name in schedule_tasks(app)}[scope]()
-    if not known:
-        click.echo(f"warning: no registered handler has {scope} {name!r} (a typo?); "
-                   f"`cronjobs tasks` and `cronjobs list-handlers` list them", err=True)
+    warning = unknown_target(app, scope, name)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @main.command()

@@ -155,6 +155,9 @@ def limit_key_of(cls: type | None, payload: dict | None) -> str | None:
     return key
 
 
+# What an unknown type's error tells a Python caller to do (the HTTP API says only the
+# CRONJOBS_REMOTE_TYPES part: web.dispatchapi).
+REMOTE_REMEDY = "pass known_type=False (CLI --remote) or list it in CRONJOBS_REMOTE_TYPES"
 # A type no handler here knows (run by another codebase): a handler's TYPE, in ASCII names.
 REMOTE_TYPE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.(?:discover|execute)")
 
@@ -193,8 +196,7 @@ def check_type(app: App, type: str) -> None:
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InvalidJob(f"unknown job type {type!r}{hint}: no handler is registered for it here "
                      f"(see `cronjobs list-handlers`); for a type that another codebase runs, "
-                     f"pass known_type=False (CLI --remote) or list it in "
-                     f"CRONJOBS_REMOTE_TYPES")
+                     + REMOTE_REMEDY)
 
 
 def is_remote(app: App, type: str) -> bool:

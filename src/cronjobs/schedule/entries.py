@@ -14,7 +14,7 @@ import json
 
 from .. import store
 from ..app import App
-from ..errors import HandlerNotFound, InvalidJob
+from ..errors import HandlerNotFound, InvalidJob, ScheduleExists
 from ..store.db import run_in_transaction
 from .entry import (
     Entry,
@@ -120,7 +120,7 @@ def add(app: App, task: str, name: str, cron: str, *, timezone: str | None = Non
     """
     payload = _check(app, task, name, cron, timezone, payload)
     if any(e.task == task and e.name == name for e in code_entries(app)):
-        raise InvalidJob(f"schedule {entry_task(task, name)!r} is an entry of the handler's "
+        raise ScheduleExists(f"schedule {entry_task(task, name)!r} is an entry of the handler's "
                          f"SCHEDULES (code); pick another name")
     text = payload_text(payload)
     by = by[:64] if by else None
@@ -128,7 +128,7 @@ def add(app: App, task: str, name: str, cron: str, *, timezone: str | None = Non
         c, task=task, name=name, cron=cron, timezone=timezone, payload=text, created_by=by,
         now=app.clock.now()))
     if not made:
-        raise InvalidJob(f"schedule {entry_task(task, name)!r} exists already; "
+        raise ScheduleExists(f"schedule {entry_task(task, name)!r} exists already; "
                          f"remove it first or edit it")
     return Entry(task, name, cron, timezone, payload, "database", by)
 

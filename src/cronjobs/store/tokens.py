@@ -42,15 +42,16 @@ def check_scope(scope: str) -> str:
 
 
 def check_name(name: str) -> str:
-    """`name` if it is a token name: 1 to 64 characters, letters, digits and `. _ @ : -`,
+    """`name` if it is a token name: 1 to 64 characters, ASCII letters, digits and `. _ @ : -`,
     starting with a letter or digit; not `dashboard` (the dashboard's own token).
 
     Raises:
         TokenError: any other name (the message names it).
     """
     if not NAME.fullmatch(name):
-        raise TokenError(f"token name must be 1 to 64 letters, digits or . _ @ : - (starting "
-                         f"with a letter or digit), got {name[:70]!r}")
+        raise TokenError(f"token name must be 1 to 64 characters, each an ASCII letter (A-Z, "
+                         f"a-z), a digit (0-9) or one of . _ @ : - (the first a letter or "
+                         f"digit), got {name[:70]!r}")
     if name == DASHBOARD:
         raise TokenError("token name 'dashboard' is reserved for CRONJOBS_DASHBOARD_TOKEN")
     return name
@@ -67,13 +68,14 @@ def token_hash(token: str) -> str:
 
 
 def create(conn: Connection, name: str, scope: str, now: datetime) -> str:
-    """Store a new token `name` with `scope` made at `now` (naive UTC).
+    """Store a new token `name` with `scope` made at `now` (naive UTC); a revoked token of
+    that name is replaced (a new hash: its old token stays refused).
 
     Returns:
         The token (shown once: only its hash is stored).
 
     Raises:
-        TokenError: a bad name or scope, or a token of that name exists (revoked or not).
+        TokenError: a bad name or scope, or an unrevoked token of that name exists.
     """
     check_name(name)
     check_scope(scope)
@@ -81,8 +83,14 @@ def create(conn: Connection, name: str, scope: str, now: datetime) -> str:
     done = conn.execute(insert_ignore(conn, cronjob_token, ["name"]).values(
         name=name, scope=scope, hash=token_hash(token), created_at=now
     ).execution_options(preserve_rowcount=True))  # psycopg 3 drops it (-1) otherwise
-    if done.rowcount != 1:
-        raise TokenError(f"a token named {name!r} exists already (revoke it and pick "
+    if done.rowcount == 1:
+        return token
+    reused = conn.execute(update(cronjob_token).where(  # a revoked name is free again
+        cronjob_token.c.name == name, cronjob_token.c.revoked_at.is_not(None)).values(
+        scope=scope, hash=token_hash(token), created_at=now, last_used_at=None,
+        revoked_at=None))
+    if reused.rowcount != 1:
+        raise TokenError(f"a token named {name!r} exists already (revoke it first, or pick "
                          f"another name)")
     return token
 
@@ -99,8 +107,12 @@ def revoke(conn: Connection, name: str, now: datetime) -> None:
     """Revoke token `name` at `now` (naive UTC): requests with it answer 401 from then on.
 
     Raises:
-        TokenError: no token of that name, or it is revoked already.
+        TokenError: no token of that name, it is revoked already, or it is `dashboard`
+            (CRONJOBS_DASHBOARD_TOKEN: a setting).
     """
+    if name == DASHBOARD:
+        raise TokenError("the dashboard token is CRONJOBS_DASHBOARD_TOKEN and cannot be "
+                         "revoked here; change that setting (and restart the dashboard)")
     done = conn.execute(update(cronjob_token).where(
         cronjob_token.c.name == name, cronjob_token.c.revoked_at.is_(None)).values(
         revoked_at=now))

@@ -11,7 +11,9 @@ headers are ever sent, and tokens never travel in URLs.
 
 Tokens: the dashboard's own (`CRONJOBS_DASHBOARD_TOKEN` or the database's generated one,
 named `dashboard`, scope `admin`; a login session is that token) and those of `cronjobs
-tokens create` (`store.tokens`, looked up by hash; a revoked one is 401). Each request
+tokens create` (`store.tokens`, looked up by hash; a revoked one is 401). A Bearer header
+that is sent decides (its scheme in any case): a wrong one is 401, whatever the cookie
+session or the `authorize` hook would say. Each request
 needs the scope of its view (`scopes.needed`): too small a scope is 403 with a JSON
 `error`. `g.token_name` and `g.token_scope` hold who asks; actions record `who()`.
 """
@@ -69,8 +71,16 @@ TOKEN_MAX_CHARS = 256  # longer Bearer values are no token of ours: no lookup
 
 
 def _bearer() -> str | None:
-    header = request.headers.get("Authorization", "")
-    return header[7:].strip() if header.startswith("Bearer ") else None
+    """The token of an `Authorization: Bearer` header (the scheme in any case, RFC 7235)."""
+    scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else None
+
+
+def body_limit(endpoint: str | None) -> int:
+    """The largest body (bytes) route `endpoint` takes: its `LARGE_FORMS` entry, else the
+    dashboard's `MAX_CONTENT_LENGTH` (64 KB)."""
+    return LARGE_FORMS.get(endpoint or "",
+                           current_app.config.get("MAX_CONTENT_LENGTH") or 64 * 1024)
 
 
 def _stored_token(given: str) -> dict | None:
@@ -119,12 +129,14 @@ def authenticated() -> bool:
     names a user (admin); sets `g.token_name`, `g.token_scope` and `g.via_bearer`."""
     token = dashboard_token()
     given = _bearer()
-    if given is not None:
+    if given is not None:  # a Bearer header decides: a wrong one never falls back
         if hmac.compare_digest(given.encode(), token.encode()):
             return _as(tokens.DASHBOARD, "admin", True)
         found = _stored_token(given)
         if found is not None:
             return _as(found["name"], found["scope"], True)
+        g.bearer_refused = True
+        return False
     if host_user() is not None:
         return _as(g.token_name, "admin", False)
     if hmac.compare_digest(str(session.get("auth", "")).encode(), _fingerprint(token).encode()):
@@ -168,7 +180,9 @@ def require_login():
                                     and app.settings.dashboard.metrics_public)
     if not g.authenticated and not public:
         if _wants_json():
-            return jsonify(error="unauthorized: send Authorization: Bearer <token>"), 401, {
+            why = ("the token is not valid (unknown or revoked)" if g.get("bearer_refused")
+                   else "send Authorization: Bearer <token>")
+            return jsonify(error=f"unauthorized: {why}"), 401, {
                 "WWW-Authenticate": 'Bearer realm="cronjobs"'}
         return render_template("login.html", next=request.full_path.rstrip("?"),
                                error=None), 401
@@ -178,6 +192,9 @@ def require_login():
             return refused
     if endpoint in LARGE_FORMS:  # only once the token is known: a stranger gets 64 KB
         request.max_content_length = request.max_form_memory_size = LARGE_FORMS[endpoint]
+    if request.path.startswith("/api/") and request.method == "POST":
+        # one byte past the limit: a longer chunked body is a 413 (dispatchapi.read_bytes)
+        request.max_content_length = body_limit(request.endpoint) + 1
     if request.method == "POST" and not g.via_bearer:
         current_app.extensions["csrf"].protect()
     return None
@@ -243,6 +260,9 @@ def logout():
 
 
 def _csrf_failed(exc: CSRFError):
+    if _wants_json():
+        return jsonify(error=f"CSRF check failed: {exc.description} (a cookie session's POST "
+                             f"needs its CSRF token; or send Authorization: Bearer)"), 403
     return render_template("error.html", code=403,
                            message=f"CSRF check failed: {exc.description}"), 403
 

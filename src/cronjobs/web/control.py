@@ -24,7 +24,8 @@ from ..errors import (
 )
 from ..schedule.entries import schedule_tasks
 from ..schedule.manual import run_now
-from .auth import who
+from .auth import body_limit, who
+from .dispatchapi import Refused, decode_json, json_kind, read_bytes
 from .flow import pause_form
 from .openapi import operation
 from .scopes import requires
@@ -37,11 +38,14 @@ CODES = ((InvalidJob, 400), (JobNotFound, 404), (HandlerNotFound, 404),
 
 
 def json_errors(view):
-    """Answer the errors of `view` as `{"error": message}` with the code of `CODES`."""
+    """Answer the errors of `view` as `{"error": message}` with the code of `CODES` (a
+    `Refused`: its own code)."""
     @functools.wraps(view)
     def wrapped(*args, **kwargs):
         try:
             return view(*args, **kwargs)
+        except Refused as refused:
+            return refused.answer()
         except tuple(kind for kind, _code in CODES) as exc:
             code = next(code for kind, code in CODES if isinstance(exc, kind))
             return jsonify(error=str(exc)), code
@@ -54,22 +58,24 @@ def read_body(fields: tuple[str, ...], required: bool = True) -> dict:
     and `id` (an integer).
 
     Raises:
-        InvalidJob: not JSON, nested too deep, not an object, an unknown field or a value
-            of the wrong type (the message names it).
+        Refused: 413 over the route's limit (`auth.body_limit`); 415 a non-empty body
+            that is not `Content-Type: application/json`; 400 not UTF-8 or not JSON.
+        InvalidJob: nested too deep, not an object, an unknown field or a value of the
+            wrong type (the message names it).
     """
-    raw = request.get_data()
+    raw = read_bytes(body_limit(request.endpoint))
     if not raw.strip() and not required:
         return {}
+    if raw.strip() and request.mimetype != "application/json":
+        raise Refused(415, f"send the body as Content-Type: application/json, "
+                           f"got {request.mimetype or 'none'!r:.60}")
     try:
-        body = json.loads(raw)
-    except RecursionError:
-        raise InvalidJob(f"the body is nested more than {limits.JSON_MAX_DEPTH} levels deep; "
-                         f"the limit is {limits.JSON_MAX_DEPTH}") from None
-    except ValueError as exc:
-        raise InvalidJob(f"the body is not valid JSON: {exc}") from None
+        body = decode_json(raw)
+    except Refused as refused:
+        raise InvalidJob(str(refused)) from None
     if not isinstance(body, dict):
         raise InvalidJob(f"the body must be a JSON object with {', '.join(fields)}, got "
-                         f"{type(body).__name__}")
+                         f"{json_kind(body)}")
     unknown = sorted(set(body) - set(fields))
     if unknown:
         raise InvalidJob(f"unknown field {unknown[0][:40]!r} (expected {', '.join(fields)})")
@@ -151,7 +157,8 @@ def _selector(body: dict) -> tuple[str, str]:
 def pause():
     """Pause a queue, type or task: `{"queue"|"type"|"task": name, "for": "30m",
     "reason"}` (`for` absent: until resumed); a pause of the same target is replaced.
-    201 with the pause `{scope, name, reason, created_by, created_at, until_at}`."""
+    201 with the pause `{scope, name, reason, created_by, created_at, until_at}`, and a
+    `"warning"` when no handler knows the name (a typo? the pause holds all the same)."""
     body = read_body((*SELECTORS, "for", "reason"))
     scope, name = _selector(body)
     wanted = pause_form({"scope": scope, "name": name, "for": body.get("for"),
@@ -163,8 +170,12 @@ def pause():
         until = now + wanted["for"] if wanted["for"] else None
         done = store.flow.pause(conn, scope, wanted["name"], now=now, until=until,
                                 reason=wanted["reason"], by=by)
-    return jsonify({k: (v.isoformat() + "Z" if hasattr(v, "isoformat") else v)
-                    for k, v in done.items()}), 201
+    answer = {k: (v.isoformat() + "Z" if hasattr(v, "isoformat") else v)
+              for k, v in done.items()}
+    warning = operator.unknown_target(app, scope, wanted["name"])
+    if warning:
+        answer["warning"] = warning
+    return jsonify(answer), 201
 
 
 @bp.post("/api/pauses/resume")
@@ -199,30 +210,32 @@ def unblock():
     return jsonify(unblocked=True)
 
 
-_ERRORS = {"400": "bad body", "404": "no such row, task, pause or block",
-           "409": "the row or task is not in a state for this"}
+_ROW = {"404": "no such row", "409": "the row is not in a state for this"}  # no body read
+_BODY = {"400": "bad body (not JSON, not UTF-8, an unknown field, a wrong value)",
+         "413": "the body is over the route's limit",
+         "415": "a non-empty body that is not application/json"}
 OPENAPI: dict = {
     "/api/jobs/{job_id}/retry": {"post": operation(
-        "Retry a failed row", {"200": "`{id, status: pending}`", **_ERRORS})},
+        "Retry a failed row", {"200": "`{id, status: pending}`", **_ROW})},
     "/api/jobs/{job_id}/cancel": {"post": operation(
-        "Cancel a pending or waiting row", {"200": "`{id, status: cancelled}`", **_ERRORS})},
+        "Cancel a pending or waiting row", {"200": "`{id, status: cancelled}`", **_ROW})},
     "/api/jobs/{job_id}/stop": {"post": operation(
-        "Stop a running row", {"200": "`{id, attempts, worker_id, stop_requested}`",
-                               **_ERRORS})},
+        "Stop a running row", {"200": "`{id, attempts, worker_id, stop_requested}`", **_ROW})},
     "/api/tasks/{task}/run": {"post": operation(
         "Run a task now", {"201": "`{id, created: true}`", "200": "`{id, created: false}`: "
-                           "the request token's earlier row", **_ERRORS},
+                           "the request token's earlier row", **_BODY, "404": "no such task",
+                           "409": "the task is disabled or still running"},
         body={"payload": "object", "request_token": "string", "force": "boolean"})},
     "/api/pauses": {"post": operation(
-        "Pause a queue, type or task", {"201": "the pause", "400": "bad body"},
+        "Pause a queue, type or task", {"201": "the pause (with a `warning` when no handler "
+                                        "knows the name: a typo?)", **_BODY},
         body={"queue": "string", "type": "string", "task": "string", "for": "string",
               "reason": "string"})},
     "/api/pauses/resume": {"post": operation(
-        "Lift a pause", {"200": "`{scope, name, resumed}`", "400": "bad body",
+        "Lift a pause", {"200": "`{scope, name, resumed}`", **_BODY,
                          "404": "no such pause"},
         body={"queue": "string", "type": "string", "task": "string"})},
     "/api/blocks/unblock": {"post": operation(
-        "Lift a block", {"200": "`{unblocked: true}`", "400": "bad body",
-                         "404": "no such block"},
+        "Lift a block", {"200": "`{unblocked: true}`", **_BODY, "404": "no such block"},
         body={"id": "integer", "type": "string", "key": "string"})},
 }

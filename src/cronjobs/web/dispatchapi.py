@@ -25,6 +25,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from .. import limits, queue, store
 from ..clock import as_utc
 from ..errors import InvalidJob
+from ..job.rows import REMOTE_REMEDY
 from .scopes import requires
 from .view import cronjobs_app
 
@@ -55,6 +56,49 @@ class Refused(Exception):
         return {"error": str(self), **self.extra}, self.status
 
 
+def read_bytes(max_bytes: int) -> bytes:
+    """The request's raw body, at most `max_bytes` bytes.
+
+    The route's `request.max_content_length` must be `max_bytes + 1` (`auth.require_login`
+    sets it for the routes under `/api/`): a chunked body (no Content-Length) is read up to
+    one byte past the limit, so a longer one is a 413, never a prefix cut at the limit.
+
+    Raises:
+        Refused: 413 over `max_bytes`.
+    """
+    try:
+        data = request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        data = None
+    if data is None or len(data) > max_bytes:
+        size = (f"{request.content_length:,} bytes" if request.content_length
+                else f"over {max_bytes:,} bytes")
+        raise Refused(413, f"the body is {size}; the limit is {max_bytes:,} bytes")
+    return data
+
+
+def decode_json(data: bytes) -> object:
+    """`data` (the body's bytes) decoded as UTF-8 JSON.
+
+    Raises:
+        Refused: 400 not UTF-8 or not JSON (a number over Python's digit limit too); 422
+            nested deeper than the parser goes.
+    """
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise Refused(400, f"the body is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise Refused(400, f"the body is not valid JSON ({exc.msg} at line {exc.lineno} "
+                           f"column {exc.colno})") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise Refused(400, f"the body is not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise Refused(422, f"the body is nested more than {limits.JSON_MAX_DEPTH} levels deep "
+                           f"(objects and arrays inside each other); the limit is "
+                           f"{limits.JSON_MAX_DEPTH}") from None
+
+
 def read_body(max_bytes: int) -> object:
     """The request's JSON body, decoded.
 
@@ -68,22 +112,18 @@ def read_body(max_bytes: int) -> object:
     if request.mimetype != "application/json":
         raise Refused(415, f"send the body as Content-Type: application/json, "
                            f"got {request.mimetype or 'none'!r:.60}")
-    try:
-        data = request.get_data(cache=False)
-    except RequestEntityTooLarge:
-        raise Refused(413, f"the body is {request.content_length or 'over'} bytes; the limit "
-                           f"is {max_bytes:,} bytes") from None
-    try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise Refused(400, f"the body is not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise Refused(400, f"the body is not valid JSON ({exc.msg} at line {exc.lineno} "
-                           f"column {exc.colno})") from None
-    except RecursionError:
-        raise Refused(422, f"the body is nested more than {limits.JSON_MAX_DEPTH} levels deep "
-                           f"(objects and arrays inside each other); the limit is "
-                           f"{limits.JSON_MAX_DEPTH}") from None
+    return decode_json(read_bytes(max_bytes))
+
+
+def json_kind(value: object) -> str:
+    """The JSON name of `value`'s kind: object, array, string, number, boolean or null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    kinds = ((dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)),
+                type(value).__name__)
 
 
 def parse_job(data: object, where: str = "") -> dict:
@@ -99,8 +139,9 @@ def parse_job(data: object, where: str = "") -> dict:
             you mean"), no type, a bad time.
     """
     if not isinstance(data, dict):
-        raise Refused(422, f'{where}a job must be a JSON object like {{"type": "a.b.execute", '
-                           f'"payload": {{}}}}, got {type(data).__name__}')
+        what = "a job" if where else "the body"
+        raise Refused(422, f'{where}{what} must be a JSON object like {{"type": "a.b.execute", '
+                           f'"payload": {{}}}}, got {json_kind(data)}')
     for name in data:
         if name not in FIELDS:
             close = difflib.get_close_matches(name, FIELDS, 1)
@@ -129,9 +170,30 @@ def _time(value: object, name: str) -> datetime:
     return parsed
 
 
+def header_key() -> str | None:
+    """The `Idempotency-Key` header as UTF-8 text (WSGI hands it over as latin-1), or None.
+
+    Raises:
+        Refused: 400 when it is not UTF-8, or holds a comma (repeated headers arrive joined
+            by commas: give one; a key with a comma goes in the body's `key`).
+    """
+    header = request.headers.get(HEADER)
+    if header is None:
+        return None
+    try:
+        text = header.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise Refused(400, f"the {HEADER} header is not UTF-8: {header[:60]!r}") from None
+    if "," in text:
+        raise Refused(400, f"give one {HEADER} header without commas (repeated headers "
+                           f"arrive joined by commas), got {text[:60]!r}; a key with a comma "
+                           f"goes in the body's key")
+    return text
+
+
 def _with_header_key(job: dict) -> dict:
     """`job` with the `Idempotency-Key` header as its key (400 when both differ)."""
-    header = request.headers.get(HEADER)
+    header = header_key()
     if header is None:
         return job
     given = job.get("idempotency_key")
@@ -139,6 +201,12 @@ def _with_header_key(job: dict) -> dict:
         raise Refused(400, f"the {HEADER} header ({header[:60]!r}) and the body's key "
                            f"({str(given)[:60]!r}) differ; give one, or the same")
     return dict(job, idempotency_key=header)
+
+
+def _invalid(exc: InvalidJob) -> str:
+    """The message of `exc` as an HTTP client can act on it: an unknown type's remedy is
+    CRONJOBS_REMOTE_TYPES only (no `known_type=False` over HTTP)."""
+    return str(exc).replace(REMOTE_REMEDY, "list it in CRONJOBS_REMOTE_TYPES")
 
 
 def _conflict(job: dict, found: queue.Dispatched, held_type: str, where: str = "") -> None:
@@ -162,7 +230,7 @@ def create_job():
         try:
             found = queue.submit(app=app, **job)
         except InvalidJob as exc:
-            raise Refused(422, str(exc)) from None
+            raise Refused(422, _invalid(exc)) from None
         if not found.created:
             held = queue.get(found.id, ["type"], app=app) or {"type": job["type"]}
             _conflict(job, found, held["type"])
@@ -172,13 +240,45 @@ def create_job():
 
 
 def _jobs_of(body: object) -> list[dict]:
-    """The parsed jobs of a batch body `{"jobs": [...]}`; 422 naming a bad one's index."""
+    """The parsed jobs of a batch body `{"jobs": [...]}`; 422 naming a bad one's index,
+    or two rows of one key with another type or payload (`_same_keys`)."""
     if not isinstance(body, dict) or set(body) != {"jobs"} or not isinstance(body["jobs"], list):
-        raise Refused(422, 'a batch must be a JSON object {"jobs": [{"type": ...}, ...]}')
+        raise Refused(422, 'a batch must be a JSON object {"jobs": [{"type": ...}, ...]}, '
+                           f'got {json_kind(body)}' + (
+                               f" with {', '.join(map(repr, body))[:80]}"
+                               if isinstance(body, dict) else ""))
     rows = body["jobs"]
     if not 1 <= len(rows) <= BATCH_MAX_ROWS:
         raise Refused(422, f"jobs has {len(rows):,} rows; give 1 to {BATCH_MAX_ROWS:,}")
-    return [parse_job(data, f"jobs[{index}]: ") for index, data in enumerate(rows)]
+    jobs = []
+    for index, data in enumerate(rows):
+        try:
+            jobs.append(parse_job(data, f"jobs[{index}]: "))
+        except Refused as refused:
+            raise Refused(refused.status, str(refused), **refused.extra, index=index) from None
+    _same_keys(jobs)
+    return jobs
+
+
+def _same_keys(jobs: list[dict]) -> None:
+    """422 when two rows of a batch share a key with another type or payload, naming both
+    indexes (nothing is written). Rows of one key, type and payload are one row: each
+    answers its id (the first `created`, the others not), as a repeated request would."""
+    first: dict[str, tuple[int, str]] = {}
+    for index, job in enumerate(jobs):
+        key = job.get("idempotency_key")
+        if not isinstance(key, str):
+            continue
+        try:
+            same = json.dumps([job["type"], job.get("payload") or {}], sort_keys=True)
+        except (TypeError, ValueError):
+            continue  # a payload submit refuses (422 naming it)
+        if key not in first:
+            first[key] = (index, same)
+        elif first[key][1] != same:
+            raise Refused(422, f"jobs[{index}]: idempotency key {key!r:.80} is also the key of "
+                               f"jobs[{first[key][0]}], with another type or payload; nothing "
+                               f"was written", index=index, other_index=first[key][0])
 
 
 def _submit_all(app, jobs: list[dict]) -> list[queue.Dispatched]:
@@ -191,10 +291,14 @@ def _submit_all(app, jobs: list[dict]) -> list[queue.Dispatched]:
             try:
                 found = queue.submit(app=app, session=session, **job)
             except InvalidJob as exc:
-                raise Refused(422, f"{where}{exc}; nothing was written", index=index) from None
+                raise Refused(422, f"{where}{_invalid(exc)}; nothing was written",
+                              index=index) from None
             if not found.created:
                 held = store.get_job(session.connection(), found.id, ["type"])
-                _conflict(job, found, held["type"] if held else job["type"], where)
+                try:
+                    _conflict(job, found, held["type"] if held else job["type"], where)
+                except Refused as refused:
+                    raise Refused(409, str(refused), **refused.extra, index=index) from None
             done.append(found)
     return done
 
@@ -244,12 +348,17 @@ def _job_schema() -> dict:
 def _errors(*codes: str) -> dict:
     error = {"content": {"application/json": {"schema": {
         "type": "object", "properties": {"error": {"type": "string"}, "id": {"type": "integer"},
-                                         "index": {"type": "integer"}}}}}}
-    texts = {"400": "not JSON, not UTF-8, or the key header and body differ",
-             "401": "no token", "403": "the token lacks the dispatch scope",
-             "409": "the key is held by a row of another payload or type (its `id`)",
+                                         "index": {"type": "integer"},
+                                         "other_index": {"type": "integer"}}}}}}
+    texts = {"400": "not JSON, not UTF-8, or the key header and body differ, or the "
+                    "header is repeated or not UTF-8",
+             "401": "no token, a wrong or a revoked one",
+             "403": "the token lacks the dispatch scope",
+             "409": "the key is held by a row of another payload or type (its `id`; in a "
+                    "batch, the row's `index` too)",
              "413": "the body is too large", "415": "not application/json",
-             "422": "a bad field, an unknown type (did you mean), a limit"}
+             "422": "a bad field, an unknown type (did you mean), a limit; in a batch, the "
+                    "row's `index` (two rows of one key with other payloads: both named)"}
     return {code: dict(error, description=texts[code]) for code in codes}
 
 

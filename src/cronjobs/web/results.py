@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -142,13 +143,12 @@ def result_waiter() -> ResultWaiter:
 
 
 def wait_seconds(text: str | None) -> float:
-    """`?wait=` as seconds (absent: 0). Aborts with 400 unless a number from 0 to 60."""
+    """`?wait=` as seconds (absent: 0). Aborts with 400 unless a plain decimal number
+    (`5`, `2.5`) from 0 to 60."""
     if text is None or text == "":
         return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    # plain decimals only: float() would take "1_0", " 5", "1e1" and non-ASCII digits
+    value = float(text) if re.fullmatch(r"[0-9]{1,6}(?:\.[0-9]{1,9})?", text) else math.nan
     if not 0 <= value <= MAX_WAIT_SECONDS:  # NaN and infinity fail too
         abort(400, f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}, "
                    f"got {text!r}")

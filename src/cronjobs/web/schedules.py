@@ -11,7 +11,7 @@ from flask import Blueprint, jsonify, redirect, render_template, request, url_fo
 from flask_babel import gettext as _
 
 from .. import limits
-from ..errors import HandlerNotFound, InvalidJob
+from ..errors import HandlerNotFound, InvalidJob, ScheduleExists
 from ..schedule import entries
 from .auth import who
 from .family import json_value
@@ -128,7 +128,8 @@ def api_list():
 @requires("admin")
 def api_add():
     """Add an entry from a JSON body `{"task", "name", "cron", "timezone"?, "payload"?}`:
-    201 with the entry; 400 naming the bad field and value (nothing stored)."""
+    201 with the entry; 400 naming the bad field and value, 409 when an entry of that task
+    and name exists (nothing stored)."""
     try:
         body = request.get_json(silent=True)
     except RecursionError:  # nested deeper than the parser goes: not a body we take
@@ -145,6 +146,8 @@ def api_add():
         entry = entries.add(cronjobs_app(), body.get("task"), body.get("name"),
                             body.get("cron"), timezone=body.get("timezone"),
                             payload=body.get("payload"), by=_by(who()))
+    except ScheduleExists as exc:
+        return _api_error(exc, 409)
     except (InvalidJob, HandlerNotFound) as exc:
         return _api_error(exc, 400)
     return jsonify(task=entry.entry_task, name=entry.name, cron=entry.cron,
@@ -180,7 +183,9 @@ def api_remove(spec: str):
 OPENAPI: dict = {
     "/api/schedules": {
         "get": operation("Every schedule entry", {"200": "the entries"}),
-        "post": operation("Add a schedule entry", {"201": "the entry", "400": "bad body"},
+        "post": operation("Add a schedule entry", {"201": "the entry", "400": "bad body",
+                                                   "409": "an entry of that task and name "
+                                                          "exists"},
                           body={"task": "string", "name": "string", "cron": "string",
                                 "timezone": "string", "payload": "object"}),
     },
