@@ -45,6 +45,7 @@ def test_the_document_matches_the_routes(make_app):
         assert names == sorted(re.findall(r"{([^}]+)}", path)), (path, method)
     assert doc["paths"]["/api/jobs/{job_id}/retry"]["post"]["x-cronjobs-scope"] == "operate"
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert doc["servers"] == [{"url": "/"}]  # served alone: paths from the root
 
 
 def test_operation_refuses_a_type_that_is_not_json():

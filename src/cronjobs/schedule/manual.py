@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .. import store
+from .. import limits, store
 from ..app import App, current
 from ..errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused, TaskRunning
 from ..handler import stage_of
@@ -70,7 +70,7 @@ def new_request_token() -> str:
 
 def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             payload: dict | None = None, force: bool = False,
-            app: App | None = None) -> ManualRun:
+            app: App | None = None, who: str | None = None) -> ManualRun:
     """Start a manual run of `task` now (its scheduled type, priority 1).
 
     Args:
@@ -85,6 +85,9 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             `"schedule": name`.
         force: start the run even while the task's scheduled run is still going under
             `OVERLAP = "skip"` (logged at WARNING).
+        who: who pressed Run now (`auth.who()`: `dashboard`, `token:NAME`, the host's
+            user): the new row's first process-log line and the log line name it.
+            None: nobody is named.
 
     Returns:
         A `ManualRun`.
@@ -107,6 +110,9 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     values = dispatching.build_row(app, info.type, {**base, **(payload or {}), "manual": True},
                                    priority=MANUAL_PRIORITY, title=f"{task} (manual)",
                                    idempotency_key=f"cronjobs:{task}:manual:{token}")
+    if who is not None:
+        values["process_logs"] = limits.log_line(
+            f"[{app.clock.now():%Y-%m-%d %H:%M:%S}] started by {who} (Run now)") + "\n"
     skip = overlap.policy_of(info.handler) == "skip"
     job_id, created = run_in_transaction(
         app.engine, lambda conn: _start(conn, app, task, values, again, skip and not force))
@@ -114,7 +120,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
         log.warning("task %s: manual run forced (job %s) while its scheduled run is still "
                     "going", task, job_id, extra={"trace_id": job_id})
     if created:
-        log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
+        log.info("task %s: manual run started as job %s%s", task, job_id,
+                 f" by {who}" if who else "", extra={"trace_id": job_id})
         dispatching.send(app, job_id, values["queue"])
     return ManualRun(job_id, created)
 

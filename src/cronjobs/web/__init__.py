@@ -51,7 +51,8 @@ def _request_locale() -> str | None:
 
 
 def create_app(app: App, token: str | None = None, *,
-               authorize: Callable[[Request], object | None] | None = None) -> Flask:
+               authorize: Callable[[Request], object | None] | None = None,
+               login_url: str | None = None) -> Flask:
     """Build the dashboard for `app`.
 
     A WSGI app: serve it alone or mount it under a path of your web app (docs/mounting.md);
@@ -65,7 +66,12 @@ def create_app(app: App, token: str | None = None, *,
         authorize: your app's login, asked on every request: `authorize(request)` gets
             the Flask request (its `cookies`, `headers` and WSGI `environ`) and returns
             the signed-in user (an admin, `str(user)` in the actions' records), or None:
-            then the token decides (Bearer header or login form). Its errors are a 500.
+            then the token decides (Bearer header or login form). Only a truthy value is
+            a user: False, "", 0 or an empty list count as None. Its errors are a 500.
+        login_url: your app's login page (`/login`): a signed-out browser is sent there
+            (303) with `?next=<the full mounted path>` (`/jobs/queue?status=failed`)
+            instead of the dashboard's token form; JSON requests (`/api/...`) still get
+            401. None: the token form.
 
     Returns:
         The Flask application (WSGI).
@@ -95,6 +101,7 @@ def create_app(app: App, token: str | None = None, *,
     web.extensions["cronjobs_app"] = app
     web.extensions["cronjobs_token"] = token
     web.extensions["cronjobs_authorize"] = authorize
+    web.extensions["cronjobs_login_url"] = login_url
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page
