@@ -71,7 +71,7 @@ def test_wait_refuses_what_is_no_row_id_and_takes_any_real_timeout(make_app):
     first = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
     testing.drain(app)
     for bad in (1.9, True, False, "7x", "1", None, 0, -1, 2**63, Decimal(1)):
-        with pytest.raises(InvalidJob, match=r"^job id must be an int from 1 to 9223372036854775807, got "):
+        with pytest.raises(InvalidJob, match=rf"^job id must be an int from 1 to {2**63 - 1}, "):
             queue.wait(bad, timeout=0)
     with pytest.raises(JobNotFound):
         queue.wait(2**63 - 1, timeout=0)
