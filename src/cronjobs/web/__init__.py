@@ -50,6 +50,24 @@ def _request_locale() -> str | None:
     return str(get_locale()) if has_request_context() else None
 
 
+def _config(app: App, token: str) -> dict:
+    """The Flask settings of the dashboard of `app` signed with `token`."""
+    return dict(
+        # Derived from the token: every dashboard process of one system shares sessions,
+        # and changing the token logs everyone out.
+        SECRET_KEY=hashlib.sha256(b"cronjobs-dashboard-session\0" + token.encode()).hexdigest(),
+        SESSION_COOKIE_NAME="cronjobs_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=app.settings.dashboard.secure_cookie,
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=app.settings.dashboard.session_hours),
+        WTF_CSRF_CHECK_DEFAULT=False,  # checked in auth.require_login for cookie sessions
+        WTF_CSRF_TIME_LIMIT=None,      # valid as long as the session
+        BABEL_TRANSLATION_DIRECTORIES=str(HERE / "translations"),
+        MAX_CONTENT_LENGTH=64 * 1024,
+    )
+
+
 def create_app(app: App, token: str | None = None, *,
                authorize: Callable[[Request], object | None] | None = None,
                login_url: str | None = None) -> Flask:
@@ -84,20 +102,7 @@ def create_app(app: App, token: str | None = None, *,
         raise ConfigError("the dashboard needs a token: set CRONJOBS_DASHBOARD_TOKEN")
     web = Flask("cronjobs.web", template_folder=str(HERE / "templates"),
                 static_folder=str(HERE / "static"))
-    web.config.update(
-        # Derived from the token: every dashboard process of one system shares sessions,
-        # and changing the token logs everyone out.
-        SECRET_KEY=hashlib.sha256(b"cronjobs-dashboard-session\0" + token.encode()).hexdigest(),
-        SESSION_COOKIE_NAME="cronjobs_session",
-        SESSION_COOKIE_HTTPONLY=True,
-        SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=app.settings.dashboard.secure_cookie,
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=app.settings.dashboard.session_hours),
-        WTF_CSRF_CHECK_DEFAULT=False,  # checked in auth.require_login for cookie sessions
-        WTF_CSRF_TIME_LIMIT=None,      # valid as long as the session
-        BABEL_TRANSLATION_DIRECTORIES=str(HERE / "translations"),
-        MAX_CONTENT_LENGTH=64 * 1024,
-    )
+    web.config.update(_config(app, token))
     web.extensions["cronjobs_app"] = app
     web.extensions["cronjobs_token"] = token
     web.extensions["cronjobs_authorize"] = authorize
