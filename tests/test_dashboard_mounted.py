@@ -152,6 +152,9 @@ def test_run_now_and_the_kill_switch_name_the_host_user(app, caplog):
     assert client.post("/tasks/test-count/enabled", headers=BEARER,
                        data={"enabled": "1"}).status_code == 303
     assert "task test-count enabled by dashboard" in caplog.text
+    api = client.post("/api/tasks/test-count/run", headers=BEARER,
+                      json={"request_token": "tok-host-user-2"})
+    assert "started by dashboard (Run now)" in row(app, api.get_json()["id"])["process_logs"]
 
 
 def test_a_long_user_keeps_the_address_of_a_pause(app):
