@@ -51,6 +51,14 @@ HOSTILE = [
     "jobs/1",
     "",
     "   ",
+    "/..//evil.example",         # under a mount: /jobs/..//evil.example is //evil.example
+    "/../../logout",             # the host's /logout
+    "/%2e%2e/%2e%2e/logout",
+    "/%2E%2E//evil.example",
+    "/%252e%252e/logout",
+    "/queue/../../logout",
+    "/./queue",
+    "/queue/.",
 ]
 def log_in(app: App, target: str, prefix: str) -> tuple[str, TestResponse]:
     """GET the login form with `?next=target`, POST it with `next=target`; returns
@@ -98,3 +106,20 @@ def test_the_login_page_of_a_protected_page_returns_there(make_app):
     resp = client.post("/login", data={"token": TOKEN, "next": "/queue?status=failed",
                                        "csrf_token": csrf_of(page)})
     assert resp.headers["Location"] == "/queue?status=failed"
+
+
+def test_a_next_with_the_mounts_path_loses_it_once(make_app):
+    app = make_app(dashboard_token=TOKEN, dashboard_proxy=1)
+    for target, lands in [("/cronjobs/queue?status=failed", "/cronjobs/queue?status=failed"),
+                          ("/cronjobs/failed", "/cronjobs/failed"),
+                          ("/cronjobs/cronjobs/queue", "/cronjobs/cronjobs/queue"),
+                          ("/cronjobs", "/cronjobs/cronjobs"),
+                          ("/jobs/5", "/cronjobs/jobs/5")]:
+        _form, resp = log_in(app, target, "/cronjobs")
+        assert (resp.status_code, resp.headers["Location"]) == (303, lands), target
+    web = create_app(app)
+    with web.test_request_context("/login", environ_base={"SCRIPT_NAME": "/jobs"}):
+        assert safe_next("/jobs/queue", "/jobs") == "/queue"
+        assert safe_next("/jobs/5", "/jobs") == "/jobs/5"  # a job's page as it is
+        assert safe_next("/jobs/jobs/5", "/jobs") == "/jobs/5"
+        assert safe_next("/jobs/..//evil.example", "/jobs") == "/"

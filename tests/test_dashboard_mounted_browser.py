@@ -1,8 +1,8 @@
 """The mounted dashboard in Chromium: the Flask host (a real Werkzeug server) and the
 FastAPI host (a real uvicorn) of docs/mounting.md, each with the dashboard at /jobs. The
-dashboard first shows its own token form; the user signs in through the host's login,
-lands on /jobs/, opens a failed row and clicks Retry (1280 px), and the Queue page fits a
-390 px phone. No dialog ever opens (the row's text is an XSS attempt)."""
+dashboard sends a signed-out visitor to the host's login (`login_url`); the user signs in
+there, lands back on /jobs/, opens a failed row and clicks Retry (1280 px), and the Queue
+page fits a 390 px phone. No dialog ever opens (the row's text is an XSS attempt)."""
 
 from __future__ import annotations
 
@@ -80,9 +80,8 @@ def test_sign_in_through_the_host_and_retry_a_row(make_app, mount, tmp_path):
                 viewport={"width": 1280, "height": 860})
             page = browser.new_page()
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            page.goto(served.url + "/jobs/")
-            assert page.locator("input[name=token]").is_visible()  # not signed in yet
-            page.goto(served.url + "/login")
+            page.goto(served.url + "/jobs/")  # not signed in yet: the host's login
+            page.wait_for_url(served.url + "/login?next=%2Fjobs%2F")
             page.fill("input[name=user]", "ada")
             page.fill("input[name=password]", USERS["ada"])
             page.click("button[type=submit]")

@@ -52,6 +52,7 @@ def test_the_document_matches_the_routes(make_app):
     assert "400" not in answers.pop("/api/jobs/{job_id}/cancel")
     assert "409" in answers.pop("/api/schedules")
     assert all({"400", "413", "415"} <= codes for codes in answers.values()), answers
+    assert doc["servers"] == [{"url": "/"}]  # served alone: paths from the root
 
 
 def test_operation_refuses_a_type_that_is_not_json():

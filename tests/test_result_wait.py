@@ -8,6 +8,8 @@ import http.client
 import threading
 import time
 from datetime import UTC
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 import sqlalchemy as sa
@@ -62,6 +64,22 @@ def test_wait_on_every_backend(make_app):
     for bad in (-1, float("nan"), "5", True):
         with pytest.raises(InvalidJob, match="timeout must be"):
             queue.wait(done, timeout=bad)
+
+
+def test_wait_refuses_what_is_no_row_id_and_takes_any_real_timeout(make_app):
+    app = make_app()
+    first = queue.dispatch("test.shape.execute", {"shape": "dict_ok"})
+    testing.drain(app)
+    for bad in (1.9, True, False, "7x", "1", None, 0, -1, 2**63, Decimal(1)):
+        with pytest.raises(InvalidJob, match=rf"^job id must be an int from 1 to {2**63 - 1}, "):
+            queue.wait(bad, timeout=0)
+    with pytest.raises(JobNotFound):
+        queue.wait(2**63 - 1, timeout=0)
+    assert queue.wait(first, timeout=Decimal("0.2")).status == "completed"
+    assert queue.wait(first, timeout=Fraction(1, 5)).status == "completed"
+    for bad in (Decimal("NaN"), Decimal("sNaN"), Decimal("-0.1"), Decimal("Infinity")):
+        with pytest.raises(InvalidJob, match="timeout must be"):
+            queue.wait(first, timeout=bad)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime
 
 import pytest
@@ -21,8 +22,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 from conftest import cli_env, run_cli
 from cronjobs import CronJobHandler, queue, tracing
 from cronjobs.clock import FrozenClock
+from cronjobs.handler import RetryLater
 from cronjobs.scheduler import tick
 from cronjobs.testing import drain
+from dashboard_helpers import BEARER, TOKEN, web_client
 
 T0 = datetime(2026, 3, 1, 8, 0, 0)
 _EXPORTER = InMemorySpanExporter()
@@ -259,3 +262,47 @@ def test_without_a_tracer_provider_no_span_is_made():
                                           if not k.startswith("OTEL_")})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True", "False", "None"]
+
+
+class LaterExecute(CronJobHandler):
+    """Asks to be tried again later, once."""
+
+    TYPE = "test.later.execute"
+    ISOLATION = "thread"
+
+    def handle(self, payload, job):
+        raise RetryLater(30)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_false_is_an_error_and_retry_later_is_no_failure(make_app, spans):
+    app = make_app(clock=FrozenClock(T0))
+    app.handlers.register(LaterExecute.TYPE, LaterExecute)
+    failed = queue.dispatch("test.shape.execute", {"shape": "false"})
+    later = queue.dispatch(LaterExecute.TYPE, {})
+    drain(app)
+    by_id = {s.attributes["cronjobs.job.id"]: s for s in spans.get_finished_spans()
+             if s.kind == SpanKind.CONSUMER}
+    assert by_id[failed].status.status_code == StatusCode.ERROR
+    assert by_id[failed].status.description  # the failure's text, not empty
+    assert by_id[later].status.status_code == StatusCode.UNSET
+    assert [e.name for e in by_id[later].events] == ["retry later"]
+    assert by_id[later].events[0].attributes["cronjobs.retry.delay_seconds"] == 30
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_an_http_dispatch_continues_the_callers_trace(make_app, spans):
+    app = make_app(clock=FrozenClock(T0), dashboard_token=TOKEN)
+    client = web_client(app)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    header = {**BEARER, "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    one = client.post("/api/jobs", json={"type": "test.shape.execute"}, headers=header)
+    batch = client.post("/api/jobs:batch", headers=header, json={"jobs": [
+        {"type": "test.shape.execute"}, {"type": "test.shape.execute"}]})
+    ids = [one.get_json()["id"]] + [j["id"] for j in batch.get_json()["jobs"]]
+    for job_id in ids:
+        assert trace_id in json.loads(_stored(job_id))["traceparent"], job_id
+    plain = client.post("/api/jobs", json={"type": "test.shape.execute"}, headers=BEARER)
+    assert _stored(plain.get_json()["id"]) is None  # no header, no span: no context
+    tracing.finish_span(time.time_ns(), "w1", [])  # a write of no rows: no span
+    assert _named(spans, "cronjobs.finish") == []

@@ -15,7 +15,9 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from cronjobs.app import App
 from cronjobs.web import create_app
+from cronjobs.web.auth import safe_next
 
+WORKERS = 40  # threads for the dashboard: waiting result requests + page requests
 LOGIN = """<form method="post"><input name="user" placeholder="user">
 <input name="password" type="password" placeholder="password">
 <button type="submit">Sign in</button></form>"""
@@ -37,7 +39,7 @@ def create_host(app: App, secret_key: str, users: dict[str, str]) -> FastAPI:
         user = form.get("user", [""])[0]
         if users.get(user) == form.get("password", [None])[0]:
             request.session["user"] = user
-            return RedirectResponse("/jobs/", 303)
+            return RedirectResponse(back_to(request.query_params.get("next")), 303)
         return HTMLResponse(LOGIN + "Wrong password.", 401)
 
     def signed_in(dashboard_request) -> str | None:
@@ -45,8 +47,20 @@ def create_host(app: App, secret_key: str, users: dict[str, str]) -> FastAPI:
         scope = dashboard_request.environ["asgi.scope"]
         return scope.get("session", {}).get("user")
 
-    host.mount("/jobs", WSGIMiddleware(create_app(app, authorize=signed_in)))
+    # A signed-out visitor of /jobs/... is sent to our /login?next=/jobs/... . a2wsgi runs
+    # the dashboard in a pool of `workers` threads (10 by default): a request that waits
+    # (`GET /jobs/api/jobs/ID/result?wait=60`) holds one for up to 60 s, so give the pool
+    # room for your waiters plus the pages (docs/mounting.md).
+    dashboard = create_app(app, authorize=signed_in, login_url="/login")
+    host.mount("/jobs", WSGIMiddleware(dashboard, workers=WORKERS))
     return host
+
+
+def back_to(target: str | None) -> str:
+    """Where to go after signing in: `next` when it is a page of the dashboard, else /jobs/
+    (never another site: `safe_next` refuses hosts, `//`, `..` and the like)."""
+    target = safe_next(target)
+    return target if target.startswith("/jobs/") else "/jobs/"
 
 
 def main() -> FastAPI:

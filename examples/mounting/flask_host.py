@@ -11,6 +11,7 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from cronjobs.app import App
 from cronjobs.web import create_app
+from cronjobs.web.auth import safe_next
 
 LOGIN = """<form method="post"><input name="user" placeholder="user">
 <input name="password" type="password" placeholder="password">
@@ -29,7 +30,7 @@ def create_host(app: App, secret_key: str, users: dict[str, str]) -> Flask:
             user = request.form.get("user", "")
             if users.get(user) == request.form.get("password"):
                 session["user"] = user
-                return redirect("/jobs/", 303)
+                return redirect(back_to(request.args.get("next")), 303)
             return render_template_string(LOGIN, error="Wrong password."), 401
         return render_template_string(LOGIN, error="")
 
@@ -38,11 +39,17 @@ def create_host(app: App, secret_key: str, users: dict[str, str]) -> Flask:
         ours = host.session_interface.open_session(host, dashboard_request)
         return (ours or {}).get("user")
 
-    dashboard = create_app(app, authorize=signed_in)
+    # A signed-out visitor of /jobs/... is sent to our /login?next=/jobs/...
+    dashboard = create_app(app, authorize=signed_in, login_url="/login")
     host.wsgi_app = DispatcherMiddleware(host.wsgi_app, {"/jobs": dashboard})
     return host
 
 
+def back_to(target: str | None) -> str:
+    """Where to go after signing in: `next` when it is a page of the dashboard, else /jobs/
+    (never another site: `safe_next` refuses hosts, `//`, `..` and the like)."""
+    target = safe_next(target)
+    return target if target.startswith("/jobs/") else "/jobs/"
 
 
 def main() -> Flask:

@@ -240,3 +240,14 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def by_address(who: str, address: str | None, max_chars: int = FLOW_BY_MAX_CHARS) -> str:
+    """`who@address` (who made a pause or a schedule entry) within `max_chars`: the user
+    part is cut, the address (an IP, up to 45 characters; None: `-`) is kept whole.
+
+    Returns:
+        The text, at most `max_chars` characters.
+    """
+    at = f"@{address or '-'}"[:max_chars]
+    return who[:max_chars - len(at)] + at

@@ -160,9 +160,12 @@ def wait(id: int, timeout: float | None = 30, *, app: App | None = None) -> Resu
         JobNotFound: no row `id`.
         TimeoutError: not final after `timeout` seconds; the message names the row and
             the status last seen (`job 7 is still running after waiting 5 s`).
-        InvalidJob: a bad `timeout` (negative, NaN, over a year).
+        InvalidJob: a bad `timeout` (negative, NaN, over a year; any real number such as
+            `Decimal("0.2")` is accepted), or an `id` that is not an int from 1 to
+            2**63 - 1 (`1.9`, `True`, `"7"` and None are refused).
     """
-    return waiting.wait((app or current()).engine, int(id), timeout)
+    id = waiting.check_id(id)
+    return waiting.wait((app or current()).engine, id, timeout)
 
 
 def children(id: int, columns: Iterable[str] | None = None, *, status: str | None = None,

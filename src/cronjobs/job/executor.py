@@ -115,9 +115,10 @@ def call_handler(app: App, job: Job, runtime: Runtime | None = None,
         return no_handler(job.type)
     try:
         handler = cls(JobContext(app, job, runtime))
-        with tracing.job_span(job):  # a no-op without OpenTelemetry
-            returned = handler.handle(job.payload, job)
-        return from_return(returned, handler)
+        with tracing.job_span(job) as span:  # a no-op without OpenTelemetry
+            outcome = from_return(handler.handle(job.payload, job), handler)
+            tracing.job_outcome(span, outcome.kind, outcome.error)
+        return outcome
     except reraise:
         raise
     except BaseException as exc:  # even SystemExit: the handler's failure is the row's business

@@ -10,10 +10,12 @@ tight loop: a row that ends while it waits is seen within about a second. The da
 from __future__ import annotations
 
 import json
+import numbers
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Engine
@@ -84,15 +86,32 @@ def check_timeout(timeout: float | None) -> float | None:
     """`timeout` as seconds, or None (wait for ever).
 
     Raises:
-        InvalidJob: not a number from 0 to a year (NaN and infinity refused).
+        InvalidJob: not a real number (`numbers.Real` or a `Decimal`: int, float, Fraction; not
+            a bool) from 0 to a year (NaN and infinity refused).
     """
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
-            0 <= timeout <= MAX_WAIT_SECONDS):
+    seconds = float("nan")
+    if isinstance(timeout, (numbers.Real, Decimal)) and not isinstance(timeout, bool):
+        try:  # any real number: int, float, Decimal, Fraction
+            seconds = float(timeout)
+        except (ValueError, OverflowError):  # Decimal("sNaN"), a huge Fraction
+            pass
+    if not 0 <= seconds <= MAX_WAIT_SECONDS:  # NaN is refused here too
         raise InvalidJob(f"timeout must be a number of seconds from 0 to {MAX_WAIT_SECONDS} "
-                         f"or None, got {timeout!r}")
-    return float(timeout)
+                         f"or None, got {timeout!r:.80}")
+    return seconds
+
+
+def check_id(job_id: object) -> int:
+    """`job_id` when it is a row id: an int (not a bool) from 1 to 2**63 - 1.
+
+    Raises:
+        InvalidJob: anything else (`1.9`, `True`, `"7"`, None, 2**63), named in the message.
+    """
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id < 2**63:
+        raise InvalidJob(f"job id must be an int from 1 to {2**63 - 1}, got {job_id!r:.80}")
+    return job_id
 
 
 def wait(engine: Engine, job_id: int, timeout: float | None,

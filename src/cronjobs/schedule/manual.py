@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .. import store
+from .. import limits, store
 from ..app import App, current
 from ..errors import HandlerNotFound, InvalidJob, ManualRunPending, TaskRefused, TaskRunning
 from ..handler import stage_of
@@ -70,7 +70,7 @@ def new_request_token() -> str:
 
 def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             payload: dict | None = None, force: bool = False,
-            app: App | None = None) -> ManualRun:
+            app: App | None = None, who: str | None = None) -> ManualRun:
     """Start a manual run of `task` now (its scheduled type, priority 1).
 
     Args:
@@ -85,6 +85,8 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
             `"schedule": name`.
         force: start the run even while the task's scheduled run is still going under
             `OVERLAP = "skip"` (logged at WARNING).
+        who: who pressed Run now (`auth.who()`), named in the new row's process log and
+            the log line; None: nobody is named.
 
     Returns:
         A `ManualRun`.
@@ -107,16 +109,32 @@ def run_now(task: str, *, request_token: str | None = None, again: bool = False,
     values = dispatching.build_row(app, info.type, {**base, **(payload or {}), "manual": True},
                                    priority=MANUAL_PRIORITY, title=f"{task} (manual)",
                                    idempotency_key=f"cronjobs:{task}:manual:{token}")
+    values.update(_started_by(app, who))
     skip = overlap.policy_of(info.handler) == "skip"
     job_id, created = run_in_transaction(
         app.engine, lambda conn: _start(conn, app, task, values, again, skip and not force))
-    if created and skip and force:
+    if created:
+        _started(app, task, job_id, values["queue"], who, forced=skip and force)
+    return ManualRun(job_id, created)
+
+
+def _started_by(app: App, who: str | None) -> dict:
+    """The new row's first process-log line naming `who`, as values (none without)."""
+    if who is None:
+        return {}
+    stamp = f"{app.clock.now():%Y-%m-%d %H:%M:%S}"
+    return {"process_logs": limits.log_line(f"[{stamp}] started by {who} (Run now)") + "\n"}
+
+
+def _started(app: App, task: str, job_id: int, queue: str, who: str | None,
+             forced: bool) -> None:
+    """Log the new manual run of `task` (a forced one at WARNING too) and send it."""
+    if forced:
         log.warning("task %s: manual run forced (job %s) while its scheduled run is still "
                     "going", task, job_id, extra={"trace_id": job_id})
-    if created:
-        log.info("task %s: manual run started as job %s", task, job_id, extra={"trace_id": job_id})
-        dispatching.send(app, job_id, values["queue"])
-    return ManualRun(job_id, created)
+    log.info("task %s: manual run started as job %s%s", task, job_id,
+             f" by {who}" if who else "", extra={"trace_id": job_id})
+    dispatching.send(app, job_id, queue)
 
 
 def _runnable(app: App, task: str, token: Any, payload: Any) -> Any:

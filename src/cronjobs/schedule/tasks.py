@@ -251,13 +251,16 @@ def _available(cls: type) -> bool:
         return False
 
 
-def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
+def set_enabled(task: str, enabled: bool, *, app: App | None = None,
+                who: str | None = None) -> None:
     """Flip the kill switch of `task` in `cronjob_runtime`.
 
     Args:
         task: a task name (`http-uptime`).
         enabled: True lets the scheduler start it; False makes every tick skip it
             (`disabled`) and refuses manual runs (an external task: its overdue check).
+        who: who flipped it (`auth.who()`), named in an INFO log line
+            (`task X disabled by ada`); None: no line.
 
     Raises:
         HandlerNotFound: no registered handler belongs to `task`, nor is it an
@@ -268,3 +271,5 @@ def set_enabled(task: str, enabled: bool, *, app: App | None = None) -> None:
         raise HandlerNotFound(f"unknown task {task!r}")
     task_infos(app)
     run_in_transaction(app.engine, lambda c: store.set_enabled(c, task, enabled, app.clock.now()))
+    if who is not None:
+        log.info("task %s %s by %s", task, "enabled" if enabled else "disabled", who)

@@ -118,6 +118,23 @@ def finish_span(start_ns: int, worker_id: str, jobs: Iterable[Any]) -> None:
                      ({"id": j.id, "trace_context": j.trace_context} for j in jobs))
 
 
+def job_outcome(span: Any, kind: str, error: str | None) -> None:
+    """Mark `span` (what `job_span` yielded; None when tracing is off) with the attempt's
+    outcome `kind` (`Outcome.kind`): `failed` or `fatal` (the handler returned False or a
+    bad value) is status ERROR described by `error` (text); anything else is left as is."""
+    if span is not None and _spans is not None:
+        _spans.set_outcome(span, kind, error)
+
+
+def incoming(headers: Any) -> AbstractContextManager:
+    """A context manager for a request that dispatches rows (`POST /api/jobs`): when
+    tracing is on and no span is current, the trace context of the request's `headers`
+    (a mapping: `traceparent`, `tracestate`) is current within it, so the rows'
+    `trace_context` continues the caller's trace. A no-op otherwise."""
+    spans = _spans if _spans is not None else _loaded()
+    return _NOTHING if spans is None else spans.incoming(headers)
+
+
 def flush(timeout_seconds: float) -> None:
     """Export the spans this process has not exported yet, waiting at most
     `timeout_seconds` (a job process ends by `os._exit`, which runs no exit hook). Nothing

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
     Link,
@@ -23,6 +23,8 @@ from opentelemetry.trace import (
     Status,
     StatusCode,
 )
+
+from ..handler import RetryLater
 
 # The longest stored context (the column's size): a longer one keeps its traceparent only.
 CONTEXT_MAX_CHARS = 1024
@@ -78,7 +80,7 @@ def _job_span(job: Any) -> Iterator[Any]:
     """The span `job` runs in: named `job.type`, a child of its stored context (a root
     span without one) and linked to it; yields the span. An exception is recorded on it
     (status ERROR; a BaseException such as the MAX_RUNTIME alarm: status ERROR naming its
-    type) and passes on."""
+    type) and passes on; a `RetryLater` is an event `retry later` (status UNSET)."""
     parent = extract(job.trace_context)
     attributes = {"cronjobs.job.id": job.id, "cronjobs.job.attempt": job.attempts,
                   "cronjobs.job.queue": job.queue}
@@ -86,10 +88,16 @@ def _job_span(job: Any) -> Iterator[Any]:
         attributes["cronjobs.worker.id"] = job.worker_id
     with _TRACER.start_as_current_span(job.type, context=parent or Context(),
                                        kind=SpanKind.CONSUMER, links=_link(parent),
-                                       attributes=attributes) as span:
+                                       attributes=attributes, record_exception=False,
+                                       set_status_on_exception=False) as span:
         try:
             yield span
-        except Exception:  # recorded by the API (an event and status ERROR)
+        except RetryLater as exc:  # no failure: status stays UNSET, an event says why
+            span.add_event("retry later", {"cronjobs.retry.delay_seconds": exc.delay_seconds})
+            raise
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:300]))
             raise
         except BaseException as exc:  # the MAX_RUNTIME alarm, SystemExit: not the API's
             span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
@@ -108,11 +116,41 @@ def record(name: str, start_ns: int, worker_id: str, queue: str | None,
     for row in rows:
         count += 1
         links += _link(extract(row.get("trace_context")), {"cronjobs.job.id": row["id"]})
+    if count == 0:  # a write of no rows: no span
+        return
     attributes: dict[str, Any] = {"cronjobs.worker.id": worker_id, "cronjobs.rows": count}
     if queue is not None:
         attributes["cronjobs.job.queue"] = queue
     _TRACER.start_span(name, context=Context(), links=links, attributes=attributes,
                        start_time=start_ns).end()
+
+
+def set_outcome(span: Any, kind: str, error: str | None) -> None:
+    """Mark the job span `span` with its attempt's outcome `kind` (`Outcome.kind`): a
+    `failed` or `fatal` one (the handler returned False, or a bad value) is status ERROR
+    described by `error`; any other leaves the status as it is."""
+    if kind in ("failed", "fatal"):
+        span.set_status(Status(StatusCode.ERROR, (error or kind)[:300]))
+
+
+@contextmanager
+def incoming(headers: Any) -> Iterator[None]:
+    """Within it, the context of an incoming request's `headers` (W3C `traceparent`,
+    `tracestate`; `propagate.extract`) is current, when no span is current already and
+    the headers carry a valid one."""
+    if trace.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    carrier = {str(k).lower(): str(v) for k, v in headers.items()}
+    found = propagate.extract(carrier)
+    if not trace.get_current_span(found).get_span_context().is_valid:
+        yield
+        return
+    token = context.attach(found)
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def flush(timeout_seconds: float) -> None:

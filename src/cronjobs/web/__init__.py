@@ -50,35 +50,9 @@ def _request_locale() -> str | None:
     return str(get_locale()) if has_request_context() else None
 
 
-def create_app(app: App, token: str | None = None, *,
-               authorize: Callable[[Request], object | None] | None = None) -> Flask:
-    """Build the dashboard for `app`.
-
-    A WSGI app: serve it alone or mount it under a path of your web app (docs/mounting.md);
-    links, redirects, static files and the session cookie follow the WSGI `SCRIPT_NAME`.
-
-    Args:
-        app: the system to show.
-        token: the dashboard token; default `app.settings.dashboard.token` (the commands
-            pass the database's generated token on loopback when none is configured).
-            It also signs the dashboard's session cookie (`cronjobs_session`).
-        authorize: your app's login, asked on every request: `authorize(request)` gets
-            the Flask request (its `cookies`, `headers` and WSGI `environ`) and returns
-            the signed-in user (an admin, `str(user)` in the actions' records), or None:
-            then the token decides (Bearer header or login form). Its errors are a 500.
-
-    Returns:
-        The Flask application (WSGI).
-
-    Raises:
-        ConfigError: no dashboard token.
-    """
-    token = token or app.settings.dashboard.token
-    if not token:
-        raise ConfigError("the dashboard needs a token: set CRONJOBS_DASHBOARD_TOKEN")
-    web = Flask("cronjobs.web", template_folder=str(HERE / "templates"),
-                static_folder=str(HERE / "static"))
-    web.config.update(
+def _config(app: App, token: str) -> dict:
+    """The Flask settings of the dashboard of `app` signed with `token`."""
+    return dict(
         # Derived from the token: every dashboard process of one system shares sessions,
         # and changing the token logs everyone out.
         SECRET_KEY=hashlib.sha256(b"cronjobs-dashboard-session\0" + token.encode()).hexdigest(),
@@ -92,9 +66,47 @@ def create_app(app: App, token: str | None = None, *,
         BABEL_TRANSLATION_DIRECTORIES=str(HERE / "translations"),
         MAX_CONTENT_LENGTH=64 * 1024,
     )
+
+
+def create_app(app: App, token: str | None = None, *,
+               authorize: Callable[[Request], object | None] | None = None,
+               login_url: str | None = None) -> Flask:
+    """Build the dashboard for `app`.
+
+    A WSGI app: serve it alone or mount it under a path of your web app (docs/mounting.md);
+    links, redirects, static files and the session cookie follow the WSGI `SCRIPT_NAME`.
+
+    Args:
+        app: the system to show.
+        token: the dashboard token; default `app.settings.dashboard.token` (the commands
+            pass the database's generated token on loopback when none is configured).
+            It also signs the dashboard's session cookie (`cronjobs_session`).
+        authorize: your app's login, asked on every request: `authorize(request)` gets
+            the Flask request (its `cookies`, `headers` and WSGI `environ`) and returns
+            the signed-in user (an admin, `str(user)` in the actions' records), or None:
+            then the token decides (Bearer header or login form). Only a truthy value is
+            a user: False, "", 0 or an empty list count as None. Its errors are a 500.
+        login_url: your app's login page (`/login`): a signed-out browser is sent there
+            (303) with `?next=<the full mounted path>` (`/jobs/queue?status=failed`)
+            instead of the dashboard's token form; JSON requests (`/api/...`) still get
+            401. None: the token form.
+
+    Returns:
+        The Flask application (WSGI).
+
+    Raises:
+        ConfigError: no dashboard token.
+    """
+    token = token or app.settings.dashboard.token
+    if not token:
+        raise ConfigError("the dashboard needs a token: set CRONJOBS_DASHBOARD_TOKEN")
+    web = Flask("cronjobs.web", template_folder=str(HERE / "templates"),
+                static_folder=str(HERE / "static"))
+    web.config.update(_config(app, token))
     web.extensions["cronjobs_app"] = app
     web.extensions["cronjobs_token"] = token
     web.extensions["cronjobs_authorize"] = authorize
+    web.extensions["cronjobs_login_url"] = login_url
     CSRFProtect(web)
     Babel(web, locale_selector=select_locale)
     i18n.set_locale_selector(_request_locale)  # handlers' Results-tab labels follow the page

@@ -24,7 +24,7 @@ import hashlib
 import hmac
 import re
 from datetime import timedelta
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 from flask import (
     Blueprint,
@@ -39,6 +39,7 @@ from flask import (
     url_for,
 )
 from flask_wtf.csrf import CSRFError
+from werkzeug.exceptions import HTTPException
 
 from .. import limits
 from ..store import tokens
@@ -112,15 +113,29 @@ def host_user() -> object | None:
     """The user your app's `authorize(request)` hook (`create_app(..., authorize=)`) says
     made this request, or None (no hook, or nobody signed in).
 
+    Only a truthy value is a user: None, False, "", 0 or an empty collection means nobody
+    (the token decides), never an admin.
     A user is authenticated as an admin: `g.token_name` is `str(user)` (the `who` of the
     actions), `g.user` the user, `g.via_authorize` True. Its POSTs still need the CSRF
     token: the host's login rides on a cookie too.
     """
     hook = current_app.extensions.get("cronjobs_authorize")
     user = hook(request) if hook is not None else None
-    if user is not None:
-        g.via_authorize, g.user, g.token_name = True, user, str(user)
+    if not user:
+        return None
+    g.via_authorize, g.user, g.token_name = True, user, str(user)
     return user
+
+
+def host_login():
+    """A 303 to your app's login page (`create_app(..., login_url=)`) with
+    `?next=<the full mounted path>` (the mount's path, the page, its query) for a GET, or
+    None when no `login_url` is set or for a POST (then the token form answers, 401)."""
+    url = current_app.extensions.get("cronjobs_login_url")
+    if not url or request.method not in ("GET", "HEAD"):  # a POST is refused: 401
+        return None
+    target = request.script_root + request.full_path.rstrip("?")
+    return redirect(f"{url}{'&' if '?' in url else '?'}{urlencode({'next': target})}", 303)
 
 
 def authenticated() -> bool:
@@ -184,8 +199,8 @@ def require_login():
                    else "send Authorization: Bearer <token>")
             return jsonify(error=f"unauthorized: {why}"), 401, {
                 "WWW-Authenticate": 'Bearer realm="cronjobs"'}
-        return render_template("login.html", next=request.full_path.rstrip("?"),
-                               error=None), 401
+        return host_login() or (render_template(
+            "login.html", next=request.full_path.rstrip("?"), error=None), 401)
     if g.authenticated and not public and request.endpoint:
         refused = _scope_refusal()
         if refused is not None:
@@ -205,13 +220,20 @@ def require_login():
 _UNSAFE = re.compile(r"[^\x21-\x7e]|\\")
 
 
-def safe_next(target: str | None) -> str:
+def safe_next(target: str | None, root: str = "") -> str:
     """`target` if it is a path of this dashboard, else `/`.
 
     A same-site relative path only: it starts with one `/`, has no scheme or host, and
     neither it nor its path percent-decoded (repeatedly, so `%252F` counts) holds a
     control character, whitespace, a backslash or a leading `//` — browsers drop tabs and
-    newlines and read `\\` as `/`, so `/<TAB>/evil.example` would leave the site.
+    newlines and read `\\` as `/`, so `/<TAB>/evil.example` would leave the site. Nor may
+    a segment of the decoded path be `.` or `..` (`/..//evil.example` under a mount
+    resolves to `//evil.example`, `/../logout` to the host's page).
+
+    Args:
+        target: the `next` the request carries (query or form).
+        root: the mount's path (`request.script_root`, e.g. `/jobs`): a target that
+            starts with it and is no dashboard path as it is (`/jobs/queue`) loses it once.
 
     Returns:
         The path relative to the dashboard's root (callers add `request.script_root`).
@@ -225,9 +247,23 @@ def safe_next(target: str | None) -> str:
         if path == before:
             break
     if (parts.scheme or parts.netloc or not path.startswith("/") or path.startswith("//")
-            or _UNSAFE.search(path)):
+            or _UNSAFE.search(path) or {".", ".."} & set(path.split("/"))):
         return "/"
-    return target
+    return _unmounted(target, root)
+
+
+def _unmounted(target: str, root: str) -> str:
+    """`target` without the mount's path `root` when it starts with it and is no route of
+    this dashboard as it is (`/jobs/5` under `/jobs` stays: it is a job's page)."""
+    if not root or not target.startswith(root + "/"):
+        return target
+    adapter = current_app.url_map.bind("localhost")
+    path = target.split("?", 1)[0].split("#", 1)[0]
+    try:
+        adapter.match(path, method="GET")
+        return target
+    except HTTPException:
+        return target[len(root):]
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -236,11 +272,13 @@ def login():
     from flask_babel import gettext as _
 
     if request.method == "GET":
-        return render_template("login.html", next=safe_next(request.args.get("next")), error=None)
+        return render_template("login.html", error=None,
+                               next=safe_next(request.args.get("next"), request.script_root))
     token = dashboard_token()
     given = request.form.get("token", "")
     if not hmac.compare_digest(given.encode(), token.encode()):
-        return render_template("login.html", next=safe_next(request.form.get("next")),
+        return render_template("login.html",
+                               next=safe_next(request.form.get("next"), request.script_root),
                                error=_("Wrong token.")), 401
     lang = session.get("lang")
     session.clear()
@@ -248,7 +286,8 @@ def login():
     session["auth"] = _fingerprint(token)
     if lang:
         session["lang"] = lang
-    return redirect(request.script_root + safe_next(request.form.get("next")), 303)
+    return redirect(request.script_root + safe_next(request.form.get("next"), request.script_root),
+                    303)
 
 
 @bp.post("/logout")

@@ -139,7 +139,7 @@ def run_task(task: str):
         limits.check_json_depth(payload, "payload")
         limits.check_json_size(json.dumps(payload), "payload", limits.PAYLOAD_MAX_BYTES)
     started = run_now(task, request_token=body.get("request_token"), again=True,
-                      payload=payload, force=bool(body.get("force")), app=app)
+                      payload=payload, force=bool(body.get("force")), app=app, who=who())
     return jsonify(id=started.id, created=started.created), 201 if started.created else 200
 
 

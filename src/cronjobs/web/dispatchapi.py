@@ -26,6 +26,7 @@ from .. import limits, queue, store
 from ..clock import as_utc
 from ..errors import InvalidJob
 from ..job.rows import REMOTE_REMEDY
+from ..tracing import incoming
 from .scopes import requires
 from .view import cronjobs_app
 
@@ -228,7 +229,8 @@ def create_job():
     try:
         job = _with_header_key(parse_job(read_body(ONE_MAX_BYTES)))
         try:
-            found = queue.submit(app=app, **job)
+            with incoming(request.headers):  # the caller's `traceparent`, if tracing
+                found = queue.submit(app=app, **job)
         except InvalidJob as exc:
             raise Refused(422, _invalid(exc)) from None
         if not found.created:
@@ -313,7 +315,8 @@ def create_jobs():
         if HEADER in request.headers:
             raise Refused(400, f"{HEADER} is for POST /api/jobs; give each batch row a key")
         jobs = _jobs_of(read_body(BATCH_MAX_BYTES))
-        done = _submit_all(cronjobs_app(), jobs)
+        with incoming(request.headers):  # the caller's `traceparent`, if tracing
+            done = _submit_all(cronjobs_app(), jobs)
     except Refused as refused:
         return refused.answer()
     answer = [{"id": found.id, "created": found.created} for found in done]

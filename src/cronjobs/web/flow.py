@@ -128,7 +128,7 @@ def pause():
     except InvalidJob as exc:
         return _page(_("Refused: %(reason)s", reason=str(exc)), 400, request.form)
     app = cronjobs_app()
-    by = f"{who()}@{request.remote_addr or '-'}"[:limits.FLOW_BY_MAX_CHARS]
+    by = limits.by_address(who(), request.remote_addr)
     with app.engine.begin() as conn:
         now = store.flow.flow_now(conn, app.clock)  # `for` counts on the database's clock
         until = now + wanted["for"] if wanted["for"] else None

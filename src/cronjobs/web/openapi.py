@@ -16,7 +16,7 @@ import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from flask import Blueprint, Flask, current_app, jsonify
+from flask import Blueprint, Flask, current_app, jsonify, request
 
 from .scopes import needed
 
@@ -123,8 +123,10 @@ def document(web: Flask) -> dict:
 
 @bp.get("/api/openapi.json")
 def openapi_json():
-    """This dashboard's OpenAPI 3.1 document (`document`)."""
-    return jsonify(document(current_app))
+    """This dashboard's OpenAPI 3.1 document (`document`), with `servers` naming the
+    mount's path (`request.script_root`, `/` when served alone) so that its paths
+    resolve under the prefix (`/jobs` + `/api/jobs`)."""
+    return jsonify({**document(current_app), "servers": [{"url": request.script_root or "/"}]})
 
 
 OPENAPI: dict = {

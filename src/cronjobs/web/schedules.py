@@ -24,7 +24,7 @@ bp = Blueprint("schedules", __name__)
 
 
 def _by(kind: str) -> str:
-    return f"{kind}@{request.remote_addr or '-'}"[:64]
+    return limits.by_address(kind, request.remote_addr, 64)
 
 
 def _page(error: str | None = None, code: int = 200, form=None):

@@ -23,6 +23,7 @@ from ..schedule.taskrows import TaskRow, next_runs, task_rows
 from ..schedule.tasks import set_enabled
 from ..status import Status
 from . import charts
+from .auth import who
 from .scopes import requires
 from .view import cronjobs_app, handler_registry, page_now
 
@@ -236,7 +237,7 @@ def run(task: str):
     try:
         started = run_now(task, request_token=request.form.get("request_token") or None,
                           again=True, payload=parse_payload(text),
-                          force=request.form.get("force") == "1", app=app)
+                          force=request.form.get("force") == "1", app=app, who=who())
     except TaskRunning as exc:
         return render_template("task_running.html", task=task, job_id=exc.job_id,
                                form=request.form), 409
@@ -259,7 +260,7 @@ def enabled(task: str):
     value = request.form.get("enabled")
     if value not in ("0", "1"):
         abort(400, f"enabled must be 0 or 1, got {value!r}")
-    set_enabled(task, value == "1", app=app)
+    set_enabled(task, value == "1", app=app, who=who())
     if request.form.get("back") == "task":
         return redirect(url_for("tasks.task", task=task), 303)
     return redirect(url_for("tasks.index"), 303)

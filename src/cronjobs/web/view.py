@@ -18,7 +18,7 @@ from werkzeug.routing import IntegerConverter
 
 from .. import limits
 from ..app import App
-from ..errors import CronjobsError, DatabaseRefused, JobNotFound, StoreError
+from ..errors import CronjobsError, DatabaseRefused, JobNotFound, StoreError, names_missing_table
 from ..store.db import classify, driver_message
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -199,9 +199,11 @@ def _database_error(exc: Exception):
     """503 (with Retry-After) when the database cannot answer now: unreachable, no free
     connection within the timeout, a lock held too long, a statement past its time limit.
     500 when it refused a statement (a schema or server problem, not the request's)."""
+    detail = str(exc) if isinstance(exc, StoreError) else driver_message(exc)
+    if names_missing_table(detail) or names_missing_table(str(exc)):
+        return _not_migrated()
     refused = isinstance(exc, DatabaseRefused) or (
         not isinstance(exc, StoreError) and classify(exc) == "refused")
-    detail = str(exc) if isinstance(exc, StoreError) else driver_message(exc)
     code = 500 if refused else 503
     message = detail if refused else _("The database did not answer in time; try again in "
                                        "a moment.") + f" ({detail})"
@@ -210,6 +212,18 @@ def _database_error(exc: Exception):
             request.accept_mimetypes.best == "application/json"):
         return {"error": message}, code, headers
     return render_template("error.html", code=code, message=message), code, headers
+
+
+NOT_MIGRATED = "the database is not migrated: run `cronjobs migrate`"
+
+
+def _not_migrated():
+    """503, one line: the database has no cronjobs tables (never migrated); JSON for the
+    JSON routes, else the error page."""
+    if request.path.startswith(("/api/", "/metrics", "/health")) or (
+            request.accept_mimetypes.best == "application/json"):
+        return {"error": NOT_MIGRATED}, 503
+    return render_template("error.html", code=503, message=NOT_MIGRATED), 503
 
 
 def install(web: Flask) -> None:
