@@ -31,6 +31,7 @@ import ctypes
 import functools
 import gc
 import importlib
+import logging
 import os
 import pickle
 import pkgutil
@@ -43,6 +44,7 @@ from multiprocessing import active_children
 from multiprocessing.connection import Connection
 
 import handlers as _builtin_handlers
+import registry
 
 from .. import logs, tracing
 from ..app import App
@@ -50,13 +52,14 @@ from ..config import Settings
 from ..handler import Job
 from ..job.context import Runtime
 from ..job.executor import call_handler
-from ..job.failures import traceback_text
+from ..job.failures import bounded, traceback_text
 from ..job.outcome import Outcome, timeout, unsendable
 from ..status import Reason
 from .forkserver import serve as serve_forks
 from .killtimer import KILL_GRACE_SECONDS, KillTimer
 from .killtimer import load as load_kill_timer
 
+log = logging.getLogger("cronjobs.worker.loop")
 READY = "ready"  # what a job process sends once it can take jobs (`runner.READY` too)
 START_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
 SEND_RUNG_SECONDS = 0.5  # how long an ending job process waits to send its rows' messages
@@ -79,10 +82,11 @@ def _preload_builtin_handlers() -> None:
 def _preload_app() -> App | None:
     """The App of the worker's settings (read from the same environment), with its
     handlers loaded, built once in the fork server; None when that fails (the job
-    process then builds its own and reports the error)."""
+    process then builds its own and reports the error). A handler file that does not
+    import (broken since the worker started) is skipped (`load_handlers`)."""
     try:
         app = App(Settings.load())
-        app.handlers.load()
+        load_handlers(app)
         return app
     except Exception:
         return None
@@ -107,6 +111,7 @@ def preload() -> None:
             logs.setup(_PRELOADED.settings.log_level)
         except Exception:  # never the fork server's end: each job process sets up its own
             pass
+        say_broken(_PRELOADED)  # once per fork server, not per job process
     _libc()
     load_kill_timer()
     gc.freeze()
@@ -228,7 +233,8 @@ def preloaded() -> App | None:
 def app_for(settings: Settings | None) -> App:
     """The App a job process runs jobs with: the preloaded one when `settings` equal its
     settings (or are None: a lean start found them equal), else a new App of `settings`
-    (its own handler registry, loaded now, not during the first job).
+    (its own handler registry, loaded now, not during the first job; a handler file
+    that does not import is skipped: `load_handlers`).
 
     Raises:
         HandlerError, ConfigError: the new App's handlers cannot be loaded.
@@ -236,8 +242,50 @@ def app_for(settings: Settings | None) -> App:
     if _PRELOADED is not None and (settings is None or _PRELOADED.settings == settings):
         return _PRELOADED  # shared with the fork server: no private copy of the registry
     app = App(settings)
-    app.handlers.load()
+    load_handlers(app)
     return app
+
+
+def load_handlers(app: App) -> None:
+    """Load `app`'s handlers, skipping a folder file that does not import or whose class
+    is refused (`registry.HandlerRegistry.load(skip_broken=True)`; kept in
+    `app.handlers.broken`): the worker checked every file when it started, so such a file
+    was broken after that, and only its own rows fail (`not_loaded`); the others run.
+
+    Raises:
+        HandlerError: a built-in or plugin handler cannot be loaded.
+    """
+    if isinstance(app.handlers, registry.HandlerRegistry):
+        app.handlers.load(skip_broken=True)
+    else:  # a registry given to the App by code: its own rules
+        app.handlers.load()
+
+
+def _broken(app: App) -> dict[str, str]:
+    """The handler files `app`'s registry skipped (path -> error line, then traceback)."""
+    return getattr(app.handlers, "broken", None) or {}
+
+
+def say_broken(app: App) -> None:
+    """Log, at ERROR, each handler file `app`'s registry skipped (once: the fork server
+    calls this as it starts, not each job process)."""
+    for text in _broken(app).values():
+        log.error("%s; its rows fail (attempts used, retried) until the file is fixed; "
+                  "the other handlers run", text.partition("\n")[0])
+
+
+def not_loaded(app: App, job: Job) -> Outcome | None:
+    """The outcome of `job` when its type has no handler here because a handler file
+    could not be loaded (`load_handlers`): `failed`, so that the attempt is used and the
+    row retried with backoff, then failed, with the files' errors and tracebacks; None
+    when its type resolves, or when no file was skipped (the usual `no_handler`)."""
+    broken = _broken(app)
+    if not broken or app.resolve(job.type) is not None:
+        return None
+    lines = [text.partition("\n")[0] for text in broken.values()]
+    error = f"no handler for type {job.type!r} in this job process: {'; '.join(lines)}"
+    return Outcome("failed", error=error, log=error,
+                   traceback=bounded(error, "\n".join(broken.values())))
 
 
 def run_one(app: App, job: Job, max_runtime_seconds: float,
@@ -252,7 +300,8 @@ def run_one(app: App, job: Job, max_runtime_seconds: float,
     try:
         signal.setitimer(signal.ITIMER_REAL, max_runtime_seconds)
         try:
-            outcome = call_handler(app, job, runtime, reraise=(RuntimeLimit,))
+            outcome = not_loaded(app, job) or call_handler(app, job, runtime,
+                                                           reraise=(RuntimeLimit,))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if kill_timer is not None:
