@@ -16,6 +16,8 @@ import pytest
 
 from conftest import REDIS
 from cronjobs import queue
+from cronjobs.health import run_health
+from cronjobs.worker import heartbeat
 from test_job_processes_on_demand import fork_servers
 from test_worker_e2e import wait_for, worker
 
@@ -93,3 +95,40 @@ def test_a_file_broken_while_the_worker_runs_fails_only_its_own_rows(
     assert "import telemetry_b" in failed["traceback"], failed["traceback"]
     assert text.count("cannot load handler file") == 1, text[-4000:]
     assert "did not start" not in text, text[-4000:]
+
+
+def _statuses(app) -> list[str]:
+    return [row["status"] for row in heartbeat.view(app).live]
+
+
+def test_job_processes_that_cannot_start_are_said_once_and_the_worker_shows_stalled(
+        make_app, db_url, namespace, tmp_path):
+    """The handler folder gone (a deploy that moved it): a fresh fork server cannot load
+    the handlers, so no job process starts. The row waits (attempt not used), the log says
+    why once, the heartbeat says `stalled` (and health fails) until processes start again."""
+    folder = _folder(tmp_path)
+    app = make_app(broker_url=REDIS, handler_paths=(str(folder),))
+    log = tmp_path / "worker.log"
+    with worker(db_url, namespace, log, threads=2, CRONJOBS_HANDLER_PATHS=str(folder),
+                CRONJOBS_JOB_PROCESS_IDLE_SECONDS="0.3") as proc:
+        first = queue.dispatch("probe.good.execute", app=app)
+        wait_for(lambda: _row(app, first)["status"] == "completed", 30, "the first row",
+                 proc, log)
+        folder.rename(tmp_path / "moved")
+        wait_for(lambda: fork_servers(proc.pid) == 0, 20, "the idle fork server gone",
+                 proc, log)
+        waiting = queue.dispatch("probe.good.execute", app=app)
+        wait_for(lambda: _statuses(app) == [heartbeat.STALLED], 10, "a stalled heartbeat",
+                 proc, log)
+        report = run_health(app)
+        time.sleep(1.5)  # more failed starts: not more lines
+        (tmp_path / "moved").rename(folder)
+        wait_for(lambda: _row(app, waiting)["status"] == "completed", 15, "the row", proc, log)
+        wait_for(lambda: _statuses(app) == ["running"], 5, "running again", proc, log)
+        text = log.read_text()
+    assert _row(app, waiting)["attempts"] == 1, "the failed starts used no attempt"
+    assert text.count("no job process started for 1 s") == 1, text[-4000:]
+    assert "did not start (handler folder" in text and "Traceback" not in text, text[-4000:]
+    assert "job processes start again" in text, text[-4000:]
+    stalled = [p for p in report.problems if p.key.startswith("stalled:")]
+    assert [p.status for p in stalled] == ["fail"], report.problems

@@ -49,6 +49,7 @@ import registry
 from .. import logs, tracing
 from ..app import App
 from ..config import Settings
+from ..errors import CronjobsError
 from ..handler import Job
 from ..job.context import Runtime
 from ..job.executor import call_handler
@@ -61,6 +62,7 @@ from .killtimer import load as load_kill_timer
 
 log = logging.getLogger("cronjobs.worker.loop")
 READY = "ready"  # what a job process sends once it can take jobs (`runner.READY` too)
+NOT_READY = "not ready: "  # + why: its App cannot be built (`runner.NOT_READY` too)
 START_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
 SEND_RUNG_SECONDS = 0.5  # how long an ending job process waits to send its rows' messages
 
@@ -315,7 +317,8 @@ def run_one(app: App, job: Job, max_runtime_seconds: float,
 
 def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None:
     """The job process's loop: receive `(job, max_runtime_seconds)`, send back
-    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it.
+    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it. A process whose App
+    cannot be built (`app_for` raised) sends `NOT_READY` and the error instead, and ends.
 
     Args:
         conn: the job process's end of the pipe.
@@ -327,7 +330,11 @@ def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     logs.setup((settings if settings is not None else _PRELOADED.settings).log_level)
-    app = app_for(settings)
+    try:
+        app = app_for(settings)
+    except CronjobsError as exc:  # its worker says why (once while it lasts), no traceback
+        conn.send(f"{NOT_READY}{exc}")
+        return
     kill_timer = KillTimer.create()  # per process: a fork does not inherit it
     conn.send(READY)
     try:
