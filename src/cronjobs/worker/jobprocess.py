@@ -17,7 +17,12 @@ registry loaded. A job process whose worker has the same settings (the `cronjobs
 and `cronjobs serve` commands: both read one environment) runs every job with that App:
 its pages stay shared, and every job process runs the code the fork server loaded, so a
 handler file edited (or saved with a syntax error) while the worker runs changes nothing
-until the worker restarts. A worker started from code with other settings gets job
+until the worker restarts, or until a fork server is started again (the idle one stopped,
+or one died): that one reads the handler files anew, skips one that no longer imports
+(`load_handlers`) and its job processes fail that file's rows with the error
+(`not_loaded`: attempt used), while the other types run. A job process whose App cannot be
+built at all sends `NOT_READY` and why, once, to its worker (which says it once while it
+lasts and reports itself `stalled`). A worker started from code with other settings gets job
 processes that each build an App of their own (with its own registry) before they say
 they are ready.
 
