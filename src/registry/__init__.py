@@ -25,13 +25,10 @@ scanned by each registry itself, so they reach every App too.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import importlib.util
 import inspect
 import logging
 import pkgutil
-import sys
 import threading
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -52,6 +49,9 @@ from cronjobs.schedule.entry import check_schedules
 from cronjobs.schedule.expect import check_expectations
 from cronjobs.schedule.jitter import check_handler as check_timing
 from cronjobs.schedule.slots import check_frequency
+
+from .folders import import_folder
+from .folders import one_line as _one_line
 
 log = logging.getLogger("cronjobs.registry")
 
@@ -78,6 +78,7 @@ class HandlerRegistry:
         self._index: tuple[int, dict[str, tuple[str, ...]]] | None = None
         self._version = 0  # bumped on every change (the task index is rebuilt then)
         self.loaded = False
+        self.broken: dict[str, str] | None = None  # see `load(skip_broken=True)`
         self._lock = threading.RLock()
 
     # -- changes ----------------------------------------------------------------------
@@ -109,11 +110,15 @@ class HandlerRegistry:
             self.loaded = False
             self._version += 1
 
-    def load(self, settings: Settings | None = None, *, force: bool = False) -> None:
+    def load(self, settings: Settings | None = None, *, force: bool = False,
+             skip_broken: bool = False) -> None:
         """Scan every source once (again with `force`).
 
         Args:
             settings: replaces the registry's settings (`handler_paths`) for this load.
+            skip_broken: a folder file that does not import, or whose class is refused, is
+                skipped, its error kept in `broken` (path -> the error line, then any
+                traceback; None after a load without it).
 
         Raises:
             DuplicateHandlerType, HandlerError: a bad or conflicting handler class.
@@ -124,6 +129,7 @@ class HandlerRegistry:
             if settings is not None:
                 self.settings = settings
             self.loaded = True  # set first: handler modules may look handlers up while loading
+            self.broken = {} if skip_broken else None
             try:
                 self._load_all(self.settings or Settings.load())
                 self._check_shared()
@@ -257,24 +263,13 @@ class HandlerRegistry:
             self._register_module(module, f"{source}: {info.name}.py")
 
     def _scan_folder(self, folder: Path) -> None:
-        if not folder.is_dir():
-            raise HandlerError(f"handler folder {str(folder)!r} (CRONJOBS_HANDLER_PATHS) "
-                               f"does not exist")
-        tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:8]
-        for path in sorted(folder.glob("*.py")):
-            if path.name.startswith("_") or _is_test_file(path.name):
-                log.debug("skipping %s: private or test file", path)
-                continue
-            name = f"cronjobs_ext_{tag}_{path.stem}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
+        for module, source in import_folder(folder, self.broken):  # one file at a time
             try:
-                spec.loader.exec_module(module)
-            except Exception as exc:
-                sys.modules.pop(name, None)
-                raise HandlerError(f"cannot load handler file {path}: {_one_line(exc)}") from None
-            self._register_module(module, str(path))
+                self._register_module(module, source)
+            except HandlerError as exc:  # a bad class constant, a TYPE taken: as broken
+                if self.broken is None:
+                    raise
+                self.broken[source] = str(exc)
 
     def _register_module(self, module: ModuleType, source: str) -> None:
         for obj, where in module_members(module, source):  # classes, decorated functions
@@ -361,18 +356,6 @@ def class_name(cls: type) -> str:
     if cls.__module__.startswith("cronjobs_ext_"):
         return cls.__qualname__
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, SyntaxError):
-        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-
-
-def _is_test_file(name: str) -> bool:
-    """pytest's file names (`test_*.py`, `*_test.py`, `conftest.py`): tests may sit next to
-    the handlers they test (`cronjobs new-handler` puts them there) without being loaded."""
-    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
 # -- the default instance and the module's functions ---------------------------------------

@@ -112,7 +112,8 @@ def queues(app: App, check: Check) -> None:
 
 
 def workers(app: App, check: Check) -> None:
-    """Live workers per queue; queues with due rows and no live worker; stuck workers."""
+    """Live workers per queue; queues with due rows and no live worker; stuck workers;
+    stalled ones (their job processes fail to start: `heartbeat.STALLED`)."""
     now = app.clock.now()
     # live: heartbeat under 30 s old (the same view as `cronjobs workers`)
     seen = heartbeat.view(app)
@@ -127,6 +128,10 @@ def workers(app: App, check: Check) -> None:
     check.data = {"live": len(live), "dead": len(seen.dead),
                   "per_queue": {n: len(per_queue.get(n, [])) for n in names}}
     check.message = f"{len(live)} live worker(s)"
+    for row in live:
+        if row["status"] == heartbeat.STALLED:
+            check.problem(f"stalled:{row['id']}", "fail",
+                          f"worker {row['id']}: its job processes fail to start (see its log)")
     stuck_after = app.settings.health.stuck_seconds
     held = _held_since(app, now) if any(
         d["oldest_due_at"] and _age(now, d["oldest_due_at"]) > stuck_after

@@ -21,6 +21,7 @@ log = logging.getLogger("cronjobs.worker.loop")
 HEARTBEAT_SECONDS = 10
 FORGET_SECONDS = 5.0  # how long a stopping worker waits to remove its heartbeat
 LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
+STALLED = "stalled"  # the status of a worker whose job processes fail to start (its log says why)
 
 
 def beat(app: App, worker_id: str, queues: list[str], status: str, jobs_done: int,

@@ -17,7 +17,12 @@ registry loaded. A job process whose worker has the same settings (the `cronjobs
 and `cronjobs serve` commands: both read one environment) runs every job with that App:
 its pages stay shared, and every job process runs the code the fork server loaded, so a
 handler file edited (or saved with a syntax error) while the worker runs changes nothing
-until the worker restarts. A worker started from code with other settings gets job
+until the worker restarts, or until a fork server is started again (the idle one stopped,
+or one died): that one reads the handler files anew, skips one that no longer imports
+(`load_handlers`) and its job processes fail that file's rows with the error
+(`not_loaded`: attempt used), while the other types run. A job process whose App cannot be
+built at all sends `NOT_READY` and why, once, to its worker (which says it once while it
+lasts and reports itself `stalled`). A worker started from code with other settings gets job
 processes that each build an App of their own (with its own registry) before they say
 they are ready.
 
@@ -31,6 +36,7 @@ import ctypes
 import functools
 import gc
 import importlib
+import logging
 import os
 import pickle
 import pkgutil
@@ -43,21 +49,25 @@ from multiprocessing import active_children
 from multiprocessing.connection import Connection
 
 import handlers as _builtin_handlers
+import registry
 
 from .. import logs, tracing
 from ..app import App
 from ..config import Settings
+from ..errors import CronjobsError
 from ..handler import Job
 from ..job.context import Runtime
 from ..job.executor import call_handler
-from ..job.failures import traceback_text
+from ..job.failures import bounded, traceback_text
 from ..job.outcome import Outcome, timeout, unsendable
 from ..status import Reason
 from .forkserver import serve as serve_forks
 from .killtimer import KILL_GRACE_SECONDS, KillTimer
 from .killtimer import load as load_kill_timer
 
+log = logging.getLogger("cronjobs.worker.loop")
 READY = "ready"  # what a job process sends once it can take jobs (`runner.READY` too)
+NOT_READY = "not ready: "  # + why: its App cannot be built (`runner.NOT_READY` too)
 START_HEADER = struct.Struct("!III")  # lengths: the settings' key, the settings, the runtime
 SEND_RUNG_SECONDS = 0.5  # how long an ending job process waits to send its rows' messages
 
@@ -79,10 +89,11 @@ def _preload_builtin_handlers() -> None:
 def _preload_app() -> App | None:
     """The App of the worker's settings (read from the same environment), with its
     handlers loaded, built once in the fork server; None when that fails (the job
-    process then builds its own and reports the error)."""
+    process then builds its own and reports the error). A handler file that does not
+    import (broken since the worker started) is skipped (`load_handlers`)."""
     try:
         app = App(Settings.load())
-        app.handlers.load()
+        load_handlers(app)
         return app
     except Exception:
         return None
@@ -107,6 +118,7 @@ def preload() -> None:
             logs.setup(_PRELOADED.settings.log_level)
         except Exception:  # never the fork server's end: each job process sets up its own
             pass
+        say_broken(_PRELOADED)  # once per fork server, not per job process
     _libc()
     load_kill_timer()
     gc.freeze()
@@ -228,7 +240,8 @@ def preloaded() -> App | None:
 def app_for(settings: Settings | None) -> App:
     """The App a job process runs jobs with: the preloaded one when `settings` equal its
     settings (or are None: a lean start found them equal), else a new App of `settings`
-    (its own handler registry, loaded now, not during the first job).
+    (its own handler registry, loaded now, not during the first job; a handler file
+    that does not import is skipped: `load_handlers`).
 
     Raises:
         HandlerError, ConfigError: the new App's handlers cannot be loaded.
@@ -236,8 +249,50 @@ def app_for(settings: Settings | None) -> App:
     if _PRELOADED is not None and (settings is None or _PRELOADED.settings == settings):
         return _PRELOADED  # shared with the fork server: no private copy of the registry
     app = App(settings)
-    app.handlers.load()
+    load_handlers(app)
     return app
+
+
+def load_handlers(app: App) -> None:
+    """Load `app`'s handlers, skipping a folder file that does not import or whose class
+    is refused (`registry.HandlerRegistry.load(skip_broken=True)`; kept in
+    `app.handlers.broken`): the worker checked every file when it started, so such a file
+    was broken after that, and only its own rows fail (`not_loaded`); the others run.
+
+    Raises:
+        HandlerError: a built-in or plugin handler cannot be loaded.
+    """
+    if isinstance(app.handlers, registry.HandlerRegistry):
+        app.handlers.load(skip_broken=True)
+    else:  # a registry given to the App by code: its own rules
+        app.handlers.load()
+
+
+def _broken(app: App) -> dict[str, str]:
+    """The handler files `app`'s registry skipped (path -> error line, then traceback)."""
+    return getattr(app.handlers, "broken", None) or {}
+
+
+def say_broken(app: App) -> None:
+    """Log, at ERROR, each handler file `app`'s registry skipped (once: the fork server
+    calls this as it starts, not each job process)."""
+    for text in _broken(app).values():
+        log.error("%s; its rows fail (attempts used, retried) until the file is fixed; "
+                  "the other handlers run", text.partition("\n")[0])
+
+
+def not_loaded(app: App, job: Job) -> Outcome | None:
+    """The outcome of `job` when its type has no handler here because a handler file
+    could not be loaded (`load_handlers`): `failed`, so that the attempt is used and the
+    row retried with backoff, then failed, with the files' errors and tracebacks; None
+    when its type resolves, or when no file was skipped (the usual `no_handler`)."""
+    broken = _broken(app)
+    if not broken or app.resolve(job.type) is not None:
+        return None
+    lines = [text.partition("\n")[0] for text in broken.values()]
+    error = f"no handler for type {job.type!r} in this job process: {'; '.join(lines)}"
+    return Outcome("failed", error=error, log=error,
+                   traceback=bounded(error, "\n".join(broken.values())))
 
 
 def run_one(app: App, job: Job, max_runtime_seconds: float,
@@ -252,7 +307,8 @@ def run_one(app: App, job: Job, max_runtime_seconds: float,
     try:
         signal.setitimer(signal.ITIMER_REAL, max_runtime_seconds)
         try:
-            outcome = call_handler(app, job, runtime, reraise=(RuntimeLimit,))
+            outcome = not_loaded(app, job) or call_handler(app, job, runtime,
+                                                           reraise=(RuntimeLimit,))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if kill_timer is not None:
@@ -266,7 +322,8 @@ def run_one(app: App, job: Job, max_runtime_seconds: float,
 
 def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None:
     """The job process's loop: receive `(job, max_runtime_seconds)`, send back
-    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it.
+    `(job id, outcome, keep_going)`; `None` or a closed pipe ends it. A process whose App
+    cannot be built (`app_for` raised) sends `NOT_READY` and the error instead, and ends.
 
     Args:
         conn: the job process's end of the pipe.
@@ -278,7 +335,11 @@ def serve(conn: Connection, settings: Settings | None, runtime: Runtime) -> None
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
     logs.setup((settings if settings is not None else _PRELOADED.settings).log_level)
-    app = app_for(settings)
+    try:
+        app = app_for(settings)
+    except CronjobsError as exc:  # its worker says why (once while it lasts), no traceback
+        conn.send(f"{NOT_READY}{exc}")
+        return
     kill_timer = KillTimer.create()  # per process: a fork does not inherit it
     conn.send(READY)
     try:

@@ -175,6 +175,7 @@ class WorkerProcess:
         self.relay = Relay(app, self._wants_doorbell)
         self.webhooks = WebhookSender(app)  # the deliveries of finished attempts
         self._beaten_slots: dict[int, int] | None = None  # the job slots the last beat named
+        self._beaten_status = self.status  # the status the last beat wrote
         self._memory_mb: float | None = None
         # The actor only rings the pool; its threads are there to acknowledge messages
         # (one Redis round trip each) while others arrive. Made before the loop starts:
@@ -243,20 +244,29 @@ class WorkerProcess:
         if not early or self._memory_mb is None:
             self._memory_mb = round(self.memory_mb(), 1)
         job_slots = self.pool.job_slots()
-        heartbeat.beat(self.app, self.executor.worker_id, self.queues, self.status,
+        status = self._status()
+        heartbeat.beat(self.app, self.executor.worker_id, self.queues, status,
                        self.executor.jobs_done, self.pool.running_ids(),
                        memory_mb=self._memory_mb, slots=self.slots, job_slots=job_slots)
-        self._beaten_slots = job_slots
+        self._beaten_slots, self._beaten_status = job_slots, status
+
+    def _status(self) -> str:
+        """The heartbeat's status: `stalled` (`heartbeat.STALLED`) while job processes
+        fail to start (`cronjobs workers` and health show it; the log says why)."""
+        if self.status == "running" and self.pool.start_problem():
+            return heartbeat.STALLED
+        return self.status
 
     def watch_runs(self) -> None:
         """Every second (the housekeeper): end the jobs an operator asked to stop, as
         MAX_RUNTIME does (`stopped` outcome: failed, not retried; a stopped thread job
         makes the worker recycle), and write the heartbeat early when the running jobs
-        changed, so the Workers page's busy slots are about a second old."""
+        changed (or its status: `_status`), so the Workers page's busy slots are about a
+        second old."""
         for job_id, how in end_stop_requests(self.executor, self.pool):
             if how == "thread":
                 self._recycle(f"thread job {job_id} stopped by an operator")
-        if self.pool.job_slots() != self._beaten_slots:
+        if self.pool.job_slots() != self._beaten_slots or self._status() != self._beaten_status:
             self.beat(early=True)
 
     @property

@@ -148,6 +148,10 @@ class SlotPool:
         """Ids of the rows running now."""
         return self._threads.running_ids() + self._processes.running_ids()
 
+    def start_problem(self) -> str | None:
+        """Why job processes fail to start (since the last one that did), or None."""
+        return self._processes.start_problem
+
     def job_slots(self) -> dict[int, int]:
         """`{job id: slot}` of the jobs running now (slots numbered 1 to `slots`)."""
         with self._lock:

@@ -42,6 +42,7 @@ from ..job.outcome import (
 from ..status import Reason
 from .runner import (
     KILL_GRACE_SECONDS,
+    NOT_READY,
     READY,
     START_TIMEOUT_SECONDS,
     JobProcess,
@@ -81,6 +82,7 @@ class ProcessSlots:
         self._no_start_before = 0.0  # after a process failed to start: a pause
         self._empty_since: float | None = None  # no job process since (time.monotonic())
         self._server_may_run = False  # the fork server was started and not stopped since
+        self.start_problem: str | None = None  # why job processes fail to start, until one does
 
     def start(self) -> None:
         """Start the fork server (in the background: it loads the handlers while the first
@@ -240,8 +242,11 @@ class ProcessSlots:
                 log.debug("fork server stopped: no job process for %g s", self._idle_seconds)
 
     def _start_failed(self, why: str) -> None:
-        """A process could not start: no new one for a second (the rows wait)."""
-        log.error("%s; no job process started for 1 s", why)
+        """A process could not start: no new one for a second (the rows wait). Logged
+        once while the reason stays the same (`start_problem`, cleared when one starts)."""
+        if why != self.start_problem:
+            log.error("%s; no job process started for 1 s (said once, until one starts)", why)
+        self.start_problem = why
         self._no_start_before = time.monotonic() + 1.0
 
     def _read(self, proc: JobProcess) -> None:
@@ -258,8 +263,15 @@ class ProcessSlots:
             else:
                 self._ended(proc, result)
             return
+        if isinstance(message, str) and message.startswith(NOT_READY):  # it ends: the why
+            self._never_started(proc, f"job process did not start "
+                                      f"({message.removeprefix(NOT_READY)})")
+            return
         if message == READY:
             proc.begin()  # the job sent with the start runs from now: its MAX_RUNTIME too
+            if self.start_problem is not None:
+                log.warning("job processes start again (after: %s)", self.start_problem)
+                self.start_problem = None
             return
         self._answer(proc, *message)
 

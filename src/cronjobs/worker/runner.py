@@ -51,11 +51,12 @@ if TYPE_CHECKING:
     from ..handler import Job
     from ..job.context import Runtime
 
-__all__ = ["KILL_GRACE_SECONDS", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
+__all__ = ["KILL_GRACE_SECONDS", "NOT_READY", "READY", "START_TIMEOUT_SECONDS", "JobProcess",
            "start_fork_server", "stop_fork_server"]
 
 START_TIMEOUT_SECONDS = 60
 READY = "ready"  # what a job process sends once it can take jobs (`jobprocess.READY`)
+NOT_READY = "not ready: "  # + why: what one that cannot load its App sends instead
 _LOCK = threading.Lock()  # job processes are not started while the fork server stops
 _LIVE: set[int] = set()  # ids of the JobProcess objects not yet killed, in this process
 _SERVER: ForkServer | None = None  # this process's fork server (under _LOCK)
