@@ -392,7 +392,7 @@ def test_send_time_checks_and_one_bad_delivery_never_jams_another(make_app, rece
     send, not POSTed; the handler's WEBHOOK_URL (trusted) is delivered; a delivery whose
     URL breaks http.client fails alone; a 3xx is not followed; a delivery whose tries
     ran out without a recorded answer is failed, its tries never above the maximum."""
-    app = make_app(webhook_secret=SECRET, webhook_max_tries=2)
+    app = make_app(webhook_secret=SECRET, webhook_max_tries=2, dashboard_token=TOKEN)
     hook, moved = receiver(), receiver([302])
 
     class Hooked(CronJobHandler):
@@ -414,7 +414,8 @@ def test_send_time_checks_and_one_bad_delivery_never_jams_another(make_app, rece
         w = cronjob_webhook.c
         conn.execute(cronjob_webhook.update().where(w.job_id == broken).values(
             url=f"http://127.0.0.1:{port}/\u00e4"))
-        conn.execute(cronjob_webhook.update().where(w.job_id == worn).values(tries=2))
+        conn.execute(cronjob_webhook.update().where(w.job_id == worn).values(
+            tries=2, url="https://u:s3cret@hooks.example/y"))
         conn.execute(cronjob_webhook.update().where(w.job_id == redirected).values(
             url=moved.url))
     sender = WebhookSender(app)
@@ -431,6 +432,8 @@ def test_send_time_checks_and_one_bad_delivery_never_jams_another(make_app, rece
     assert rows[redirected]["status"] == "pending" and rows[redirected]["last_error"] == (
         "HTTP 302: redirect not followed: Location /elsewhere") and len(moved.posts) == 1
     assert rows[worn]["status"] == "failed" and rows[worn]["tries"] == 2
+    page = web_client(app).get(f"/jobs/{worn}", headers=BEARER).get_data(as_text=True)
+    assert "u:***@hooks.example" in page and "s3cret" not in page
 
 
 class Trickler:
