@@ -98,6 +98,8 @@ def test_one_job_refusals_write_nothing(make_app):
         "deep": post(client, f'{{"type": "{TYPE}", "payload": {DEEP}}}'),
         "deep payload": post(client, {"type": TYPE, "payload": {"a": json.loads(DEEPER)}}),
         "callback": post(client, {"type": TYPE, "callback_url": "ftp://hooks.example/x"}),
+        "private callback": post(client, {"type": TYPE,
+                                          "callback_url": "http://169.254.169.254/latest"}),
     }
     assert {name: a.status_code for name, a in answers.items()} == dict.fromkeys(answers, 422)
     errors = {name: a.get_json()["error"] for name, a in answers.items()}

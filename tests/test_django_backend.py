@@ -77,3 +77,20 @@ def test_rollback_commit_and_a_burst_worker_drain_1000_tasks(db_url, namespace):
                     f"r = tasks.add.get_result('{last}'); print(r.status, r.return_value)"], env)
     assert shown.stdout.splitlines()[-1].split() == ["SUCCESSFUL", "1998"]
     engine.dispose()
+
+
+def test_manage_py_errors_are_one_line_and_django_tasks_serve_every_queue(tmp_path):
+    """A CRONJOBS_DATABASE naming no DATABASES entry: one line, exit 2 (as `cronjobs`);
+    `worker --queues default,reports` does not warn of a queue the Django task handler
+    serves (every queue)."""
+    done = subprocess.run([sys.executable, "manage.py", "cronjobs", "get", "1"], cwd=SITE,
+                          env=site_env(SITE_SQLITE_FILE=str(tmp_path / "site.db"),
+                                       SITE_CRONJOBS_DATABASE="nosuch"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: CRONJOBS_DATABASE names no entry of DATABASES: 'nosuch'"]
+    env = site_env(SITE_SQLITE_FILE=str(tmp_path / "site.db"))
+    manage(["cronjobs", "migrate"], env)
+    done = manage(["cronjobs", "worker", "--burst", "--queues", "default,reports"], env)
+    assert "no registered handler uses queue" not in done.stderr, done.stderr

@@ -198,6 +198,27 @@ def test_bad_keywords_values_and_duplicates_are_clear_errors(tmp_path):
     assert "'fh.same.execute'" in text and "one.py:first" in text and "two.py:second" in text
 
 
+def test_a_function_that_cannot_take_payload_and_job_is_refused_at_decoration():
+    def nothing():
+        return True
+
+    def extra(payload, job, more):
+        return True
+
+    for fn in (nothing, extra):
+        with pytest.raises(TypeError, match=rf"decorates .*{fn.__name__}\(.*\), which cannot be "
+                                            rf"called as fn\(payload, job\)"):
+            cronjobs.handler("fh.sig.execute")(fn)
+
+    def fine(payload, job, handler, more=1):
+        return True
+
+    assert cronjobs.handler("fh.sig.execute")(fine) is fine
+    with pytest.raises(TypeError) as caught:
+        cronjobs.handler("fh.x.execute", nope=1)
+    assert str(caught.value).count("limit_key") == 1
+
+
 def _rows(app, job_type: str) -> list[dict]:
     with app.engine.connect() as conn:
         return [dict(r) for r in conn.execute(

@@ -9,6 +9,7 @@ import hmac
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,8 @@ import sqlalchemy as sa
 from conftest import REDIS, ROOT, SAMPLE_HANDLERS, cli_env
 from cronjobs import queue
 from cronjobs.clock import FrozenClock
-from cronjobs.errors import HandlerError, InvalidJob
+from cronjobs.config import Settings
+from cronjobs.errors import ConfigError, HandlerError, InvalidCallbackUrl, InvalidJob
 from cronjobs.handler import CronJobHandler
 from cronjobs.job.webhooks import sign, verify
 from cronjobs.store.models import cronjob_queue, cronjob_webhook
@@ -53,6 +55,8 @@ class Receiver:
                     outer.posts.append((dict(self.headers), body))
                     code = outer.codes.pop(0) if outer.codes else 200
                 self.send_response(code)
+                if 300 <= code < 400:
+                    self.send_header("Location", "/elsewhere")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -154,7 +158,8 @@ def test_500_then_200_is_retried_and_delivered_once_and_the_row_url_wins(make_ap
     signatures. A row's callback_url wins over its handler's WEBHOOK_URL; each attempt of
     a retried row gets its own delivery, its body saying whether it will retry."""
     clock = FrozenClock(datetime(2027, 3, 1, 12, 0))
-    app = make_app(clock=clock, webhook_secret=SECRET, webhook_backoff_seconds=30)
+    app = make_app(clock=clock, webhook_secret=SECRET, webhook_backoff_seconds=30,
+                   webhook_allow_private=True)
     handler_hook, row_hook = receiver([500]), receiver()
 
     class Flaky(CronJobHandler):
@@ -196,7 +201,7 @@ def test_500_then_200_is_retried_and_delivered_once_and_the_row_url_wins(make_ap
 
 @MARIADB
 def test_no_secret_sends_nothing_and_warns_once(make_app, receiver, caplog):
-    app = make_app()
+    app = make_app(webhook_allow_private=True)
     hook = receiver()
     queue.dispatch("test.record.execute", {}, callback_url=hook.url)
     drain(app)
@@ -213,7 +218,8 @@ def test_no_secret_sends_nothing_and_warns_once(make_app, receiver, caplog):
 def test_a_failed_delivery_shows_on_the_job_page(make_app, receiver):
     clock = FrozenClock(datetime(2027, 3, 1, 12, 0))
     app = make_app(clock=clock, webhook_secret=SECRET, webhook_max_tries=2,
-                   webhook_backoff_seconds=5, dashboard_token=TOKEN)
+                   webhook_backoff_seconds=5, dashboard_token=TOKEN,
+                   webhook_allow_private=True)
     hook = receiver([503, 503])
     job_id = queue.dispatch("test.record.execute", {}, callback_url=hook.url)
     drain(app)
@@ -261,12 +267,13 @@ def _wait(check, timeout: float, what: str) -> None:
 @MARIADB
 def test_1000_jobs_give_1000_signed_deliveries_from_a_worker(make_app, receiver, db_url,
                                                              namespace, tmp_path):
-    app = make_app(broker_url=REDIS, webhook_secret=SECRET,
+    app = make_app(broker_url=REDIS, webhook_secret=SECRET, webhook_allow_private=True,
                    handler_paths=(SAMPLE_HANDLERS, THREAD_HANDLERS))
     hook = receiver()
     queue.dispatch_many([{"type": "test.threadsleep.execute", "payload": {"seconds": 0},
                           "callback_url": hook.url} for _ in range(1000)])
     env = cli_env(db_url, namespace, broker_url=REDIS, CRONJOBS_WEBHOOK_SECRET=SECRET,
+                  CRONJOBS_WEBHOOK_ALLOW_PRIVATE="true",
                   CRONJOBS_HANDLER_PATHS=f"{SAMPLE_HANDLERS}:{THREAD_HANDLERS}")
     with open(tmp_path / "worker.log", "wb") as log:
         proc = _worker(env, log)
@@ -288,12 +295,13 @@ def test_kill_9_of_a_worker_mid_run_gives_no_duplicate_delivery(make_app, receiv
     outcome and so no delivery; recover-stale puts them back, the next worker runs them
     as attempt 2, each delivered once: one delivery row per (row, attempt) whose outcome
     committed; a POST repeats only for a delivery whose lease ran out."""
-    app = make_app(broker_url=REDIS, webhook_secret=SECRET)
+    app = make_app(broker_url=REDIS, webhook_secret=SECRET, webhook_allow_private=True)
     hook = receiver()
     ids = queue.dispatch_many([{"type": "test.sleep.execute", "payload": {"seconds": 0.6},
                                 "callback_url": hook.url} for _ in range(40)])
     env = cli_env(db_url, namespace, broker_url=REDIS, CRONJOBS_WEBHOOK_SECRET=SECRET,
-                  CRONJOBS_WEBHOOK_TIMEOUT_SECONDS="1", CRONJOBS_LEASE_GRACE_SECONDS="1",
+                  CRONJOBS_WEBHOOK_ALLOW_PRIVATE="true", CRONJOBS_WEBHOOK_TIMEOUT_SECONDS="1",
+                  CRONJOBS_LEASE_GRACE_SECONDS="1",
                   CRONJOBS_SWEEP_INTERVAL_SECONDS="1", CRONJOBS_SWEEP_AFTER_SECONDS="1")
 
     def running() -> int:
@@ -326,3 +334,160 @@ def test_kill_9_of_a_worker_mid_run_gives_no_duplicate_delivery(make_app, receiv
     # it and died before marking it): tried again, with the same delivery id.
     repeated = len(hook.ids()) - len(set(hook.ids()))
     assert repeated <= sum(d["tries"] - 1 for d in rows)
+
+
+def test_verify_is_false_for_a_missing_or_loose_header_in_the_library_and_the_docs():
+    page = (ROOT / "docs" / "webhooks.md").read_text(encoding="utf-8")
+    scope: dict = {}
+    exec(page.split("## 4.")[1].split("```python")[1].split("```")[0], scope)
+    body = '{"id":7}'
+    header = sign(SECRET, body)
+    t, v1 = header.split(",")
+    for bad in (None, "", f"{t}, {v1}", f" {header}", f"{v1},{t}", f"{header},x=1",
+                f"{t},v1={v1[3:].upper()}", "t=1,v1=zz"):
+        assert verify(SECRET, bad, body) is False, bad
+        assert scope["verify"](SECRET, bad, body.encode()) is False, bad
+    assert verify(SECRET, header, body) and scope["verify"](SECRET, header, body.encode())
+
+
+def test_an_empty_secret_is_unset_and_a_bad_one_is_not_printed():
+    assert Settings.load(environ={"CRONJOBS_WEBHOOK_SECRET": ""}).webhooks.secret is None
+    with pytest.raises(ConfigError) as info:
+        Settings.load(environ={"CRONJOBS_WEBHOOK_SECRET": "hunter2-short"})
+    assert "hunter2" not in str(info.value) and "webhook_secret" in str(info.value)
+
+
+@SQLITE
+def test_private_and_unsafe_callback_urls_are_refused_at_dispatch(make_app, caplog):
+    """SSRF: an IP literal of a loopback/private/link-local address or `localhost` is
+    refused unless allowed; credentials and non-ASCII are refused (not shown); many rows
+    name the bad one; a sender with nothing to send does not warn of the secret."""
+    app = make_app()
+    for bad in ("http://127.0.0.1:8080/x", "http://169.254.169.254/latest/meta-data",
+                "http://localhost/x", "http://[::1]/x", "http://10.1.2.3/", "http://[::ffff:127.0.0.1]/",
+                "https://user:s3cret@hooks.example/x", "http://hooks.example/\u00e4"):
+        with pytest.raises(InvalidCallbackUrl) as info:
+            queue.dispatch("test.record.execute", {}, callback_url=bad)
+        assert "\n" not in str(info.value) and "s3cret" not in str(info.value), bad
+    with pytest.raises(InvalidCallbackUrl, match=r"^jobs\[1\]: callback_url .*169\.254"):
+        queue.dispatch_many([{"type": "test.record.execute", "callback_url": "https://ok.test/"},
+                             {"type": "test.record.execute", "callback_url": "http://169.254.1.1/"}])
+    with pytest.raises(HandlerError, match="WEBHOOK_URL .*user name or password"):
+        app.handlers.register("test.cred.execute", type("Cred", (CronJobHandler,), {
+            "TYPE": "test.cred.execute", "WEBHOOK_URL": "https://u:p@hooks.example/",
+            "handle": lambda self, payload, job: True}))
+    sender = WebhookSender(app)
+    try:
+        assert sender.deliver_due().sent == 0
+    finally:
+        sender.stop()
+    assert not any("no webhook secret" in r.getMessage() for r in caplog.records)
+    assert make_app(webhook_allow_private=True) and queue.dispatch(
+        "test.record.execute", {}, callback_url="http://127.0.0.1:9/x") > 0
+
+
+@SQLITE
+def test_send_time_checks_and_one_bad_delivery_never_jams_another(make_app, receiver):
+    """A name that resolves to loopback (decimal 127.0.0.1) passes dispatch and fails at
+    send, not POSTed; the handler's WEBHOOK_URL (trusted) is delivered; a delivery whose
+    URL breaks http.client fails alone; a 3xx is not followed; a delivery whose tries
+    ran out without a recorded answer is failed, its tries never above the maximum."""
+    app = make_app(webhook_secret=SECRET, webhook_max_tries=2, dashboard_token=TOKEN)
+    hook, moved = receiver(), receiver([302])
+
+    class Hooked(CronJobHandler):
+        TYPE = "test.hooked.execute"
+        WEBHOOK_URL = hook.url
+
+        def handle(self, payload, job):
+            return True
+
+    app.handlers.register(Hooked.TYPE, Hooked)
+    port = hook.server.server_address[1]
+    trusted = queue.dispatch(Hooked.TYPE, {})
+    sneaky = queue.dispatch(Hooked.TYPE, {}, callback_url=f"http://2130706433:{port}/hook")
+    broken = queue.dispatch(Hooked.TYPE, {}, callback_url="https://hooks.example/x")
+    worn = queue.dispatch(Hooked.TYPE, {}, callback_url="https://hooks.example/y")
+    redirected = queue.dispatch(Hooked.TYPE, {}, callback_url="https://hooks.example/z")
+    drain(app)
+    with app.engine.begin() as conn:  # written before this release's checks, or by hand
+        w = cronjob_webhook.c
+        conn.execute(cronjob_webhook.update().where(w.job_id == broken).values(
+            url=f"http://127.0.0.1:{port}/\u00e4"))
+        conn.execute(cronjob_webhook.update().where(w.job_id == worn).values(
+            tries=2, url="https://u:s3cret@hooks.example/y"))
+        conn.execute(cronjob_webhook.update().where(w.job_id == redirected).values(
+            url=moved.url))
+    sender = WebhookSender(app)
+    try:
+        report = sender.deliver_due()
+    finally:
+        sender.stop()
+    rows = {d["job_id"]: d for d in deliveries(app)}
+    assert (report.sent, report.delivered, report.retried, report.failed) == (4, 1, 2, 1)
+    assert rows[trusted]["status"] == "delivered" and hook.ids() == [f"{trusted}.1"]
+    assert rows[sneaky]["status"] == "failed"
+    assert "resolves to 127.0.0.1" in rows[sneaky]["last_error"]
+    assert rows[broken]["status"] == "pending" and rows[broken]["tries"] == 1
+    assert rows[redirected]["status"] == "pending" and rows[redirected]["last_error"] == (
+        "HTTP 302: redirect not followed: Location /elsewhere") and len(moved.posts) == 1
+    assert rows[worn]["status"] == "failed" and rows[worn]["tries"] == 2
+    page = web_client(app).get(f"/jobs/{worn}", headers=BEARER).get_data(as_text=True)
+    assert "u:***@hooks.example" in page and "s3cret" not in page
+
+
+class Trickler:
+    """A server that answers every connection with a status line and then one header
+    byte every 0.1 s for 5 s: each read is quick, the answer never ends."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _trickle(conn: socket.socket) -> None:
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            for _ in range(50):
+                conn.sendall(b"a")
+                time.sleep(0.1)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+@SQLITE
+def test_a_trickling_receiver_is_cut_at_the_deadline_and_no_second_sender_overlaps(make_app):
+    app = make_app(webhook_secret=SECRET, webhook_timeout_seconds=0.5, webhook_allow_private=True)
+    slow = Trickler()
+    queue.dispatch("test.record.execute", {}, callback_url=slow.url)
+    drain(app)
+    first, second = WebhookSender(app), WebhookSender(app)
+    reports: list = []
+    try:
+        started = time.monotonic()
+        thread = threading.Thread(target=lambda: reports.append(first.deliver_due()))
+        thread.start()
+        time.sleep(0.2)
+        assert second.deliver_due().sent == 0  # the first one's lease holds it
+        thread.join(5)
+        took = time.monotonic() - started
+    finally:
+        first.stop()
+        second.stop()
+        slow.sock.close()
+    assert reports[0].retried == 1 and took < 1.5 and slow.connections == 1
+    [row] = deliveries(app)
+    assert row["status"] == "pending" and "no complete answer within 0.5 s" in row["last_error"]

@@ -73,3 +73,6 @@ TASKS = {
         "OPTIONS": {"MAX_ATTEMPTS": 1},
     },
 }
+
+if os.environ.get("SITE_CRONJOBS_DATABASE"):  # the tests: a DATABASES alias for cronjobs
+    CRONJOBS_DATABASE = os.environ["SITE_CRONJOBS_DATABASE"]

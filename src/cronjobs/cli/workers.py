@@ -70,7 +70,9 @@ def worker(queues: str | None, processes: int, slots: int | None, threads: int |
         start_fork_server(fork=True)
     _check_tables(app)
     logs.add_daily_file(log_dir or app.settings.log_dir)
-    for name in set(names) - set(app.queues()):
+    any_queue = any(getattr(cls, "ANY_QUEUE", False)  # the Django task handler: every queue
+                    for cls in app.handlers.registered_handlers().values())
+    for name in set() if any_queue else set(names) - set(app.queues()):
         click.echo(f"warning: no registered handler uses queue {name!r}", err=True)
     for line in unknown_sections(app):
         click.echo(f"warning: {line}", err=True)

@@ -318,6 +318,17 @@ class WebhookSettings(Section):
         default=10, gt=0, le=3600,
         description="Wait before the second try, doubling after each failed try, at most "
                     "one hour (seconds).")
+    allow_private: bool = Field(
+        default=False,
+        description="Let a row's `callback_url` reach a loopback, private, link-local or "
+                    "reserved address (a receiver on this machine or network). Off: such a "
+                    "URL is refused at dispatch (an IP literal, `localhost`) and at send "
+                    "time (a name resolving to one). A handler's WEBHOOK_URL is trusted.")
+
+    @field_validator("secret", mode="before")
+    @classmethod
+    def _empty_secret(cls, value: Any) -> Any:
+        return None if value == "" else value  # `CRONJOBS_WEBHOOK_SECRET=`: not set
 
     @field_validator("secret")
     @classmethod

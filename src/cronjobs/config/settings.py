@@ -301,6 +301,8 @@ class Settings(BaseModel):
             shown = err.get("input")
             if field in ("database_url", "broker_url") and isinstance(shown, str):
                 shown = hide_password(shown)  # the message must not print a password
+            if field == "webhook_secret" and shown is not None:
+                shown = "***"  # nor the webhook secret
             raise ConfigError(f"invalid setting {field}={shown!r}: {message}") from None
 
 

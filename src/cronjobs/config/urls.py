@@ -3,6 +3,7 @@ where every dialect is named), re-exported for the settings."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import urlsplit
 
@@ -16,6 +17,7 @@ __all__ = ["AMQP_SCHEMES", "DATABASE_SCHEME_FOR", "MEMORY_BROKER", "REDIS_SCHEME
            "SUPPORTED_DATABASE_SCHEMES", "check_broker_url", "check_database_url",
            "check_http_url", "check_ping_url", "hide_password"]
 __all__ += ["check_callback_url", "check_webhook_url"]
+__all__ += ["is_private_address", "private_literal_host"]
 
 MEMORY_BROKER = "memory://"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -104,9 +106,46 @@ def check_callback_url(value: object, what: str = "callback_url") -> str:
         raise ValueError(f"{what} is {len(value)} characters long, over the limit of "
                          f"{URL_MAX_CHARS}: {value[:60]!r}...")
     try:
-        return check_http_url(value)
+        check_http_url(value)
     except ValueError as exc:
         raise ValueError(f"{what} {exc}") from None
+    if not value.isascii():
+        raise ValueError(f"{what} {value!r:.120} has a character that is not ASCII: write "
+                         f"the host in IDNA (xn--...) and the path percent-encoded (%C3%A4)")
+    if "@" in urlsplit(value).netloc:
+        raise ValueError(f"{what} {hide_password(value)!r:.120} has a user name or password "
+                         f"in it: a webhook URL carries none (the signature authenticates "
+                         f"the POST)")
+    return value
+
+
+def is_private_address(address: str) -> bool:
+    """Whether IP `address` (IPv4 or IPv6 text) is one a webhook must not reach unless
+    allowed (`webhook_allow_private`): loopback, private, link-local (169.254.x.x, the
+    cloud metadata address), reserved, multicast, unspecified, or not an address at all.
+    An IPv4 address mapped into IPv6 (`::ffff:127.0.0.1`) is judged as the IPv4 one."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_reserved
+            or ip.is_multicast or ip.is_unspecified or not ip.is_global)
+
+
+def private_literal_host(url: str) -> str | None:
+    """The host of http(s) `url` when it names a private address without DNS: an IP
+    literal `is_private_address` refuses, or `localhost` (`*.localhost`); else None (a
+    name, checked again when resolved at send time)."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return host
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+    return host if is_private_address(host) else None
 
 
 def check_webhook_url(cls: type) -> None:

@@ -65,7 +65,7 @@ def decorator(base: type, job_type: str, **options: Any) -> Callable[[F], F]:
     if not isinstance(job_type, str):
         raise TypeError(f"cronjobs.handler() takes the job type as its first argument "
                         f"(a str such as 'report.daily.execute'), got {job_type!r:.80}")
-    allowed = keywords(base)
+    allowed = tuple(dict.fromkeys(keywords(base)))  # a hook that is a constant too: once
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise TypeError(f"cronjobs.handler() got an unknown keyword {unknown[0]!r}; "
@@ -79,6 +79,7 @@ def decorator(base: type, job_type: str, **options: Any) -> Callable[[F], F]:
         if inspect.isclass(fn) or not callable(fn) or not hasattr(fn, "__name__"):
             raise TypeError(f"@cronjobs.handler({job_type!r}) decorates a function "
                             f"fn(payload, job), got {fn!r:.80}")
+        _check_signature(fn, job_type)
         setattr(fn, ATTRIBUTE, handler_class(base, job_type, fn, options))
         return fn
 
@@ -125,6 +126,23 @@ def _hook(name: str, fn: Callable[..., Any]) -> Any:
     if name in ("available", "idle"):
         return classmethod(lambda cls, *args: fn(*args))
     return lambda self, *args: fn(*args)
+
+
+def _check_signature(fn: Callable[..., Any], job_type: str) -> None:
+    """Raise TypeError unless `fn` can be called as `fn(payload, job)` (and with
+    `handler=` when it names that parameter); a callable without a signature passes."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: judged when run
+        return
+    extra = {"handler": None} if _takes_handler(fn) else {}
+    try:
+        signature.bind(None, None, **extra)
+    except TypeError as exc:
+        raise TypeError(f"@cronjobs.handler({job_type!r}) decorates "
+                        f"{getattr(fn, '__qualname__', fn)!s}{signature}, which cannot be "
+                        f"called as fn(payload, job) ({exc}): write def "
+                        f"{getattr(fn, '__name__', 'fn')}(payload, job)") from None
 
 
 def _takes_handler(fn: Callable[..., Any]) -> bool:

@@ -32,7 +32,7 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import limits, store
 from ..app import App
-from ..errors import InvalidJob
+from ..errors import InvalidCallbackUrl, InvalidJob
 from ..family import depends
 from ..status import Reason, Status
 from ..store.db import run_in_transaction
@@ -167,12 +167,15 @@ def submit_many(app: App, jobs: Iterable[dict], *, session: Session | None = Non
     rows: list[dict] = []
     afters: list[tuple[list[int], bool]] = []
     outside: list[dict] = []  # rows with a parent whose family root is to be read
-    for spec in (dict(j) for j in jobs):
+    for index, spec in enumerate(dict(j) for j in jobs):
         if "type" not in spec:
             raise InvalidJob(f"dispatch_many: every job needs a 'type', got {spec!r:.200}")
         afters.append((depends.check_ids(spec.pop("depends_on", None)),
                        _allow_failed(spec.pop("allow_failed", False))))
-        rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
+        try:
+            rows.append(build_row(app, spec.pop("type"), spec.pop("payload", None), **spec))
+        except InvalidCallbackUrl as exc:  # which row of many: `jobs[3]: callback_url ...`
+            raise InvalidCallbackUrl(f"jobs[{index}]: {exc}") from None
         if rows[-1]["parent_id"] is not None and spec.get("root_id") is None:
             outside.append(rows[-1])
     _join_family(app, outside, session)

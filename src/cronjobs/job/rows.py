@@ -14,7 +14,7 @@ from typing import Any
 from .. import durations, limits, tracing
 from ..app import App
 from ..clock import as_utc
-from ..config.urls import check_callback_url
+from ..config.urls import check_callback_url, private_literal_host
 from ..errors import InvalidCallbackUrl, InvalidJob
 from ..flow import rules as flowrules
 from ..status import Status
@@ -69,12 +69,14 @@ def build_row(app: App, type: str, payload: dict | None, *, idempotency_key: str
             "max_attempts": max_attempts, "idempotency_key": idempotency_key,
             "parent_id": parent_id, "root_id": (root_id or parent_id) if parent_id else None,
             "title": title, "scheduled_at": scheduled_at,
-            "created_at": now, "updated_at": now, "expires_at": expires, **_callback(**extra)}
+            "created_at": now, "updated_at": now, "expires_at": expires, **_callback(app, **extra)}
 
 
-def _callback(callback_url: str | None = None) -> dict:
+def _callback(app: App, callback_url: str | None = None) -> dict:
     """The `callback_url` column of a new row: None, or an http(s) URL with a host within
-    2,048 characters (`limits.URL_MAX_CHARS`).
+    2,048 characters (`limits.URL_MAX_CHARS`), ASCII, without user or password, and,
+    unless `webhook_allow_private` is set, not naming a private address (an IP literal
+    or `localhost`: `config.urls.private_literal_host`).
 
     Raises:
         InvalidCallbackUrl: an InvalidJob and a ValueError, naming the value; nothing is
@@ -85,6 +87,11 @@ def _callback(callback_url: str | None = None) -> dict:
             check_callback_url(callback_url)
         except ValueError as exc:
             raise InvalidCallbackUrl(str(exc)) from None
+        host = None if app.settings.webhooks.allow_private else private_literal_host(callback_url)
+        if host is not None:
+            raise InvalidCallbackUrl(
+                f"callback_url {callback_url!r:.120} names a loopback, private, link-local or "
+                f"reserved address ({host}): set CRONJOBS_WEBHOOK_ALLOW_PRIVATE=true to allow it")
     return {"callback_url": callback_url}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..status import Ended, Status
 SIGNATURE_HEADER = "X-Cronjobs-Signature"
 DELIVERY_HEADER = "X-Cronjobs-Delivery"
 REPLAY_TOLERANCE_SECONDS = 300
+_SIGNATURE = re.compile(r"t=(?P<t>[0-9]{1,12}),v1=(?P<v1>[0-9a-f]{64})")
 
 
 def url_of(app: App, job: Any, handler_urls: dict[str, str | None] | None = None) -> str | None:
@@ -81,17 +83,18 @@ def sign(secret: str, body: str, timestamp: int | None = None) -> str:
     return f"t={t},v1={digest}"
 
 
-def verify(secret: str, header: str, body: str | bytes, *, now: float | None = None,
+def verify(secret: str, header: str | None, body: str | bytes, *, now: float | None = None,
            tolerance_seconds: float = REPLAY_TOLERANCE_SECONDS) -> bool:
-    """True when `header` (an `X-Cronjobs-Signature` value) signs `body` with `secret`
-    and its timestamp is within `tolerance_seconds` of `now` (unix seconds; None: now).
-    Never raises for a malformed header: it is False."""
-    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
-    try:
-        t = int(parts["t"])
-    except (KeyError, ValueError):
+    """True when `header` (an `X-Cronjobs-Signature` value, exactly `t=<digits>,v1=<64
+    lower-case hex>`) signs `body` with `secret` and its timestamp is within
+    `tolerance_seconds` of `now` (unix seconds; None: now). Never raises for a missing
+    (None) or malformed header (spaces, other parts, another order): it is False."""
+    match = _SIGNATURE.fullmatch(header) if isinstance(header, str) else None
+    if match is None:
         return False
+    t = int(match["t"])
     if abs((time.time() if now is None else now) - t) > tolerance_seconds:
         return False
-    text = body.decode() if isinstance(body, bytes) else body
-    return hmac.compare_digest(sign(secret, text, t), f"t={t},v1={parts.get('v1', '')}")
+    data = body if isinstance(body, bytes) else body.encode()
+    expected = hmac.new(secret.encode(), f"{t}.".encode() + data, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, match["v1"])

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, and_, func, or_, select, tuple_
 
+from .models import cronjob_queue as q
 from .models import cronjob_webhook as w
 from .sql import skip_locked
 
@@ -45,17 +46,24 @@ def insert_deliveries(conn: Connection, rows: list[dict], now: datetime) -> int:
 
 
 def claim_due(conn: Connection, now: datetime, *, lease_seconds: float, token: str,
-              limit: int = 50) -> list[dict]:
+              limit: int = 50, max_tries: int | None = None) -> list[dict]:
     """Claim at most `limit` due deliveries (`pending`, `next_try_at` <= `now`, no live
     lease) for sender `token`: each gets `locked_until` = now + `lease_seconds` and one
-    more try counted (`tries`), before any POST.
+    more try counted (`tries`), before any POST. With `max_tries`, a due delivery that
+    has had its `max_tries` tries already (a sender died before marking its last one) is
+    marked `failed` instead, so `tries` never exceeds `max_tries`.
 
     Returns:
         The claimed deliveries: `id`, `job_id`, `attempt`, `url`, `body`, `tries` (this
-        try's number).
+        try's number), `callback_url` (its row's, None without one: a URL equal to it came
+        from the row, any other from the handler's WEBHOOK_URL).
     """
     due = and_(w.c.status == PENDING, w.c.next_try_at <= now,
                or_(w.c.locked_until.is_(None), w.c.locked_until <= now))
+    if max_tries is not None:
+        conn.execute(w.update().where(due, w.c.tries >= max_tries).values(
+            status=FAILED, locked_until=None,
+            last_error=f"{max_tries} tries made, the last one's answer never recorded"))
     stmt = select(w.c.id).where(due).order_by(w.c.next_try_at, w.c.id).limit(limit)
     ids = [r[0] for r in conn.execute(skip_locked(conn, stmt))]
     if not ids:
@@ -63,7 +71,8 @@ def claim_due(conn: Connection, now: datetime, *, lease_seconds: float, token: s
     conn.execute(w.update().where(w.c.id.in_(ids), due).values(
         locked_until=now + timedelta(seconds=lease_seconds), lease_token=token,
         tries=w.c.tries + 1))
-    got = conn.execute(select(*_CLAIMED).where(w.c.id.in_(ids), w.c.lease_token == token))
+    got = conn.execute(select(*_CLAIMED, q.c.callback_url).outerjoin(
+        q, q.c.id == w.c.job_id).where(w.c.id.in_(ids), w.c.lease_token == token))
     return [dict(r) for r in got.mappings()]
 
 
@@ -109,6 +118,11 @@ def delete_deliveries(conn: Connection, job_ids: list[int]) -> int:
     if not job_ids:
         return 0
     return conn.execute(w.delete().where(w.c.job_id.in_(job_ids))).rowcount
+
+
+def has_pending(conn: Connection) -> bool:
+    """Whether any delivery is `pending` (one indexed row read)."""
+    return conn.execute(select(w.c.id).where(w.c.status == PENDING).limit(1)).first() is not None
 
 
 def count_by_status(conn: Connection, job_ids: list[int] | None = None) -> dict[str, int]:

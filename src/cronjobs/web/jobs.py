@@ -9,6 +9,7 @@ from flask import Blueprint, abort, current_app, redirect, render_template, requ
 
 from .. import limits, store
 from ..actions import operator
+from ..config.urls import hide_password
 from ..errors import InvalidJob
 from ..family import depends
 from ..flow.state import pauses_holding, untaken, waits_for
@@ -235,6 +236,8 @@ def job(job_id: int):
     data = job_page(job_id, tab)
     with cronjobs_app().engine.connect() as conn:  # its webhook deliveries, failed ones too
         webhooks = store.webhooks.deliveries_of(conn, job_id)
+    for delivery in webhooks:  # a URL written before credentials were refused: hidden
+        delivery["url"] = hide_password(delivery["url"])
     return render_template("job.html", poll_seconds=JOB_POLL_SECONDS, webhooks=webhooks,
                            **data)
 

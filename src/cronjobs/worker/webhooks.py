@@ -1,36 +1,49 @@
 """The worker's webhook sender: a thread that claims due deliveries (`store.webhooks`)
-under a lease, POSTs each signed body (`job.webhooks.sign`) with a timeout, and marks it
-`delivered` (a 2xx answer) or due again after a back-off that doubles (`failed` after
-`webhook_max_tries`). HTTP is the standard library's `urllib.request`.
+under a lease, POSTs each signed body (`job.webhooks.sign`) within an overall deadline,
+and marks it `delivered` (a 2xx answer) or due again after a back-off that doubles
+(`failed` after `webhook_max_tries`). HTTP is the standard library's `http.client` on a
+socket this module connects, redirects never followed.
 
 What is promised: one delivery row per (job row, attempt), written in the transaction of
 the attempt's outcome, so an outcome never commits without its delivery, nor a delivery
 without its outcome. A POST may reach the receiver more than once: a worker killed after
 the receiver answered and before the mark commits leaves the delivery `pending`; its
 lease runs out and a sender POSTs it again with the same `X-Cronjobs-Delivery` id, which
-the receiver uses to drop the repeat.
+the receiver uses to drop the repeat. A POST ends by its deadline (`timeout_seconds`,
+the socket closed then), well inside the lease, so two senders never POST one delivery
+at once. A row's `callback_url` is resolved once, each address checked (no private one
+unless `webhook_allow_private`), and the socket connects to the checked address: a name
+that resolves differently a moment later (DNS rebinding) is never asked again.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
+import socket
+import ssl
 import threading
-import urllib.error
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from .. import store
 from ..app import App
+from ..config.urls import is_private_address
 from ..job.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from ..store.db import run_in_transaction
 
 log = logging.getLogger("cronjobs.worker.webhooks")
 
 MAX_BACKOFF_SECONDS = 3600.0
-LEASE_MARGIN_SECONDS = 5.0  # a delivery's lease: twice the POST's timeout and this
+LEASE_MARGIN_SECONDS = 5.0  # a delivery's lease: twice the POST's deadline and this
+
+
+class RefusedAddress(ValueError):
+    """A row's `callback_url` resolves to an address webhooks may not reach (loopback,
+    private, link-local, reserved) while `webhook_allow_private` is off: never retried."""
 
 
 @dataclass
@@ -44,17 +57,74 @@ class DeliveryReport:
     failed: int = 0
 
 
-def post(url: str, body: str, headers: dict[str, str], timeout_seconds: float) -> int:
-    """POST `body` (JSON) to `url` with `headers`; returns the HTTP status code (an
-    error status too). Raises OSError (`urllib.error.URLError`, a timeout) when no answer
-    came."""
-    request = urllib.request.Request(url, data=body.encode(), method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": "cronjobs-webhook", **headers})
+def resolve(host: str, port: int, *, allow_private: bool) -> str:
+    """The address to connect to for `host`:`port`: the first one DNS gives.
+
+    Raises:
+        RefusedAddress: `allow_private` is False and any address of `host` is private
+            (`config.urls.is_private_address`), naming the host and the address.
+        OSError: the name does not resolve.
+    """
+    found = [info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    if not allow_private:
+        for address in found:
+            if is_private_address(str(address)):
+                raise RefusedAddress(
+                    f"{host} resolves to {address}, a loopback, private, link-local or "
+                    f"reserved address: not sent (CRONJOBS_WEBHOOK_ALLOW_PRIVATE=true allows it)")
+    return str(found[0])
+
+
+def post(url: str, body: str, headers: dict[str, str], timeout_seconds: float, *,
+         allow_private: bool = True) -> tuple[int, str | None]:
+    """POST `body` (JSON) to `url` with `headers`, all of it (connect, TLS, send, answer
+    headers) within `timeout_seconds` (the socket is closed at the deadline, however
+    slowly the receiver trickles); redirects are not followed.
+
+    Returns:
+        The HTTP status code (any) and the answer's `Location` header (None without one).
+
+    Raises:
+        RefusedAddress: see `resolve` (`allow_private` False: a row's `callback_url`).
+        TimeoutError: no complete answer by the deadline.
+        OSError, http.client.HTTPException, ValueError: no answer that could be read.
+    """
+    parts = urlsplit(url)
+    https = parts.scheme == "https"
+    host, port = parts.hostname or "", parts.port or (443 if https else 80)
+    sock = socket.create_connection((resolve(host, port, allow_private=allow_private), port),
+                                    timeout=timeout_seconds)
+    conn = (http.client.HTTPSConnection(host, port) if https
+            else http.client.HTTPConnection(host, port))
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        try:
+            (conn.sock or sock).shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # closed already
+
+    timer = threading.Timer(timeout_seconds, cut)
+    timer.start()
     try:
-        with urllib.request.urlopen(request, timeout=timeout_seconds) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        conn.sock = (ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+                     if https else sock)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request("POST", path, body=body.encode(), headers={
+            "Content-Type": "application/json", "User-Agent": "cronjobs-webhook", **headers})
+        answer = conn.getresponse()
+        if expired.is_set():  # the cut socket ended the headers: not an answer
+            raise TimeoutError
+        return int(answer.status), answer.getheader("Location")
+    except Exception:
+        if expired.is_set():
+            raise TimeoutError(f"no complete answer within {timeout_seconds:g} s") from None
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
+        sock.close()
 
 
 def backoff(tries: int, base_seconds: float) -> float:
@@ -76,6 +146,7 @@ class WebhookSender:
     def __init__(self, app: App, *, interval_seconds: float = 0.5, parallel: int = 16) -> None:
         self.app = app
         self.interval_seconds = interval_seconds
+        self.parallel = parallel
         self.token = uuid.uuid4().hex
         self._pool = ThreadPoolExecutor(parallel, thread_name_prefix="cronjobs-webhook")
         self._stop = threading.Event()
@@ -118,39 +189,58 @@ class WebhookSender:
         """
         config = self.app.settings.webhooks
         if not config.secret:
-            if not self._warned:
+            if not self._warned and self._has_work():
                 log.warning("webhook deliveries are not sent: no webhook secret is set "
                             "(CRONJOBS_WEBHOOK_SECRET)")
                 self._warned = True
             return DeliveryReport()
         lease = 2 * config.timeout_seconds + LEASE_MARGIN_SECONDS
+        limit = min(limit, self.parallel)  # one round of POSTs: all end inside the lease
         claimed = run_in_transaction(self.app.engine, lambda conn: store.webhooks.claim_due(
-            conn, self.app.clock.now(), lease_seconds=lease, token=self.token, limit=limit))
+            conn, self.app.clock.now(), lease_seconds=lease, token=self.token, limit=limit,
+            max_tries=config.max_tries))
         answers = list(self._pool.map(lambda d: self._try(d, config), claimed))
         report = DeliveryReport(sent=len(claimed))
         run_in_transaction(self.app.engine,
                            lambda conn: self._mark(conn, claimed, answers, config, report))
         return report
 
-    def _try(self, delivery: dict, config) -> tuple[int | None, str | None]:
-        headers = {SIGNATURE_HEADER: sign(config.secret, delivery["body"]),
-                   DELIVERY_HEADER: f"{delivery['job_id']}.{delivery['attempt']}"}
+    def _has_work(self) -> bool:
+        """Whether this process has webhooks to send: a handler with a WEBHOOK_URL, or a
+        pending delivery in the database."""
+        if any(getattr(cls, "WEBHOOK_URL", None)
+               for cls in self.app.handlers.registered_handlers().values()):
+            return True
+        with self.app.engine.connect() as conn:
+            return store.webhooks.has_pending(conn)
+
+    def _try(self, delivery: dict, config) -> tuple[int | None, str | None, bool]:
+        """POST one delivery: (status code or None, error or None, whether to give up
+        now). Every exception ends here: one delivery's failure never touches another."""
         try:
-            code = post(delivery["url"], delivery["body"], headers, config.timeout_seconds)
-        except (OSError, ValueError) as exc:
-            return None, f"{type(exc).__name__}: {exc}"
-        return code, None if 200 <= code < 300 else f"HTTP {code}"
+            headers = {SIGNATURE_HEADER: sign(config.secret, delivery["body"]),
+                       DELIVERY_HEADER: f"{delivery['job_id']}.{delivery['attempt']}"}
+            checked = config.allow_private or delivery.get("callback_url") != delivery["url"]
+            code, location = post(delivery["url"], delivery["body"], headers,
+                                  config.timeout_seconds, allow_private=checked)
+        except RefusedAddress as exc:
+            return None, str(exc), True
+        except Exception as exc:  # any failure is this delivery's alone
+            return None, f"{type(exc).__name__}: {exc}"[:500], False
+        if 300 <= code < 400:
+            return code, f"HTTP {code}: redirect not followed: Location {location}", False
+        return code, None if 200 <= code < 300 else f"HTTP {code}", False
 
     def _mark(self, conn, claimed: list[dict], answers: list, config,
               report: DeliveryReport) -> None:
         report.delivered = report.retried = report.failed = 0
         now = self.app.clock.now()
         delivered: dict[int, list[int]] = {}  # status code -> ids
-        for delivery, (code, error) in zip(claimed, answers, strict=True):
+        for delivery, (code, error, give_up) in zip(claimed, answers, strict=True):
             if error is None:
                 delivered.setdefault(code, []).append(delivery["id"])
                 continue
-            last = delivery["tries"] >= config.max_tries
+            last = give_up or delivery["tries"] >= config.max_tries
             due = None if last else now + timedelta(
                 seconds=backoff(delivery["tries"], config.backoff_seconds))
             if store.webhooks.mark_try_failed(conn, delivery["id"], self.token, error=error,

@@ -26,6 +26,7 @@ class DjangoTask(CronJobHandler):
     MAX_ATTEMPTS = 3
     MAX_RUNTIME = 600
     OVERLAP = "allow"
+    ANY_QUEUE = True  # a task names its own queue (`queue_name`): `worker --queues` warns of none
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Import the task named by `payload["task"]` and call it with the payload's args

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
@@ -25,8 +26,15 @@ class Command(BaseCommand):
         parser.add_argument("arguments", nargs=argparse.REMAINDER)
 
     def run_from_argv(self, argv: list[str]) -> None:
-        """`manage.py cronjobs ARGS`: run `cronjobs ARGS`; exits with its status."""
-        _run(argv[2:], f"{os.path.basename(argv[0])} cronjobs")
+        """`manage.py cronjobs ARGS`: run `cronjobs ARGS`; exits with its status (2 and
+        one line `error: ...` when the site's database cannot be used, as `cronjobs`)."""
+        try:
+            _run(argv[2:], f"{os.path.basename(argv[0])} cronjobs")
+        except CommandError as exc:
+            from .....cli.base import EXIT_BAD_INPUT
+
+            sys.stderr.write(f"error: {exc}\n")
+            sys.exit(EXIT_BAD_INPUT)
 
     def handle(self, *args, **options) -> None:
         """`call_command("cronjobs", "migrate")`: run it; raises SystemExit on failure."""
