@@ -491,3 +491,32 @@ def test_a_trickling_receiver_is_cut_at_the_deadline_and_no_second_sender_overla
     assert reports[0].retried == 1 and took < 1.5 and slow.connections == 1
     [row] = deliveries(app)
     assert row["status"] == "pending" and "no complete answer within 0.5 s" in row["last_error"]
+
+
+@SQLITE
+def test_an_idle_sender_looks_seldom_and_wakes_on_deliveries_added_here(make_app, receiver):
+    """With nothing to send, a started sender looks once soon and then every
+    `idle_seconds`; an outcome with a webhook written in its process wakes it (the
+    delivery is sent within about `interval_seconds` of the write, not `idle_seconds`)."""
+    app = make_app(webhook_secret=SECRET, webhook_allow_private=True)
+    hook = receiver()
+    looks: list[float] = []
+
+    def count(conn, cursor, statement, *args) -> None:
+        if "cronjob_webhook" in statement and statement.lstrip().upper().startswith("SELECT"):
+            looks.append(time.monotonic())
+
+    sa.event.listen(app.engine, "before_cursor_execute", count)
+    sender = WebhookSender(app, interval_seconds=0.2, idle_seconds=30)
+    sender.start()
+    try:
+        time.sleep(1.5)
+        assert len(looks) == 1, looks  # the first look, then idle: no look every 0.2 s
+        job_id = queue.dispatch("test.record.execute", {}, callback_url=hook.url)
+        written = time.monotonic()
+        drain(app)  # the outcome writer adds the delivery in this process
+        _wait(lambda: hook.ids() == [f"{job_id}.1"], 5, "the delivery after the wake")
+        assert time.monotonic() - written < 3
+    finally:
+        sender.stop()
+        sa.event.remove(app.engine, "before_cursor_execute", count)

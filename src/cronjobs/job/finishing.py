@@ -26,7 +26,7 @@ from ..status import FINAL, Ended, Reason, Status
 from ..store.db import classify, retry_while_unavailable, run_in_transaction
 from .dispatching import send
 from .outcome import Outcome, Policy, next_state, refused, unrecordable
-from .webhooks import deliveries
+from .webhooks import deliveries, deliveries_added
 
 log = logging.getLogger("cronjobs.worker.loop")
 
@@ -219,8 +219,9 @@ class OutcomeWriter:
             if plan.outcome.block and final != Ended.LOST:  # a late outcome blocks nothing
                 write_block(conn, plan, self.app.clock)
         if plans:  # the webhooks of these attempts, committed with their outcomes
-            store.webhooks.insert_deliveries(
-                conn, deliveries(self.app, plans, finals, self._webhook_urls), plans[0].now)
+            if store.webhooks.insert_deliveries(
+                    conn, deliveries(self.app, plans, finals, self._webhook_urls), plans[0].now):
+                deliveries_added.set()
         ring_after = self._settle(conn, plans, finals, batch)
         if released is not None:
             released += ring_after

@@ -26,13 +26,13 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from .. import store
 from ..app import App
 from ..config.urls import is_private_address
-from ..job.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+from ..job.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, deliveries_added, sign
 from ..store.db import run_in_transaction
 
 log = logging.getLogger("cronjobs.worker.webhooks")
@@ -55,6 +55,7 @@ class DeliveryReport:
     delivered: int = 0
     retried: int = 0
     failed: int = 0
+    next_due: datetime | None = None  # the soonest try this turn put off (naive UTC)
 
 
 def resolve(host: str, port: int, *, allow_private: bool) -> str:
@@ -133,19 +134,30 @@ def backoff(tries: int, base_seconds: float) -> float:
     return min(MAX_BACKOFF_SECONDS, base_seconds * 2 ** max(0, tries - 1))
 
 
+IDLE_SECONDS = 5.0  # a sender's look when nothing was added here nor is due sooner
+
+
 class WebhookSender:
     """Sends one App's due webhook deliveries (`deliver_due`), from a thread of its own
     (`start`, `stop`) or called directly (tests, a burst).
 
     Args:
         app: its engine, clock and `settings.webhooks` (secret, tries, timeout, back-off).
-        interval_seconds: how often the thread looks for due deliveries.
+        interval_seconds: the thread's next look after a turn that sent something or
+            after this process added deliveries (`deliveries_added`: the outcome's
+            transaction may not have committed when it wakes).
+        idle_seconds: its next look otherwise (deliveries added by other processes, and
+            tries put off: sooner when one it put off is due sooner).
         parallel: POSTs in flight at once.
     """
 
-    def __init__(self, app: App, *, interval_seconds: float = 0.5, parallel: int = 16) -> None:
+    def __init__(self, app: App, *, interval_seconds: float = 0.5,
+                 idle_seconds: float = IDLE_SECONDS, parallel: int = 16) -> None:
         self.app = app
         self.interval_seconds = interval_seconds
+        self.idle_seconds = idle_seconds
+        self._woke = False  # this process added deliveries since the sender started
+        self._looked = False  # the database was asked once whether deliveries wait
         self.parallel = parallel
         self.token = uuid.uuid4().hex
         self._pool = ThreadPoolExecutor(parallel, thread_name_prefix="cronjobs-webhook")
@@ -160,25 +172,53 @@ class WebhookSender:
     def stop(self, timeout_seconds: float = 5) -> None:
         """Stop the thread (waits up to `timeout_seconds` for a turn in progress)."""
         self._stop.set()
+        deliveries_added.set()  # wakes the thread (and any other sender: it looks again)
         if self._thread.is_alive():
             self._thread.join(timeout_seconds)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         failing = False  # logged once per streak of failed turns (a database outage)
-        while not self._stop.wait(self.interval_seconds):
+        wait = self.interval_seconds  # a first look soon: deliveries left from before
+        while True:
+            woke = deliveries_added.wait(wait)
+            deliveries_added.clear()
+            if self._stop.is_set():
+                return
+            self._woke = self._woke or woke
             try:
-                while self.deliver_due().sent and not self._stop.is_set():
-                    pass  # deliveries were due: look again at once
+                report = self._drain()
             except Exception as exc:  # database down: tried again at the next turn
                 if not failing:
                     log.warning("webhook deliveries could not be sent (%.300s); trying "
                                 "again every %g s", exc, self.interval_seconds)
-                failing = True
-            else:
-                if failing:
-                    log.info("webhook deliveries are sent again")
-                failing = False
+                failing, wait = True, self.interval_seconds
+                continue
+            if failing:
+                log.info("webhook deliveries are sent again")
+            failing, wait = False, self._next_wait(report, woke)
+
+    def _drain(self) -> DeliveryReport:
+        """Turns until one sends nothing; what they put off soonest."""
+        total = DeliveryReport()
+        while not self._stop.is_set():
+            report = self.deliver_due()
+            total.sent += report.sent
+            if report.next_due is not None:
+                total.next_due = min(filter(None, (total.next_due, report.next_due)))
+            if not report.sent:
+                break
+        return total
+
+    def _next_wait(self, report: DeliveryReport, woke: bool) -> float:
+        """Seconds to the next look: soon after sending or a wake, else `idle_seconds`
+        (or less, when a try this sender put off is due sooner)."""
+        if report.sent or woke:
+            return self.interval_seconds
+        if report.next_due is None:
+            return self.idle_seconds
+        due_in = (report.next_due - self.app.clock.now()).total_seconds()
+        return min(self.idle_seconds, max(self.interval_seconds, due_in))
 
     def deliver_due(self, limit: int = 200) -> DeliveryReport:
         """Claim at most `limit` due deliveries, POST them, mark each. Without a secret
@@ -206,11 +246,14 @@ class WebhookSender:
         return report
 
     def _has_work(self) -> bool:
-        """Whether this process has webhooks to send: a handler with a WEBHOOK_URL, or a
-        pending delivery in the database."""
-        if any(getattr(cls, "WEBHOOK_URL", None)
-               for cls in self.app.handlers.registered_handlers().values()):
+        """Whether this process has webhooks to send: a handler with a WEBHOOK_URL, it
+        added deliveries, or (asked of the database once) a pending delivery waits."""
+        if self._woke or any(getattr(cls, "WEBHOOK_URL", None)
+                             for cls in self.app.handlers.registered_handlers().values()):
             return True
+        if self._looked:
+            return False
+        self._looked = True
         with self.app.engine.connect() as conn:
             return store.webhooks.has_pending(conn)
 
@@ -249,5 +292,6 @@ class WebhookSender:
                     report.failed += 1
                 else:
                     report.retried += 1
+                    report.next_due = min(filter(None, (report.next_due, due)))
         for code, ids in delivered.items():
             report.delivered += store.webhooks.mark_delivered(conn, ids, self.token, now, code)
