@@ -26,7 +26,7 @@ from cronjobs.clock import FrozenClock
 from cronjobs.config import Settings
 from cronjobs.errors import ConfigError, HandlerError, InvalidCallbackUrl, InvalidJob
 from cronjobs.handler import CronJobHandler
-from cronjobs.job.webhooks import sign, verify
+from cronjobs.job.webhooks import deliveries_added, sign, verify
 from cronjobs.store.models import cronjob_queue, cronjob_webhook
 from cronjobs.testing import drain
 from cronjobs.worker.webhooks import WebhookSender
@@ -508,6 +508,7 @@ def test_an_idle_sender_looks_seldom_and_wakes_on_deliveries_added_here(make_app
 
     sa.event.listen(app.engine, "before_cursor_execute", count)
     sender = WebhookSender(app, interval_seconds=0.2, idle_seconds=30)
+    deliveries_added.clear()  # left set by an earlier test of this process (drain, stop)
     sender.start()
     try:
         time.sleep(1.5)
@@ -520,3 +521,110 @@ def test_an_idle_sender_looks_seldom_and_wakes_on_deliveries_added_here(make_app
     finally:
         sender.stop()
         sa.event.remove(app.engine, "before_cursor_execute", count)
+
+
+# Rows that end without a run (cancelled, expired): one delivery each, attempt
+# `attempts + 1`, written in the transaction that ends the row (`family.unrun`).
+
+class NeverWorks(CronJobHandler):
+    TYPE = "test.neverworks.execute"
+    MAX_ATTEMPTS = 1
+
+    def handle(self, payload, job):
+        raise RuntimeError("boom")
+
+
+def _delivered(app, hook) -> dict[str, dict]:
+    """Send what is due (one sender, one turn) and return the bodies `hook` got, by
+    delivery id, each with a valid signature."""
+    sender = WebhookSender(app)
+    try:
+        sender.deliver_due()
+    finally:
+        sender.stop()
+    for headers, body in hook.posts:
+        assert verify(SECRET, headers["X-Cronjobs-Signature"], body)
+    return {h["X-Cronjobs-Delivery"]: json.loads(b) for h, b in hook.posts}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
+def test_operator_and_bulk_cancels_deliver_cancelled_webhooks(make_app, receiver):
+    """An operator's cancel of a pending row with a callback_url, and of a row whose
+    handler has a WEBHOOK_URL, give one `cancelled` delivery each (attempt 1); a bulk
+    cancel of 3 rows gives 3; a row without a webhook gives none."""
+    from cronjobs.actions import bulk, operator
+    from cronjobs.actions.selection import Selection
+
+    app = make_app(webhook_secret=SECRET, webhook_allow_private=True)
+    hook = receiver()
+
+    class Hooked(CronJobHandler):
+        TYPE = "test.hooked.execute"
+        WEBHOOK_URL = hook.url
+
+        def handle(self, payload, job):
+            return True
+
+    app.handlers.register(Hooked.TYPE, Hooked)
+    one = queue.dispatch("test.record.execute", {}, callback_url=hook.url)
+    by_type = queue.dispatch(Hooked.TYPE, {})
+    plain = queue.dispatch("test.record.execute", {})
+    three = [queue.dispatch("test.record.execute", {}, callback_url=hook.url)
+             for _ in range(3)]
+    for job_id in (one, by_type, plain):
+        operator.cancel(app, job_id, who="test")
+    done = bulk.run(app, bulk.start(app, "cancel", Selection(ids=tuple(three)), who="cli"))
+    assert done["status"] == "done"
+    assert {(d["job_id"], d["attempt"]) for d in deliveries(app)} == {
+        (i, 1) for i in (one, by_type, *three)}  # none for `plain`
+    got = _delivered(app, hook)
+    assert set(got) == {f"{i}.1" for i in (one, by_type, *three)}
+    body = got[f"{one}.1"]
+    assert (body["status"], body["attempt"], body["will_retry"], body["result"],
+            body["reason"], body["id"]) == ("cancelled", 1, False, None, None, one)
+    assert got[f"{by_type}.1"]["type"] == Hooked.TYPE
+    assert all(d["status"] == "delivered" for d in deliveries(app))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"], indirect=True)
+def test_dependency_failed_expired_and_a_retried_row_cancelled_deliver(make_app, receiver):
+    """A row cancelled because its dependency failed gets a `cancelled` delivery (reason
+    `dependency_failed`); a row expired before it started an `expired` one; a row whose
+    attempt 1 failed and was delivered (will_retry), then cancelled, gets attempt 2."""
+    from cronjobs.actions import operator
+
+    clock = FrozenClock(datetime(2027, 3, 1, 12, 0))
+    app = make_app(clock=clock, webhook_secret=SECRET, webhook_allow_private=True)
+    hook = receiver()
+    app.handlers.register(NeverWorks.TYPE, NeverWorks)
+    failing = queue.dispatch(NeverWorks.TYPE, {})
+    dependent = queue.dispatch("test.record.execute", {}, depends_on=[failing],
+                               callback_url=hook.url)
+    retried = queue.dispatch(NeverWorks.TYPE, {}, max_attempts=3, callback_url=hook.url)
+    drain(app)  # the dependency fails (its dependent is cancelled); `retried` fails once
+    assert queue.get(dependent)["status"] == "cancelled"
+    late = queue.dispatch("test.record.execute", {}, depends_on=[failing],
+                          callback_url=hook.url)  # cancelled at dispatch: never run
+    assert queue.get(retried)["status"] == "pending"
+    expiring = queue.dispatch("test.record.execute", {}, expires_in=60, callback_url=hook.url)
+    clock.advance(61)
+    drain(app)  # expires `expiring` before it claims (never run)
+    assert queue.get(expiring)["status"] == "expired"
+    first = _delivered(app, hook)
+    assert first[f"{retried}.1"]["will_retry"] is True
+    operator.cancel(app, retried, who="test")
+    got = _delivered(app, hook)
+    assert set(got) == {f"{dependent}.1", f"{late}.1", f"{expiring}.1", f"{retried}.1",
+                        f"{retried}.2"}
+    assert got[f"{late}.1"]["reason"] == "dependency_failed"
+    assert got[f"{late}.1"]["max_attempts"] == got[f"{dependent}.1"]["max_attempts"]
+    dep = got[f"{dependent}.1"]
+    assert (dep["status"], dep["reason"], dep["will_retry"]) == (
+        "cancelled", "dependency_failed", False)
+    assert dep["error"] == f"dependency {failing} failed"
+    exp = got[f"{expiring}.1"]
+    assert (exp["status"], exp["reason"], exp["result"]) == ("expired", "expired", None)
+    assert exp["error"].startswith("not started by its deadline")
+    again = got[f"{retried}.2"]
+    assert (again["status"], again["attempt"], again["will_retry"]) == ("cancelled", 2, False)
+    assert "boom" in again["error"]

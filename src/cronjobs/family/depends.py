@@ -31,7 +31,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from ..errors import InvalidJob
-from ..status import FINAL, Ended, Status
+from ..status import FINAL, Ended, Reason, Status
 from ..store import dependencies as deps
 
 __all__ = ["MAX_DEPENDENCIES", "Admission", "Settled", "admit", "after_finish",
@@ -54,15 +54,19 @@ class Settled:
             commit (`dispatching.send`).
         cancelled: `(id, root_id)` of the rows cancelled because a dependency failed (each
             is a finished row: a family member among them may complete its family).
+        ended: the rows cancelled, as dicts with `unrun.WEBHOOK_COLUMNS` (their webhooks:
+            the caller, which holds the App, inserts them with `unrun.insert_deliveries`).
     """
 
     released: list[tuple[int, str]] = field(default_factory=list)
     cancelled: list[tuple[int, int | None]] = field(default_factory=list)
+    ended: list[dict] = field(default_factory=list)
 
     def add(self, other: Settled) -> None:
         """Append `other`'s rows to this one's."""
         self.released += other.released
         self.cancelled += other.cancelled
+        self.ended += other.ended
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,10 @@ def _decide(conn: Connection, dependents: Iterable[int], now: datetime,
     settled.released += [(r["id"], r["queue"]) for r in release]
     cancelled_rows = deps.rows(conn, [r["id"] for r in cancel])
     settled.cancelled += [(r["id"], cancelled_rows[r["id"]]["root_id"]) for r in cancel]
+    settled.ended += [{"id": r["id"], "type": r["type"], "callback_url": r["callback_url"],
+                       "attempts": r["attempts"], "max_attempts": r["max_attempts"],
+                       "error": r["error"][:1000], "outcome_reason": Reason.DEPENDENCY_FAILED,
+                       "status": Status.CANCELLED} for r in cancel]
     return settled, {r["id"]: (True, False, "cancelled") for r in cancel}
 
 

@@ -36,7 +36,7 @@ from ..store import families as rows
 from ..store.flow import is_task_paused, pause
 from ..store.insert import insert_job
 from ..store.runtime import update_task_status
-from . import depends
+from . import depends, unrun
 
 log = logging.getLogger("cronjobs.family")
 
@@ -134,6 +134,7 @@ def _settle_once(conn: Connection, app: App, finished: list[Finished], now: date
         if outcome is None:
             continue
         waiting = depends.settle_family_dependents(conn, root_id, now, outcome)
+        unrun.insert_deliveries(conn, app, waiting.ended, now)
         started += callbacks + waiting.released
         cancelled += waiting.cancelled
     return started, cancelled
@@ -143,8 +144,10 @@ def settle_rows(conn: Connection, app: App, changed: list[dict], now: datetime) 
     """`settle` for rows an operator or recover-stale changed (`store.actions
     .cancel_pending`, `store.rescue_stale`: dicts with `id`, `type`, `root_id`,
     `idempotency_key` and, where it may not be final, `status`); rows put back to
-    `pending` are not finished and are left out."""
+    `pending` are not finished and are left out. The rows that ended `cancelled` or
+    `expired` (not run) get their webhook deliveries here (`unrun.insert_deliveries`)."""
     ended = [r for r in changed if r.get("status", Status.CANCELLED) in FINAL]
+    unrun.insert_deliveries(conn, app, ended, now)  # cancelled or expired: not run
     return after_finish(conn, app, [
         (Finished(int(r["id"]), r["type"], r["root_id"], r.get("idempotency_key")),
          r.get("status", Status.CANCELLED)) for r in ended], now)
@@ -173,6 +176,7 @@ def after_finish(conn: Connection, app: App, finished: list[tuple[Finished, str]
     parents, pairs = rows.links(conn, roots, [f.id for f, _ in finished])
     waiting = depends.after_finish(conn, [(f.id, status) for f, status in finished], now,
                                    roots=roots, pairs=pairs, parents=parents)
+    unrun.insert_deliveries(conn, app, waiting.ended, now)
     ring = waiting.released + settle(conn, app, [f for f, _ in finished], now,
                                      parents=parents, held=held)
     if waiting.cancelled:  # rows a failed dependency cancelled: their families too

@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from .. import limits, store
 from ..app import App
 from ..errors import InvalidCallbackUrl, InvalidJob
-from ..family import depends
+from ..family import depends, unrun
 from ..status import Reason, Status
 from ..store.db import run_in_transaction
 from .rows import build_row as build_row
@@ -135,6 +135,12 @@ def _insert_after(app: App, conn, values: dict, after: list[int],
     row, created = insert_row(conn, values)
     if created:
         depends.record(conn, row["id"], after, allow_failed)
+    if created and values["status"] == Status.CANCELLED:  # ended at once, not run: its webhook
+        unrun.insert_deliveries(conn, app, [{
+            "id": row["id"], "type": values["type"], "callback_url": values.get("callback_url"),
+            "attempts": values.get("attempts") or 0, "max_attempts": values.get("max_attempts"),
+            "error": values.get("error"), "outcome_reason": values.get("outcome_reason"),
+            "status": Status.CANCELLED}], values["finished_at"])
     return row, created, values
 
 

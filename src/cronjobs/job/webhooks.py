@@ -14,19 +14,20 @@ import hashlib
 import hmac
 import json
 import re
-import threading
 import time
 from typing import Any
 
 from ..app import App
+from ..family import unrun
 from ..status import Ended, Status
 
 SIGNATURE_HEADER = "X-Cronjobs-Signature"
 DELIVERY_HEADER = "X-Cronjobs-Delivery"
 REPLAY_TOLERANCE_SECONDS = 300
 # Set when this process inserts deliveries (`OutcomeWriter.write`, in the outcome's
-# transaction): the worker's sender wakes on it rather than looking often.
-deliveries_added = threading.Event()
+# transaction; `family.unrun` for rows that end without a run): the worker's sender wakes
+# on it rather than looking often. One Event, defined where both may use it.
+deliveries_added = unrun.deliveries_added
 _SIGNATURE = re.compile(r"t=(?P<t>[0-9]{1,12}),v1=(?P<v1>[0-9a-f]{64})")
 
 

@@ -68,12 +68,14 @@ def cancel_pending(conn: Connection, ids: list[int], now: datetime,
             cancel, no reason).
 
     Returns:
-        `[{id, queue, type, root_id, idempotency_key}]` of the rows cancelled.
+        `[{id, queue, type, root_id, idempotency_key, callback_url, attempts,
+        max_attempts, error, outcome_reason}]` of the rows cancelled.
     """
     if not ids:
         return []
     rows = conn.execute(select(q.c.id, q.c.queue, q.c.type, q.c.root_id, q.c.idempotency_key,
-                               q.c.process_logs)
+                               q.c.process_logs,
+                               q.c.callback_url, q.c.attempts, q.c.max_attempts, q.c.error)
                         .where(q.c.id.in_(ids), q.c.status.in_(CANCELLABLE))
                         .order_by(q.c.id).with_for_update()).mappings().all()
     if not rows:
@@ -92,7 +94,11 @@ def cancel_pending(conn: Connection, ids: list[int], now: datetime,
     conn.execute(rt.update().where(rt.c.last_job_id.in_(changed)).values(
         last_status=Status.CANCELLED, updated_at=now))
     return [{"id": r["id"], "queue": r["queue"], "type": r["type"], "root_id": r["root_id"],
-             "idempotency_key": r["idempotency_key"]} for r in rows]
+             "idempotency_key": r["idempotency_key"],
+             # for the webhook of a row that ends without a run (`family.unrun`)
+             "callback_url": r["callback_url"], "attempts": r["attempts"],
+             "max_attempts": r["max_attempts"], "error": r["error"],
+             "outcome_reason": reason} for r in rows]
 
 
 def delete_finished(conn: Connection, ids: list[int], now: datetime,

@@ -114,10 +114,12 @@ def rows(conn: Connection, ids: Iterable[int], *, lock: bool = False) -> dict[in
 
 def lock_waiting(conn: Connection, ids: Iterable[int]) -> list[dict]:
     """Lock the rows of `ids` that are `waiting` (`FOR UPDATE`, ascending ids; SQLite: a
-    plain read, one writer) and return `{id, queue, process_logs}` of each, ascending."""
+    plain read, one writer) and return `{id, queue, process_logs}` of each, ascending,
+    with `type`, `callback_url`, `attempts`, `max_attempts` (a cancelled row's webhook)."""
     out: list[dict] = []
     for chunk in _chunks(ids):
-        stmt = (select(q.c.id, q.c.queue, q.c.process_logs)
+        stmt = (select(q.c.id, q.c.queue, q.c.process_logs,
+                       q.c.type, q.c.callback_url, q.c.attempts, q.c.max_attempts)
                 .where(q.c.id.in_(chunk), q.c.status == Status.WAITING).order_by(q.c.id))
         if name(conn) != "sqlite":
             stmt = stmt.with_for_update()

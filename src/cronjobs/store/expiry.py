@@ -59,10 +59,12 @@ def expire_pending(conn: Connection, now: datetime, limit: int = 500,
         queues: only rows of these queues (None: all).
 
     Returns:
-        `[{id, queue, type, root_id, idempotency_key, status}]` of the rows ended.
+        `[{id, queue, type, root_id, idempotency_key, status, callback_url, attempts,
+        max_attempts, error, outcome_reason}]` of the rows ended.
     """
     stmt = (select(q.c.id, q.c.queue, q.c.type, q.c.root_id, q.c.idempotency_key,
-                   q.c.expires_at, q.c.process_logs)
+                   q.c.expires_at, q.c.process_logs,
+                   q.c.callback_url, q.c.attempts, q.c.max_attempts)
             .where(q.c.status == Status.PENDING, q.c.expires_at <= now)
             .order_by(q.c.expires_at, q.c.id).limit(limit))
     if queues:
@@ -86,6 +88,14 @@ def expire_pending(conn: Connection, now: datetime, limit: int = 500,
     slots = [pair for pair in (task_slot(r["idempotency_key"]) for r in rows) if pair]
     if slots:
         record_skips(conn, slots, SKIP_REASON, now)
-    return [{"id": r["id"], "queue": r["queue"], "type": r["type"], "root_id": r["root_id"],
-             "idempotency_key": r["idempotency_key"], "status": Status.EXPIRED}
-            for r in rows]
+    return [_ended(r) for r in rows]
+
+
+def _ended(r) -> dict:
+    """What `expire_pending` returns of expired row `r`; its webhook's columns too (a row
+    that ends without a run, `family.unrun`)."""
+    return {"id": r["id"], "queue": r["queue"], "type": r["type"], "root_id": r["root_id"],
+            "idempotency_key": r["idempotency_key"], "status": Status.EXPIRED,
+            "callback_url": r["callback_url"], "attempts": r["attempts"],
+            "max_attempts": r["max_attempts"], "error": deadline_text(r["expires_at"]),
+            "outcome_reason": Reason.EXPIRED}

@@ -14,7 +14,7 @@ import logging
 
 from .. import store
 from ..app import App
-from ..family import depends
+from ..family import depends, unrun
 from ..store.db import run_in_transaction
 
 log = logging.getLogger("cronjobs.worker.sweep")
@@ -45,5 +45,10 @@ def release_waiting(app: App, limit: int = 100) -> list[tuple[int, str]]:
     were not decided by the finishing transaction (`depends.release_ready`, at most
     `limit` rows looked at); returns `(id, queue)` of the rows made `pending`, to ring."""
     now = app.clock.now()
-    return run_in_transaction(app.engine,
-                              lambda c: depends.release_ready(c, now, limit)).released
+
+    def work(conn) -> list[tuple[int, str]]:
+        settled = depends.release_ready(conn, now, limit)
+        unrun.insert_deliveries(conn, app, settled.ended, now)  # rows it cancelled
+        return settled.released
+
+    return run_in_transaction(app.engine, work)
