@@ -336,7 +336,9 @@ class WorkerProcess:
                         "pending: %s", len(cut), timeout_seconds, cut)
         self.pool.close("shutdown")
         self.housekeeper.stop()
-        self.webhooks.stop()
+        # A turn stuck on a database that does not answer is left behind (its deliveries
+        # stay leased: the next worker sends them once the lease runs out).
+        self.webhooks.stop(timeout_seconds=1.0)
         self.executor.pings.sender.flush(2.0)  # the last runs' pings out, briefly
         log.info("worker %s stopped: %d jobs, %d claim statements, %d transactions",
                  self.executor.worker_id, self.executor.jobs_done, self.pool.claims,
