@@ -14,6 +14,8 @@ import pytest
 
 from conftest import REDIS, cli_env
 from cronjobs import limits
+from cronjobs.clock import utcnow
+from cronjobs.store import tokens
 from dashboard_helpers import BEARER, TOKEN, count, row, web_client
 from dashboard_process import Dashboard
 
@@ -174,6 +176,10 @@ def test_batch_in_order_and_all_or_nothing(make_app):
 
 @pytest.mark.parametrize("backend", ["mariadb", "postgresql"], indirect=True)
 def test_twenty_clients_one_key_one_row(db_url, namespace, tmp_path, make_app):
+    app = make_app()
+    with app.engine.begin() as conn:  # stored tokens, as `cronjobs tokens create` makes
+        scoped = {scope: tokens.create(conn, f"t-{scope}", scope, utcnow())
+                  for scope in ("read", "dispatch")}
     env = cli_env(db_url, namespace, REDIS, CRONJOBS_DASHBOARD_TOKEN=TOKEN)
     dashboard = Dashboard(env, tmp_path).wait_ready()
     answers: list = []
@@ -184,18 +190,29 @@ def test_twenty_clients_one_key_one_row(db_url, namespace, tmp_path, make_app):
         answers.append(_post(dashboard.url, {"type": TYPE, "payload": {}},
                              {**AUTH, "Idempotency-Key": "race"}))
 
+    def bearer(scope: str) -> dict:
+        return {**JSON, "Authorization": f"Bearer {scoped[scope]}"}
+
     try:
         threads = [threading.Thread(target=client) for _ in range(20)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(60)
+        # the answers of the real server, by a stored token's scope
+        job = {"type": TYPE, "payload": {"n": 1}, "key": "real"}
+        codes = [_post(dashboard.url, job, JSON)[0],
+                 _post(dashboard.url, job, bearer("read"))[0],
+                 _post(dashboard.url, job, bearer("dispatch"))[0],
+                 _post(dashboard.url, job, bearer("dispatch"))[0],
+                 _post(dashboard.url, {**job, "payload": {"n": 2}}, bearer("dispatch"))[0],
+                 _post(dashboard.url, {"type": "test.recod.execute"}, bearer("dispatch"))[0]]
     finally:
         assert dashboard.stop() == 0
+    assert codes == [401, 403, 201, 200, 409, 422]
     assert sorted(status for status, _ in answers) == [200] * 19 + [201]
     ids = {body["id"] for _, body in answers}
-    app = make_app()
-    assert len(ids) == 1 and count(app) == 1 and count(app, idempotency_key="race") == 1
+    assert len(ids) == 1 and count(app) == 2 and count(app, idempotency_key="race") == 1
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
