@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
@@ -137,15 +138,40 @@ def is_private_address(address: str) -> bool:
 def private_literal_host(url: str) -> str | None:
     """The host of http(s) `url` when it names a private address without DNS: an IP
     literal `is_private_address` refuses, or `localhost` (`*.localhost`); else None (a
-    name, checked again when resolved at send time)."""
-    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    name, checked again when resolved at send time).
+
+    IPv4 literals count in every form a client accepts (`socket.inet_aton`): `127.1`,
+    `2130706433`, `0x7f000001`, `0177.0.0.1`, `0`. A host whose last label is a number
+    that is no such address (`1.2.3.999`), or a bracketed IPv6 literal `ipaddress`
+    cannot read (`[v1.x]`), is refused too: it is no name DNS could answer.
+    """
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return host
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
+    address = _literal_address(host, bracketed=parts.netloc.rpartition("@")[2].startswith("["))
+    if address is None:
         return None
-    return host if is_private_address(host) else None
+    return host if is_private_address(address) else None
+
+
+_NUMBER_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)")  # a label a client reads as a number
+
+
+def _literal_address(host: str, bracketed: bool) -> str | None:
+    """The canonical IP address text `host` names without DNS, `""` (never an address)
+    for a literal that cannot be read, or None for a name."""
+    try:
+        return str(ipaddress.ip_address(host.split("%", 1)[0]))
+    except ValueError:
+        if bracketed:  # `[v1.x]`, `[::1x]`: an IPv6 literal no client could connect to
+            return ""
+    if not _NUMBER_LABEL.fullmatch(host.rsplit(".", 1)[-1]):
+        return None  # a name (its last label is not a number)
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:  # `1.2.3.999`, `1.2.3.4.5`: no address, and no name either
+        return ""
 
 
 def check_webhook_url(cls: type) -> None:

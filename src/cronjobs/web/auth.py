@@ -3,7 +3,8 @@ through the login form (a session cookie: HttpOnly, SameSite=Lax).
 
 Every page, JSON route and action needs it; `/health` answers its status without it
 (the full report with it), `/health/live` and `/health/ready` answer anyone, and
-`/metrics` is public only when `metrics_public` is set.
+`/metrics` is public only when `metrics_public` is set. The public routes (`PUBLIC`)
+never call the `authorize` hook: a hook that raises breaks no probe, login or stylesheet.
 Actions are POST only (a GET gets 405). A POST from a cookie session must carry the
 session's CSRF token (Flask-WTF), or it gets 403 and changes nothing; a Bearer request
 needs none (a browser cannot add that header to a forged cross-site request). No CORS
@@ -39,7 +40,7 @@ from flask import (
     url_for,
 )
 from flask_wtf.csrf import CSRFError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from .. import limits
 from ..store import tokens
@@ -138,10 +139,15 @@ def host_login():
     return redirect(f"{url}{'&' if '?' in url else '?'}{urlencode({'next': target})}", 303)
 
 
-def authenticated() -> bool:
+def authenticated(ask_hook: bool = True) -> bool:
     """True when this request carries a valid token (Bearer header: the dashboard's or a
     stored one; or a logged-in session, which is the dashboard's) or the `authorize` hook
-    names a user (admin); sets `g.token_name`, `g.token_scope` and `g.via_bearer`."""
+    names a user (admin); sets `g.token_name`, `g.token_scope` and `g.via_bearer`.
+
+    Args:
+        ask_hook: False for the public routes (`PUBLIC`): the `authorize` hook is not
+            called, so a hook that raises never breaks `/health/live` or `/login`.
+    """
     token = dashboard_token()
     given = _bearer()
     if given is not None:  # a Bearer header decides: a wrong one never falls back
@@ -152,7 +158,7 @@ def authenticated() -> bool:
             return _as(found["name"], found["scope"], True)
         g.bearer_refused = True
         return False
-    if host_user() is not None:
+    if ask_hook and host_user() is not None:
         return _as(g.token_name, "admin", False)
     if hmac.compare_digest(str(session.get("auth", "")).encode(), _fingerprint(token).encode()):
         return _as(tokens.DASHBOARD, "admin", False)
@@ -175,7 +181,8 @@ def _scope_refusal():
     need = needed(view, request.method)
     if scope_allows(g.token_scope, need):
         return None
-    return jsonify(error=f"forbidden: {request.method} {request.path} needs scope {need}; "
+    path = request.script_root + request.path  # the full path, under a mount too
+    return jsonify(error=f"forbidden: {request.method} {path} needs scope {need}; "
                          f"token {g.token_name!r} has {g.token_scope}"), 403
 
 
@@ -188,8 +195,9 @@ def require_login():
     """before_request: answer 401 (JSON) or the login page unless authenticated; check CSRF."""
     g.via_bearer = g.via_authorize = False
     g.token_name, g.token_scope = None, None
-    g.authenticated = authenticated()  # the pages show their nav and Log out only then
     endpoint = request.endpoint or ""
+    # the pages show their nav and Log out only then; public routes never ask the hook
+    g.authenticated = authenticated(ask_hook=endpoint not in PUBLIC)
     app = cronjobs_app()
     public = endpoint in PUBLIC or (endpoint == "api.metrics"
                                     and app.settings.dashboard.metrics_public)
@@ -200,7 +208,7 @@ def require_login():
             return jsonify(error=f"unauthorized: {why}"), 401, {
                 "WWW-Authenticate": 'Bearer realm="cronjobs"'}
         return host_login() or (render_template(
-            "login.html", next=request.full_path.rstrip("?"), error=None), 401)
+            "login.html", next=safe_next(request.full_path.rstrip("?")), error=None), 401)
     if g.authenticated and not public and request.endpoint:
         refused = _scope_refusal()
         if refused is not None:
@@ -236,7 +244,8 @@ def safe_next(target: str | None, root: str = "") -> str:
             starts with it and is no dashboard path as it is (`/jobs/queue`) loses it once.
 
     Returns:
-        The path relative to the dashboard's root (callers add `request.script_root`).
+        The path relative to the dashboard's root (callers add `request.script_root`),
+        never one that starts with `//` (`/jobs//evil.com` under `/jobs` is `/`).
     """
     if not target or _UNSAFE.search(target):
         return "/"
@@ -249,7 +258,8 @@ def safe_next(target: str | None, root: str = "") -> str:
     if (parts.scheme or parts.netloc or not path.startswith("/") or path.startswith("//")
             or _UNSAFE.search(path) or {".", ".."} & set(path.split("/"))):
         return "/"
-    return _unmounted(target, root)
+    path = _unmounted(target, root)
+    return "/" if path.startswith("//") else path  # `/jobs//evil.com` less `/jobs`
 
 
 def _unmounted(target: str, root: str) -> str:
@@ -306,7 +316,18 @@ def _csrf_failed(exc: CSRFError):
                            message=f"CSRF check failed: {exc.description}"), 403
 
 
+def _too_large(exc: RequestEntityTooLarge):
+    """413 in one line naming the route's limit (`body_limit`), JSON under `/api/`."""
+    size = f"{request.content_length:,} bytes" if request.content_length else "too large"
+    message = (f"the body is {size}; the limit of {request.method} "
+               f"{request.script_root}{request.path} is {body_limit(request.endpoint):,} bytes")
+    if _wants_json():
+        return jsonify(error=message), 413
+    return render_template("error.html", code=413, message=message), 413
+
+
 def install(web: Flask) -> None:
     """Hook the checks into `web`."""
     web.before_request(require_login)
     web.register_error_handler(CSRFError, _csrf_failed)
+    web.register_error_handler(RequestEntityTooLarge, _too_large)

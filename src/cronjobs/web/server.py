@@ -8,7 +8,7 @@ import secrets
 import socket
 import threading
 
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from .. import store
 from ..app import App
@@ -80,8 +80,26 @@ def login_hint(url: str, generated: str | None) -> str:
     return f"  log in at {url}/login with CRONJOBS_DASHBOARD_TOKEN"
 
 
-def open_server(app: App, host: str, port: int) -> tuple[BaseWSGIServer, str, str | None]:
+# Seconds one read of a client's socket may wait (request line, headers, body; an idle
+# keep-alive connection): a client that stops sending is dropped then, its thread freed.
+# A `?wait=60` request reads nothing while it waits, so this never cuts it short.
+READ_TIMEOUT_SECONDS = 30.0
+
+
+def _handler(read_timeout: float) -> type[WSGIRequestHandler]:
+    """Werkzeug's request handler whose socket reads time out after `read_timeout` s."""
+    return type("TimedRequestHandler", (WSGIRequestHandler,), {"timeout": read_timeout})
+
+
+def open_server(app: App, host: str, port: int, *,
+                read_timeout: float = READ_TIMEOUT_SECONDS,
+                ) -> tuple[BaseWSGIServer, str, str | None]:
     """Check the token rule and bind the dashboard's socket (threaded).
+
+    Args:
+        read_timeout: seconds one read of a connection may wait before the connection
+            is closed (`READ_TIMEOUT_SECONDS`: 30): a client sending half a request
+            never holds its thread for longer.
 
     Returns:
         `(server, base URL, generated token or None)`.
@@ -94,7 +112,7 @@ def open_server(app: App, host: str, port: int) -> tuple[BaseWSGIServer, str, st
     bound = listening.getsockname()[1]  # the port chosen, for port 0
     try:
         server = make_server(host, port, create_app(app, token), threaded=True,
-                             fd=listening.fileno())
+                             request_handler=_handler(read_timeout), fd=listening.fileno())
     finally:
         listening.close()  # the server holds its own descriptor of the socket
     shown = f"[{host}]" if ":" in host else host
