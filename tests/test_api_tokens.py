@@ -254,6 +254,15 @@ def test_built_in_types_need_admin_over_http_and_a_batch_its_highest_row(make_ap
                        ).status_code == 201
     assert client.post("/api/jobs", json=cleanup, headers=BEARER).status_code == 201
     assert count(app) == 4
+    # Run now: operate runs a built-in task with its own payload, not with one it gives
+    run = "/api/tasks/cronjobs-cleanup/run"
+    resp = client.post(run, json={"payload": cleanup["payload"]}, headers=bearer(made["operate"]))
+    assert resp.status_code == 403 and resp.get_json()["error"].endswith(
+        "token 't-operate' has operate; without a payload, operate may run it")
+    form = client.post("/tasks/cronjobs-cleanup/run", data={"payload": '{"retention": {}}'},
+                       headers=bearer(made["operate"]))
+    assert form.status_code == 403 and count(app) == 4
+    assert client.post(run, json={}, headers=bearer(made["operate"])).status_code == 201
 
     class Bad(CronJobHandler):
         TYPE, DISPATCH_SCOPE = "bad.scope.execute", "root"
