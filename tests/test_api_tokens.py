@@ -5,6 +5,7 @@ do; actions record the token's name; last_used_at is written at most once a minu
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 
@@ -215,3 +216,67 @@ def test_the_tokens_commands_create_list_and_revoke(make_app):
                                                    "read"]).output  # escaped, shown
     with app.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(cronjob_token)).scalar() == 1
+
+
+@MARIADB
+def test_built_in_types_need_admin_over_http_and_a_batch_its_highest_row(make_app):
+    """Security QA (issue 40 fix-sec1): a dispatch token cannot start cleanup, backup,
+    uptime or TLS rows (their DISPATCH_SCOPE is admin); a batch needs its highest row."""
+    import cronjobs
+    import registry
+    from cronjobs import CronJobHandler
+    from cronjobs.errors import HandlerError
+    from cronjobs.handler import DISPATCH_SCOPES
+    from dashboard_helpers import count
+
+    app = make_app(dashboard_token=TOKEN)
+    client = create_app(app).test_client()
+    made = make_tokens(app)
+    builtins = {t: c for t, c in app.handlers.registered_handlers().items()
+                if c.__module__.startswith("handlers.")}
+    assert DISPATCH_SCOPES == SCOPES  # the registry checks against the handler's copy
+    assert len(builtins) >= 8 and {c.DISPATCH_SCOPE for c in builtins.values()} == {"admin"}
+    cleanup = {"type": "cronjobs.cleanup.execute", "payload": {"retention": {"completed": 0}}}
+    for scope in ("dispatch", "operate"):
+        resp = client.post("/api/jobs", json=cleanup, headers=bearer(made[scope]))
+        assert resp.status_code == 403 and resp.get_json() == {"error": (
+            "forbidden: POST /api/jobs of type 'cronjobs.cleanup.execute' needs scope admin "
+            f"(its DISPATCH_SCOPE); token 't-{scope}' has {scope}")}
+    batch = {"jobs": [{"type": "test.record.execute"}, {"type": "http.uptime.execute"}]}
+    resp = client.post("/api/jobs:batch", json=batch, headers=bearer(made["dispatch"]))
+    assert resp.status_code == 403 and resp.get_json()["index"] == 1
+    assert resp.get_json()["error"].startswith("jobs[1]: forbidden: POST /api/jobs:batch of "
+                                               "type 'http.uptime.execute' needs scope admin")
+    assert count(app) == 0  # nothing written
+    assert client.post("/api/jobs", json={"type": "test.record.execute"},
+                       headers=bearer(made["dispatch"])).status_code == 201
+    assert client.post("/api/jobs:batch", json=batch, headers=bearer(made["admin"])
+                       ).status_code == 201
+    assert client.post("/api/jobs", json=cleanup, headers=BEARER).status_code == 201
+    assert count(app) == 4
+    # Run now: operate runs a built-in task with its own payload, not with one it gives
+    run = "/api/tasks/cronjobs-cleanup/run"
+    resp = client.post(run, json={"payload": cleanup["payload"]}, headers=bearer(made["operate"]))
+    assert resp.status_code == 403 and resp.get_json()["error"].endswith(
+        "token 't-operate' has operate; without a payload, operate may run it")
+    form = client.post("/tasks/cronjobs-cleanup/run", data={"payload": '{"retention": {}}'},
+                       headers=bearer(made["operate"]))
+    assert form.status_code == 403 and count(app) == 4
+    assert client.post(run, json={}, headers=bearer(made["operate"])).status_code == 201
+
+    class Bad(CronJobHandler):
+        TYPE, DISPATCH_SCOPE = "bad.scope.execute", "root"
+
+        def handle(self, payload, job):
+            return True
+    with pytest.raises(HandlerError, match="Bad: DISPATCH_SCOPE must be one of 'read', "
+                                           "'dispatch', 'operate', 'admin', got 'root'"):
+        registry.check_class(Bad.TYPE, Bad)
+
+    def fn(payload, job):
+        return True
+    decorated = cronjobs.handler("fn.scope.execute", dispatch_scope="operate")(fn)
+    assert decorated.handler_class.DISPATCH_SCOPE == "operate"
+    listed = CliRunner().invoke(main, ["list-handlers", "--json"])
+    scopes = {r["type"]: r["dispatch_scope"] for r in json.loads(listed.output)}
+    assert scopes["db.backup.execute"] == "admin" and scopes["test.record.execute"] == "dispatch"

@@ -202,3 +202,27 @@ def _messages(client: redis.Redis, namespace: str) -> list[int]:
     ids = client.lrange(f"{namespace}:default", 0, -1)
     bodies = client.hmget(f"{namespace}:default.msgs", ids) if ids else []
     return [json.loads(body)["args"][0] for body in bodies]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_callback_url_is_an_option_and_a_line_field(make_app, db_url, tmp_path):
+    """docs/http-api.md says POST /api/jobs takes the fields of `cronjobs dispatch`:
+    `callback_url` too (fix-sec1); the option in-process, a line in one process."""
+    from click.testing import CliRunner
+
+    from cronjobs.cli import main
+
+    app = make_app()
+    runner = CliRunner()
+    url = "https://hooks.example/cron"
+    one = runner.invoke(main, ["dispatch", KIND, "--callback-url", url])
+    assert one.exit_code == 0, one.output
+    line = json.dumps({"type": KIND, "callback_url": url + "/2"}) + "\n"
+    many = dispatch(db_url, tmp_path, line.encode(), "--quiet")
+    assert many.returncode == 0, many.stderr
+    assert [r["callback_url"] for r in table(app)] == [url, url + "/2"]
+    bad = runner.invoke(main, ["dispatch", KIND, "--callback-url", "ftp://x"])
+    assert bad.exit_code == 2 and "ftp://x" in bad.output, bad.output
+    both = runner.invoke(main, ["dispatch", "--stdin", "--callback-url", url], input=b"")
+    assert both.exit_code == 2 and "--callback-url cannot be given too" in both.output
+    assert len(table(app)) == 2

@@ -126,3 +126,33 @@ def test_cli_ping(make_app, db_url, tmp_path):
     assert runtime(app, "nightly-backup")["last_success_at"] is not None
     unknown = run_cli(["ping", "nightly-bakup"], env)
     assert unknown.returncode == 2 and "unknown task 'nightly-bakup'" in unknown.stderr
+
+
+def test_a_task_that_runs_here_needs_operate_and_its_open_ping_times_out(web):
+    """Security QA (issue 40 fix-sec1): a dispatch token may ping external tasks only; an
+    admin's ping start of a task that runs here holds its schedule until recover-stale
+    ends it after MAX_RUNTIME plus recover_stale_minutes."""
+    from cronjobs.store import tokens
+
+    app, clock, client = web
+    with app.engine.begin() as conn:
+        dispatch = tokens.create(conn, "ci", "dispatch", T0)
+    refused = post(client, "/api/ping/cronjobs-health/start", token=dispatch)
+    assert refused.status_code == 403 and refused.get_json() == {"error": (
+        "forbidden: POST /api/ping/cronjobs-health/start: task 'cronjobs-health' runs here "
+        "(a registered handler); pinging it needs scope operate; token 'ci' has dispatch")}
+    assert runtime(app, "cronjobs-health").get("last_job_id") is None  # nothing written
+    assert post(client, "/api/ping/nightly-backup/start", token=dispatch).status_code == 200
+    started = post(client, "/api/ping/cronjobs-health/start").get_json()  # the admin's
+    assert tick(app=app, now=T0).skipped.get("cronjobs-health") == "running"
+    grace = 120 + app.settings.recover_stale_minutes * 60  # HealthCheck.MAX_RUNTIME + minutes
+    clock.set(T0 + timedelta(seconds=grace))
+    assert queue.recover_stale(app=app) == 0  # not past it yet
+    clock.set(T0 + timedelta(seconds=grace + 1))
+    assert queue.recover_stale(app=app) == 1  # the health ping; the external one stays open
+    ended = queue.get(started["id"], app=app)
+    assert ended["status"] == "failed" and ended["error"].startswith("ping start not ended")
+    assert runtime(app, "cronjobs-health")["last_status"] == "failed"
+    assert pingin.ping(app, "nightly-backup").status == "completed"  # its start was open
+    report = tick(app=app, now=T0 + timedelta(hours=1))  # its next slot starts
+    assert "cronjobs-health" in {task for task, _, _ in report.started}, report.skipped

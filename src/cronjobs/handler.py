@@ -18,6 +18,7 @@ OVERLAPS = ("skip", "buffer_one", "allow")
 # root's handler), each a row of type `<root type without its stage>.<kind>`.
 CALLBACK_KINDS = ("complete", "success", "failure")
 MAX_RETRY_LATER_SECONDS = 366 * 24 * 3600
+DISPATCH_SCOPES = ("read", "dispatch", "operate", "admin")  # = store.tokens.SCOPES (a test)
 BLOCKS = (None, "key", "type")  # what a RetryLater may block besides its row
 
 
@@ -232,6 +233,9 @@ class CronJobHandler:
         WEBHOOK_URL: an http(s) URL that receives each finished attempt of the type's
             rows as a signed JSON POST (docs/webhooks.md); a row's `callback_url` wins.
             None (the default): no webhook.
+        DISPATCH_SCOPE: the token scope (`read` < `dispatch` < `operate` < `admin`) that
+            `POST /api/jobs` (and `:batch`) needs to start a row of this type; 403 below it.
+            Default `"dispatch"`; the built-in handlers set `"admin"`.
 
     Idle: a handler may define a classmethod `idle(cls, app) -> str | None` (`app`: the
     `cronjobs.app.App` of the scheduler or page asking): a one-line note saying why its
@@ -281,6 +285,7 @@ class CronJobHandler:
     JITTER: ClassVar[float | str | None] = None
     SPREAD: ClassVar[bool] = False
     WEBHOOK_URL: ClassVar[str | None] = None
+    DISPATCH_SCOPE: ClassVar[str] = "dispatch"
 
     error: str | None = None
     gateway_error: str | None = None

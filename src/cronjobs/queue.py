@@ -24,6 +24,7 @@ from .job.dispatching import Dispatched, build_row
 from .job.waiting import Result
 from .status import Status
 from .store.db import run_in_transaction
+from .store.pingruns import end_overdue_pings
 
 if TYPE_CHECKING:  # a caller that passes a Session has imported the ORM already
     from sqlalchemy.orm import Session
@@ -239,7 +240,9 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
     """Put `running` rows whose lease ran out more than `minutes` ago back to work.
 
     Rows with attempts left become `pending` (and are sent to the broker again); rows
-    without become `failed`. Returns how many rows were changed.
+    without become `failed`. An open ping row (`POST /api/ping/<task>/start` without its
+    end) of a task that runs here ends `failed` once its MAX_RUNTIME plus `minutes` passed
+    (`store.pingruns.end_overdue_pings`). Returns how many rows were changed.
     """
     app = app or current()
     minutes = app.settings.recover_stale_minutes if minutes is None else minutes
@@ -247,12 +250,18 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
         raise InvalidJob(f"minutes must be between 0 and 1e9, got {minutes!r}")
     now = app.clock.now()
 
-    def rescue(conn) -> tuple[list[dict], list[tuple[int, str]]]:
-        changed = store.rescue_stale(conn, now, minutes, mark=failures.fingerprint)
-        # a row that ended failed is a finish: the rows waiting for it, its family
-        return changed, settle_rows(conn, app, changed, now)
+    overdue = {t: float(c.MAX_RUNTIME) + minutes * 60 for t in app.handlers.tasks().values()
+               if (c := app.resolve(t)) is not None}
 
-    changed, released = run_in_transaction(app.engine, rescue)
+    def rescue(conn) -> tuple[list[dict], list[tuple[int, str]], list[int]]:
+        changed = store.rescue_stale(conn, now, minutes, mark=failures.fingerprint)
+        pings = end_overdue_pings(conn, overdue, now)
+        # a row that ended failed is a finish: the rows waiting for it, its family
+        return changed, settle_rows(conn, app, changed, now), pings
+
+    changed, released, pings = run_in_transaction(app.engine, rescue)
+    for job_id in pings:
+        log.warning("recover-stale: ping row %s (start without an end) -> failed", job_id)
     for row in changed:
         log.warning("recover-stale: job %s -> %s", row["id"], row["status"],
                     extra={"trace_id": row["id"]})
@@ -260,7 +269,7 @@ def recover_stale(minutes: float | None = None, *, app: App | None = None) -> in
             dispatching.send(app, row["id"], row["queue"])
     for job_id, queue in released:
         dispatching.send(app, job_id, queue)
-    return len(changed)
+    return len(changed) + len(pings)
 
 
 def cleanup(retention: dict | None = None, *, dry_run: bool = False,

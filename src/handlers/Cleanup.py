@@ -16,6 +16,7 @@ class Cleanup(CronJobHandler):
     FREQUENCY = "day"
     MAX_ATTEMPTS = 3
     MAX_RUNTIME = 600
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
     QUEUE = "maintenance"
 
     def handle(self, payload: dict, job: Job) -> dict:

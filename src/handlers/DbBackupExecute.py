@@ -28,6 +28,7 @@ class DbBackupExecute(CronJobHandler):
     DESTRUCTIVE = True
     MAX_ATTEMPTS = 2
     MAX_RUNTIME = 3600
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
     QUEUE = "maintenance"
 
     @classmethod

@@ -41,6 +41,7 @@ class HealthCheck(CronJobHandler):
     FREQUENCY = "*/5 * * * *"
     MAX_ATTEMPTS = 1
     MAX_RUNTIME = 120
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
     QUEUE = "maintenance"
 
     def handle(self, payload: dict, job: Job) -> dict:

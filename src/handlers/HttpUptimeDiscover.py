@@ -28,6 +28,7 @@ class HttpUptimeDiscover(CronJobHandler):
     FREQUENCY = "minute"
     MAX_ATTEMPTS = 3
     MAX_RUNTIME = 30
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
 
     IDLE_NOTE = "no URLs to check: set CRONJOBS_UPTIME_URLS or [[uptime_checks]]"
 

@@ -26,6 +26,7 @@ class HttpUptimeExecute(CronJobHandler):
     TYPE = "http.uptime.execute"
     MAX_ATTEMPTS = 1
     MAX_RUNTIME = 60
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Fetch the URL and report what was seen; a payload without a `url` string fails

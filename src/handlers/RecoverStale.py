@@ -15,6 +15,7 @@ class RecoverStale(CronJobHandler):
     FREQUENCY = "minute"
     MAX_ATTEMPTS = 1
     MAX_RUNTIME = 60
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
     QUEUE = "maintenance"
     # Not "skip": this task is what takes back rows of killed workers, its own included;
     # a run of it left `running` by a killed worker must not stop the next one.

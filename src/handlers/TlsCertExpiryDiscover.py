@@ -23,6 +23,7 @@ class TlsCertExpiryDiscover(CronJobHandler):
     FREQUENCY = "day"
     MAX_ATTEMPTS = 3
     MAX_RUNTIME = 60
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Dispatch the execute jobs for this day (or for this manual run)."""

@@ -28,6 +28,7 @@ class TlsCertExpiryExecute(CronJobHandler):
     TYPE = "tls.certexpiry.execute"
     MAX_ATTEMPTS = 1
     MAX_RUNTIME = 60
+    DISPATCH_SCOPE = "admin"  # POST /api/jobs needs an admin token (docs/api.md)
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Fetch the certificate and judge it against the threshold."""

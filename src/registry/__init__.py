@@ -42,7 +42,7 @@ from cronjobs.config.urls import check_ping_url, check_webhook_url
 from cronjobs.errors import DuplicateHandlerType, HandlerError, InvalidJob
 from cronjobs.flow.rules import handler_limits
 from cronjobs.functions.decorator import handler_class_of, module_members
-from cronjobs.handler import OVERLAPS, STAGES, CronJobHandler, task_name
+from cronjobs.handler import DISPATCH_SCOPES, OVERLAPS, STAGES, CronJobHandler, task_name
 from cronjobs.schedule.catchup import check_handler as check_catchup
 from cronjobs.schedule.deadline import check_starting_deadline
 from cronjobs.schedule.entry import check_schedules
@@ -323,13 +323,10 @@ def check_class(type: str, handler_class: type) -> None:
                 or (constant == "MAX_RUNTIME" and value == 0):
             wanted = "an integer >= 1" if low else "a number of seconds > 0"
             raise HandlerError(f"{name}: {constant} must be {wanted}, got {value!r}")
-    if getattr(handler_class, "ISOLATION", "process") not in ("process", "thread"):
-        raise HandlerError(f"{name}: ISOLATION must be 'process' or 'thread', "
-                           f"got {handler_class.ISOLATION!r}")
-    overlap = getattr(handler_class, "OVERLAP", "skip")
-    if not isinstance(overlap, str) or overlap not in OVERLAPS:
-        raise HandlerError(f"{name}: OVERLAP must be one of "
-                           f"{', '.join(repr(o) for o in OVERLAPS)}, got {overlap!r}")
+    try:
+        check_choices(handler_class)
+    except ValueError as exc:
+        raise HandlerError(f"{name}: {exc}") from None
     if handler_class.handle is CronJobHandler.handle:
         raise HandlerError(f"{name} does not implement handle(payload, job)")
     if handler_class.FREQUENCY is not None:
@@ -348,6 +345,24 @@ def check_class(type: str, handler_class: type) -> None:
         check_timing(handler_class)  # TIMEZONE, JITTER, SPREAD
     except ValueError as exc:
         raise HandlerError(f"{name}: {exc}") from None
+
+
+def check_choices(handler_class: type) -> None:
+    """Check the constants of `handler_class` that take one of a few texts: ISOLATION,
+    OVERLAP and DISPATCH_SCOPE (one of the token scopes, `handler.DISPATCH_SCOPES`).
+
+    Raises:
+        ValueError: naming the constant, the values it takes and the value given.
+    """
+    if getattr(handler_class, "ISOLATION", "process") not in ("process", "thread"):
+        raise ValueError(f"ISOLATION must be 'process' or 'thread', "
+                         f"got {handler_class.ISOLATION!r}")
+    for constant, choices, default in (("OVERLAP", OVERLAPS, "skip"),
+                                       ("DISPATCH_SCOPE", DISPATCH_SCOPES, "dispatch")):
+        value = getattr(handler_class, constant, default)
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"{constant} must be one of "
+                             f"{', '.join(repr(c) for c in choices)}, got {value!r:.60}")
 
 
 def class_name(cls: type) -> str:

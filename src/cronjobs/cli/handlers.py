@@ -66,9 +66,9 @@ def list_handlers(as_json: bool, wide: bool) -> None:
 
     A cron macro is shown with its expansion (`@daily (0 0 * * *)`); the limits in words
     ("at most 2 running, 30/s per chat_id"; `--json`: `concurrency`, `rate_limit`,
-    `limit_key`); a handler whose available() is False shows "module not installed" (its
-    task is not scheduled). On a terminal the table fits its width (--wide: every
-    column)."""
+    `limit_key`, and `dispatch_scope`: the token scope POST /api/jobs needs); a handler
+    whose available() is False shows "module not installed" (its task is not scheduled).
+    On a terminal the table fits its width (--wide: every column)."""
     from registry import class_name  # lazy: CLI start-up time
 
     from ..flow.state import type_limits  # lazy: CLI start-up time
@@ -87,6 +87,7 @@ def list_handlers(as_json: bool, wide: bool) -> None:
                      "expanded_frequency": expand(cls.FREQUENCY) if cls.FREQUENCY else "",
                      "max_attempts": cls.MAX_ATTEMPTS,
                      "max_runtime": cls.MAX_RUNTIME,
+                     "dispatch_scope": getattr(cls, "DISPATCH_SCOPE", "dispatch"),
                      "queue": flow.queue, "concurrency": flow.concurrency,
                      "rate_limit": flow.rate_limit, "limit_key": flow.limit_key,
                      "available": bool(cls.available()), "limits": type_limits_text(flow)})

@@ -35,6 +35,9 @@ from .base import JOB_ID, MAX_ATTEMPTS, PRIORITY, _app, _dump, _fail, _parse_tim
                    "(a family root: its whole family); a failed one cancels it.")
 @click.option("--allow-failed", is_flag=True,
               help="With --depends-on: run even when a dependency failed or was cancelled.")
+@click.option("--callback-url", "callback_url", metavar="URL",
+              help="An http(s) URL that receives each finished attempt of the row as a "
+                   "signed JSON POST (docs/webhooks.md); wins over the handler's WEBHOOK_URL.")
 @click.option("--remote", is_flag=True,
               help="JOB_TYPE is run by another codebase's workers: accept it although no "
                    "handler here knows it (as a type matching CRONJOBS_REMOTE_TYPES).")
@@ -49,7 +52,8 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
              idempotency_key: str | None, parent_id: int | None, priority: int,
              scheduled_at: str | None, expires_in: str | None, expires_at: str | None,
              title: str | None, max_attempts: int | None, depends_on: str | None,
-             allow_failed: bool, remote: bool, from_stdin: bool, quiet: bool) -> None:
+             allow_failed: bool, callback_url: str | None, remote: bool, from_stdin: bool,
+             quiet: bool) -> None:
     """Add a job of a registered JOB_TYPE (or, with --remote, of a type another codebase
     runs); prints its row id.
 
@@ -60,8 +64,7 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
       {"type": "acme.sync.execute", "payload": {"user": 7}, "key": "sync-7",
        "priority": 3, "at": "2030-01-01T09:00Z", "title": "Sync user 7",
        "parent": 12, "max_attempts": 5, "depends_on": [10, 11], "allow_failed": false,
-       "expires_in": "30m"}
-
+       "expires_in": "30m", "callback_url": "https://acme.example/hooks/cron"}
     ("expires_at": an ISO 8601 time, instead of "expires_in".)
 
     Every line is checked first: a bad one (not JSON, not an object, an unknown key or
@@ -91,7 +94,7 @@ def dispatch(ctx: click.Context, job_type: str | None, payload: str,
         raise click.UsageError("give --expires-in or --expires-at, not both", ctx)
     _dispatch_one(job_type, payload, idempotency_key=idempotency_key, parent_id=parent_id,
                   priority=priority, scheduled_at=scheduled_at, title=title,
-                  max_attempts=max_attempts, remote=remote,
+                  max_attempts=max_attempts, remote=remote, callback_url=callback_url,
                   depends_on=_ids(depends_on), allow_failed=allow_failed,
                   expires_in=_duration(expires_in, "--expires-in"),
                   expires_at=_parse_time(expires_at, "--expires-at"))
@@ -137,7 +140,7 @@ def _refuse_with_stdin(ctx: click.Context, job_type: str | None) -> None:
     for param in ctx.command.params:
         if param.name in ("payload", "idempotency_key", "parent_id", "priority",
                           "scheduled_at", "title", "max_attempts", "depends_on",
-                          "allow_failed", "expires_in", "expires_at") \
+                          "allow_failed", "expires_in", "expires_at", "callback_url") \
                 and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
             raise click.UsageError(f"with --stdin each line carries its fields; "
                                    f"{param.opts[0]} cannot be given too", ctx)

@@ -29,7 +29,7 @@ FIELDS = {"type": "type", "payload": "payload", "key": "idempotency_key", "paren
           "priority": "priority", "at": "scheduled_at", "title": "title",
           "max_attempts": "max_attempts", "depends_on": "depends_on",
           "allow_failed": "allow_failed", "expires_in": "expires_in",
-          "expires_at": "expires_at"}
+          "expires_at": "expires_at", "callback_url": "callback_url"}
 PYTHON_NAMES = {"idempotency_key": "key", "parent_id": "parent", "scheduled_at": "at"}
 
 
@@ -85,7 +85,7 @@ def parse_line(number: int, line: bytes, remote: bool = False) -> dict:
         line: a JSON object: `type` (required), `payload`, `key`, `parent`, `priority`,
             `at` (ISO 8601, UTC if naive), `title`, `max_attempts`, `depends_on`,
             `allow_failed`, `expires_in` (a duration: 90, "30s", "5m") or `expires_at`
-            (ISO 8601).
+            (ISO 8601), `callback_url` (an http(s) URL: the row's webhook).
         remote: accept a type no handler here knows (`--remote`).
 
     Raises:

@@ -20,13 +20,15 @@ def tokens() -> None:
 @tokens.command("create")
 @click.argument("name")
 @click.option("--scope", required=True, metavar="|".join(SCOPES),
-              help="What the token may do: read (GET routes), dispatch (add rows, pings), "
-                   "operate (retry, cancel, stop, run now, pause, resume, unblock), admin "
-                   "(everything, schedules too).")
+              help="What the token may do: read (GET routes), dispatch (add rows of types "
+                   "whose DISPATCH_SCOPE allows it, ping external tasks), operate (retry, "
+                   "cancel, stop, run now, pause, resume, unblock, task switches, bulk "
+                   "operations including delete), admin (everything: schedules, built-in "
+                   "types over HTTP).")
 def tokens_create(name: str, scope: str) -> None:
     """Make token NAME with --scope; the token is printed once, alone on the last line
-    (store it now: it cannot be shown again). Bad name or scope, or a name taken: one
-    line, exit 2, nothing written."""
+    (store it now: it cannot be shown again). A revoked token of that name is replaced.
+    Bad name or scope, or a name taken (not revoked): one line, exit 2, nothing written."""
     from ..store import tokens as stored  # lazy: CLI start-up time
 
     stored.check_name(name)
@@ -65,8 +67,10 @@ def tokens_list(as_json: bool = False) -> None:
 @tokens.command("revoke")
 @click.argument("name")
 def tokens_revoke(name: str) -> None:
-    """Revoke token NAME: requests with it answer 401 from now on (its row stays, listed
-    as revoked). An unknown or already revoked name: one line, exit 2."""
+    """Revoke token NAME: requests with it answer 401 from now on. Its row stays, listed
+    as revoked, until `tokens create NAME` makes a new token of that name, which
+    replaces the row (the old token stays refused). An unknown or already revoked name:
+    one line, exit 2."""
     from ..store import tokens as stored  # lazy: CLI start-up time
 
     app = _app()

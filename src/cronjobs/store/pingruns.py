@@ -98,3 +98,31 @@ def _follow(conn: Connection, task: str, job_id: int, status: str, now: datetime
     """Make row `job_id` the task's last run (its status and success follow it)."""
     conn.execute(rt.update().where(rt.c.task == task).values(
         last_job_id=job_id, last_run_at=now, last_status=status, updated_at=now))
+
+
+def end_overdue_pings(conn: Connection, max_seconds: dict[str, float], now: datetime
+                      ) -> list[int]:
+    """End `failed` each open (`running`) ping row of a type in `max_seconds` that started
+    more than its seconds before `now` (naive UTC): a `start` of a task that runs here
+    whose end never came, so it cannot hold the task's schedule (OVERLAP) forever.
+    Rows of other types (external tasks: no MAX_RUNTIME here) are left open.
+
+    Args:
+        max_seconds: type -> seconds an open ping row of it may stay open.
+
+    Returns:
+        The ids of the rows ended.
+    """
+    ended = []
+    for job_id, job_type, started in conn.execute(select(q.c.id, q.c.type, q.c.started_at).where(
+            q.c.queue == PING_QUEUE, q.c.status == Status.RUNNING)).all():
+        limit = max_seconds.get(job_type)
+        if limit is None or started is None or (now - started).total_seconds() <= limit:
+            continue
+        _finish(conn, job_id, Status.FAILED, f"ping start not ended within {limit:g} s "
+                f"(the task's MAX_RUNTIME and recover_stale_minutes)",
+                limits.log_line(f"[{now:%Y-%m-%d %H:%M:%S}] ended by recover-stale") + "\n",
+                now)
+        update_task_status(conn, job_id, Status.FAILED, now)
+        ended.append(job_id)
+    return ended

@@ -13,7 +13,7 @@ from ..schedule.taskrows import task_rows
 from .fields import FIELDS
 from .jobs import queue_filters
 from .openapi import operation
-from .scopes import requires
+from .scopes import ping_refusal, requires
 from .view import cronjobs_app, head_bytes
 
 bp = Blueprint("api", __name__)
@@ -85,7 +85,11 @@ def ping(task: str, kind: str = "success"):
     `/start` opens a running row, no suffix (success) or `/fail` ends it (or writes a
     finished one). The optional body is the run's output or error text (its first
     `PING_TEXT_MAX_BYTES` kept). Answers `{"task", "id", "status"}`; 404 for a task
-    neither registered nor declared as `[tasks.<task>]` with a frequency."""
+    neither registered nor declared as `[tasks.<task>]` with a frequency; 403 for a
+    registered task (it runs here) unless the token has `operate` (`ping_refusal`)."""
+    refused = ping_refusal(cronjobs_app(), task)
+    if refused:
+        return jsonify(error=refused), 403
     body = request.stream.read(pingin.PING_TEXT_MAX_BYTES + 1)
     text = body.decode("utf-8", "replace") if body else None
     try:

@@ -28,7 +28,7 @@ from .auth import body_limit, who
 from .dispatchapi import Refused, decode_json, json_kind, read_bytes
 from .flow import pause_form
 from .openapi import operation
-from .scopes import requires
+from .scopes import requires, type_refusal
 from .view import cronjobs_app
 
 bp = Blueprint("control", __name__)
@@ -129,12 +129,16 @@ def stop(job_id: int):
 def run_task(task: str):
     """Run `task` now (Run now): optional body `{"payload": {...}, "request_token",
     "force"}`; 201 `{"id", "created"}` (`created` false: the request token's earlier
-    row); 404 unknown task, 409 disabled or still running (OVERLAP skip; `force`)."""
+    row); 404 unknown task, 409 disabled or still running (OVERLAP skip; `force`); 403
+    a `payload` for a type whose DISPATCH_SCOPE is above the token's (the built-ins:
+    admin; their own payload runs with operate)."""
     body = read_body(("payload", "request_token", "force"), required=False)
     app = cronjobs_app()
     if task not in schedule_tasks(app):
         raise HandlerNotFound(f"unknown task {task[:80]!r}")
     payload = body.get("payload")
+    if payload and (refused := type_refusal(app, schedule_tasks(app)[task])):  # not {}
+        return jsonify(error=f"{refused}; without a payload, operate may run it"), 403
     if payload is not None:
         limits.check_json_depth(payload, "payload")
         limits.check_json_size(json.dumps(payload), "payload", limits.PAYLOAD_MAX_BYTES)

@@ -27,7 +27,7 @@ from ..clock import as_utc
 from ..errors import InvalidJob
 from ..job.rows import REMOTE_REMEDY
 from ..tracing import incoming
-from .scopes import requires
+from .scopes import requires, type_refusal
 from .view import cronjobs_app
 
 bp = Blueprint("dispatchapi", __name__)
@@ -137,7 +137,7 @@ def parse_job(data: object, where: str = "") -> dict:
 
     Raises:
         Refused: 422 naming the problem: not an object, an unknown field (with a "did
-            you mean"), no type, a bad time.
+            you mean"), no type, a bad time; 403 a type above the token's scope.
     """
     if not isinstance(data, dict):
         what = "a job" if where else "the body"
@@ -151,6 +151,8 @@ def parse_job(data: object, where: str = "") -> dict:
                                f"{', '.join(FIELDS)}")
     if "type" not in data:
         raise Refused(422, f'{where}no "type" (the job type, e.g. "a.b.execute")')
+    if refused := type_refusal(cronjobs_app(), data["type"]):  # its DISPATCH_SCOPE
+        raise Refused(403, f"{where}{refused}")
     job = {FIELDS[name]: value for name, value in data.items()}
     for name in TIMES:
         if data.get(name) is not None:
@@ -356,7 +358,7 @@ def _errors(*codes: str) -> dict:
     texts = {"400": "not JSON, not UTF-8, or the key header and body differ, or the "
                     "header is repeated or not UTF-8",
              "401": "no token, a wrong or a revoked one",
-             "403": "the token lacks the dispatch scope",
+             "403": "the token lacks dispatch, or a row type's DISPATCH_SCOPE (built-ins: admin)",
              "409": "the key is held by a row of another payload or type (its `id`; in a "
                     "batch, the row's `index` too)",
              "413": "the body is too large", "415": "not application/json",

@@ -24,7 +24,7 @@ from ..schedule.tasks import set_enabled
 from ..status import Status
 from . import charts
 from .auth import who
-from .scopes import requires
+from .scopes import requires, type_refusal
 from .view import cronjobs_app, handler_registry, page_now
 
 bp = Blueprint("tasks", __name__)
@@ -227,13 +227,16 @@ def run(task: str):
     = `task` to answer a refusal with the task's page; `force` = `1` to start it while
     its scheduled run is still going (OVERLAP skip). A bad payload is a 400 naming the
     reason, and nothing is dispatched. A task still running is answered with a confirm
-    page (409) whose button sends the same request with `force`.
+    page (409) whose button sends the same request with `force`. A payload for a type
+    whose DISPATCH_SCOPE is above the token's (an operate token, a built-in type) is 403.
     """
     app = cronjobs_app()
     if task not in schedule_tasks(app):
         abort(404, f"unknown task {task!r}")
     from_task_page = request.form.get("back") == "task"
     text = request.form.get("payload") or ""
+    if text.strip() not in ("", "{}") and (refused := type_refusal(app, schedule_tasks(app)[task])):
+        abort(403, f"{refused}; without a payload, operate may run it")
     try:
         started = run_now(task, request_token=request.form.get("request_token") or None,
                           again=True, payload=parse_payload(text),
