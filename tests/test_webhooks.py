@@ -34,6 +34,7 @@ from dashboard_helpers import BEARER, TOKEN, web_client
 from test_faults import THREAD_HANDLERS
 
 SECRET = "test-webhook-secret-0123456789"
+HOOKED = "test.hooked.execute"  # `register_hooked`
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 MARIADB = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 
@@ -90,6 +91,18 @@ def receiver():
     yield factory
     for r in made:
         r.close()
+
+
+def register_hooked(app, url: str) -> None:
+    """Register `test.hooked.execute` (always completes) with `WEBHOOK_URL = url`."""
+    class Hooked(CronJobHandler):
+        TYPE = HOOKED
+        WEBHOOK_URL = url
+
+        def handle(self, payload, job):
+            return True
+
+    app.handlers.register(Hooked.TYPE, Hooked)
 
 
 def deliveries(app) -> list[dict]:
@@ -400,20 +413,13 @@ def test_send_time_checks_and_one_bad_delivery_never_jams_another(make_app, rece
     app = make_app(webhook_secret=SECRET, webhook_max_tries=2, dashboard_token=TOKEN)
     hook, moved = receiver(), receiver([302])
 
-    class Hooked(CronJobHandler):
-        TYPE = "test.hooked.execute"
-        WEBHOOK_URL = hook.url
-
-        def handle(self, payload, job):
-            return True
-
-    app.handlers.register(Hooked.TYPE, Hooked)
+    register_hooked(app, hook.url)
     port = hook.server.server_address[1]
-    trusted = queue.dispatch(Hooked.TYPE, {})
-    sneaky = queue.dispatch(Hooked.TYPE, {}, callback_url="https://hooks.example/s")
-    broken = queue.dispatch(Hooked.TYPE, {}, callback_url="https://hooks.example/x")
-    worn = queue.dispatch(Hooked.TYPE, {}, callback_url="https://hooks.example/y")
-    redirected = queue.dispatch(Hooked.TYPE, {}, callback_url="https://hooks.example/z")
+    trusted = queue.dispatch(HOOKED, {})
+    sneaky = queue.dispatch(HOOKED, {}, callback_url="https://hooks.example/s")
+    broken = queue.dispatch(HOOKED, {}, callback_url="https://hooks.example/x")
+    worn = queue.dispatch(HOOKED, {}, callback_url="https://hooks.example/y")
+    redirected = queue.dispatch(HOOKED, {}, callback_url="https://hooks.example/z")
     with app.engine.begin() as conn:  # by hand: dispatch refuses 2130706433 (127.0.0.1)
         conn.execute(cronjob_queue.update().where(cronjob_queue.c.id == sneaky).values(
             callback_url=f"http://2130706433:{port}/hook"))
@@ -566,16 +572,9 @@ def test_operator_and_bulk_cancels_deliver_cancelled_webhooks(make_app, receiver
     app = make_app(webhook_secret=SECRET, webhook_allow_private=True)
     hook = receiver()
 
-    class Hooked(CronJobHandler):
-        TYPE = "test.hooked.execute"
-        WEBHOOK_URL = hook.url
-
-        def handle(self, payload, job):
-            return True
-
-    app.handlers.register(Hooked.TYPE, Hooked)
+    register_hooked(app, hook.url)
     one = queue.dispatch("test.record.execute", {}, callback_url=hook.url)
-    by_type = queue.dispatch(Hooked.TYPE, {})
+    by_type = queue.dispatch(HOOKED, {})
     plain = queue.dispatch("test.record.execute", {})
     three = [queue.dispatch("test.record.execute", {}, callback_url=hook.url)
              for _ in range(3)]
@@ -590,7 +589,7 @@ def test_operator_and_bulk_cancels_deliver_cancelled_webhooks(make_app, receiver
     body = got[f"{one}.1"]
     assert (body["status"], body["attempt"], body["will_retry"], body["result"],
             body["reason"], body["id"]) == ("cancelled", 1, False, None, None, one)
-    assert got[f"{by_type}.1"]["type"] == Hooked.TYPE
+    assert got[f"{by_type}.1"]["type"] == HOOKED
     assert all(d["status"] == "delivered" for d in deliveries(app))
 
 
