@@ -153,7 +153,8 @@ def test_cronjobs_handler_is_the_decorator_in_a_fresh_process():
 
 
 def test_bad_keywords_values_and_duplicates_are_clear_errors(tmp_path):
-    with pytest.raises(TypeError, match=r"unknown keyword 'max_runtme'; allowed: .*max_runtime"):
+    with pytest.raises(TypeError, match=r"unknown keyword 'max_runtme' \(did you mean "
+                                         r"'max_runtime'\?\); allowed: .*max_runtime"):
         cronjobs.handler("fh.x.execute", max_runtme=5)
     with pytest.raises(TypeError, match=r"unknown keyword 'TYPE'"):
         cronjobs.handler("fh.x.execute", TYPE="fh.y.execute")

@@ -589,6 +589,7 @@ def test_operator_and_bulk_cancels_deliver_cancelled_webhooks(make_app, receiver
     body = got[f"{one}.1"]
     assert (body["status"], body["attempt"], body["will_retry"], body["result"],
             body["reason"], body["id"]) == ("cancelled", 1, False, None, None, one)
+    assert body["max_attempts"] == 3  # never claimed: its handler's MAX_ATTEMPTS
     assert got[f"{by_type}.1"]["type"] == HOOKED
     assert all(d["status"] == "delivered" for d in deliveries(app))
 

@@ -173,6 +173,16 @@ class CronjobsBackendTests(TransactionTestCase):
         with self.assertRaisesMessage(ValueError, "Task failed"):
             _ = failed.return_value
 
+    def test_the_handler_runs_only_tasks_and_needs_admin_over_http(self):
+        from cronjobs.contrib.django.handler import DjangoTask
+
+        self.assertEqual(DjangoTask.DISPATCH_SCOPE, "admin")
+        handler = DjangoTask()
+        with self.assertRaisesMessage(ValueError, "the payload names no task"):
+            handler.handle({}, None)
+        with self.assertRaisesMessage(ValueError, "is not a task of Django's Tasks framework"):
+            handler.handle({"task": "os.getcwd"}, None)
+
 
 class AdminTests(TransactionTestCase):
     """The read-only admin of the rows."""

@@ -54,8 +54,9 @@ def unrun_body(row: dict, status: str, now: datetime) -> str:
 def insert_deliveries(conn: Connection, app: App, rows: list[dict], now: datetime) -> int:
     """Insert, in the caller's transaction (the one that ended `rows`), one delivery for
     each row that ended `cancelled` or `expired` without running and has a webhook URL:
-    its `callback_url`, else its handler's `WEBHOOK_URL` (resolved once per type). Rows
-    of another status (`failed` by recover-stale, `pending`) are left out.
+    its `callback_url`, else its handler's `WEBHOOK_URL` (resolved once per type; a row
+    never claimed, its `max_attempts` unset, says its handler's MAX_ATTEMPTS). Rows of
+    another status (`failed` by recover-stale, `pending`) are left out.
 
     No statement at all when no row has a URL (the rows carry their columns). A row
     without its `WEBHOOK_COLUMNS` (a caller that did not read them) is read here.
@@ -70,7 +71,7 @@ def insert_deliveries(conn: Connection, app: App, rows: list[dict], now: datetim
         The number of deliveries inserted (`deliveries_added` is set when any was; a
         delivery that row and attempt has already is left out).
     """
-    urls: dict[str, str | None] = {}
+    classes: dict[str, type | None] = {}
     new = []
     for row in rows:
         status = row.get("status", Status.CANCELLED)
@@ -80,8 +81,11 @@ def insert_deliveries(conn: Connection, app: App, rows: list[dict], now: datetim
             row = {**row, **(get_job(conn, int(row["id"]), list(WEBHOOK_COLUMNS)) or {})}
             if "type" not in row:
                 continue
-        url = row["callback_url"] or _handler_url(app, row["type"], urls)
+        cls = _handler(app, row["type"], classes)
+        url = row["callback_url"] or getattr(cls, "WEBHOOK_URL", None)
         if url:
+            if row["max_attempts"] is None and cls is not None:  # set at its first claim
+                row = {**row, "max_attempts": cls.MAX_ATTEMPTS}
             new.append({"job_id": row["id"], "attempt": int(row["attempts"] or 0) + 1,
                         "url": url, "body": unrun_body(row, status, now)})
     added = store_webhooks.insert_deliveries(conn, new, now)
@@ -90,7 +94,8 @@ def insert_deliveries(conn: Connection, app: App, rows: list[dict], now: datetim
     return added
 
 
-def _handler_url(app: App, job_type: str, urls: dict[str, str | None]) -> str | None:
-    if job_type not in urls:
-        urls[job_type] = getattr(app.resolve(job_type), "WEBHOOK_URL", None)
-    return urls[job_type]
+def _handler(app: App, job_type: str, classes: dict[str, type | None]) -> type | None:
+    """`job_type`'s handler class (None: none here), resolved once per type."""
+    if job_type not in classes:
+        classes[job_type] = app.resolve(job_type)
+    return classes[job_type]

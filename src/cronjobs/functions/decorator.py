@@ -15,6 +15,7 @@ as it takes classes, any number per module, with the source `<file or module>:<f
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -68,7 +69,9 @@ def decorator(base: type, job_type: str, **options: Any) -> Callable[[F], F]:
     allowed = tuple(dict.fromkeys(keywords(base)))  # a hook that is a constant too: once
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise TypeError(f"cronjobs.handler() got an unknown keyword {unknown[0]!r}; "
+        close = difflib.get_close_matches(unknown[0], allowed, 1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(f"cronjobs.handler() got an unknown keyword {unknown[0]!r}{hint}; "
                         f"allowed: {', '.join(allowed)}")
     for name in HOOKS:
         if name in options and not callable(options[name]):

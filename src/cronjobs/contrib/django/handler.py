@@ -27,12 +27,16 @@ class DjangoTask(CronJobHandler):
     MAX_RUNTIME = 600
     OVERLAP = "allow"
     ANY_QUEUE = True  # a task names its own queue (`queue_name`): `worker --queues` warns of none
+    # Its payload names any task of the site by its dotted path: over HTTP, only an admin
+    # token may start one (`POST /api/jobs`); the site enqueues through Django.
+    DISPATCH_SCOPE = "admin"
 
     def handle(self, payload: dict, job: Job) -> dict:
         """Import the task named by `payload["task"]` and call it with the payload's args
         and kwargs (and a `TaskContext` first when it takes one).
 
         Raises:
+            ValueError: the payload names no task, or an object that is not a task.
             whatever the task raises (the row fails and is retried as usual).
         """
         import django  # lazy: a worker without Django never runs this
@@ -43,7 +47,14 @@ class DjangoTask(CronJobHandler):
         from django.db import close_old_connections
         from django.utils.module_loading import import_string
 
-        task = import_string(payload["task"])
+        path = payload.get("task")
+        if not isinstance(path, str):
+            raise ValueError(f"the payload names no task (\"task\": a dotted path), got "
+                             f"{path!r:.80}")
+        task = import_string(path)
+        if getattr(task, "module_path", None) != path or not callable(getattr(task, "call",
+                                                                              None)):
+            raise ValueError(f"{path!r:.120} is not a task of Django's Tasks framework")
         args, kwargs = payload.get("args") or [], payload.get("kwargs") or {}
         close_old_connections()
         try:
