@@ -25,7 +25,7 @@ from ..store import webhooks as store_webhooks
 from ..store.jobs import get_job
 
 __all__ = ["UNRUN_STATUSES", "WEBHOOK_COLUMNS", "deliveries_added", "insert_deliveries",
-           "unrun_body"]
+           "unrun_body", "webhook_body"]
 
 # Set when this process inserts deliveries (here, or `OutcomeWriter.write` in the
 # outcome's transaction): the worker's sender wakes on it rather than looking often.
@@ -36,19 +36,28 @@ WEBHOOK_COLUMNS = ("id", "type", "callback_url", "attempts", "max_attempts", "er
                    "outcome_reason")
 
 
+def webhook_body(job_id: int, job_type: str, status: str, attempt: int,
+                 max_attempts: int | None, *, result: object, error: str | None,
+                 reason: object, now: datetime) -> str:
+    """The JSON body of a webhook (compact, keys sorted): row `job_id` of `job_type`, its
+    `attempt` ended `status` at `now` (naive UTC; `finished_at` in ISO 8601 with `Z`),
+    `will_retry` when that status is `pending`, the delivery id `<id>.<attempt>`."""
+    return json.dumps({
+        "id": job_id, "type": job_type, "status": str(status), "attempt": attempt,
+        "max_attempts": max_attempts, "will_retry": status == Status.PENDING,
+        "result": result, "error": error, "reason": None if reason is None else str(reason),
+        "finished_at": now.isoformat(timespec="seconds") + "Z",
+        "delivery": f"{job_id}.{attempt}",
+    }, default=str, separators=(",", ":"), sort_keys=True)
+
+
 def unrun_body(row: dict, status: str, now: datetime) -> str:
     """The JSON body of the webhook of `row` (a dict with `WEBHOOK_COLUMNS`) that ended
     `status` (`cancelled` or `expired`) at `now` (naive UTC) without running: attempt
     `attempts + 1`, `result` null, `will_retry` false, `error` and `reason` as stored."""
-    attempt = int(row["attempts"] or 0) + 1
-    reason = row.get("outcome_reason")
-    return json.dumps({
-        "id": row["id"], "type": row["type"], "status": str(status), "attempt": attempt,
-        "max_attempts": row["max_attempts"], "will_retry": False, "result": None,
-        "error": row.get("error"), "reason": None if reason is None else str(reason),
-        "finished_at": now.isoformat(timespec="seconds") + "Z",
-        "delivery": f"{row['id']}.{attempt}",
-    }, default=str, separators=(",", ":"), sort_keys=True)
+    return webhook_body(row["id"], row["type"], status, int(row["attempts"] or 0) + 1,
+                        row["max_attempts"], result=None, error=row.get("error"),
+                        reason=row.get("outcome_reason"), now=now)
 
 
 def insert_deliveries(conn: Connection, app: App, rows: list[dict], now: datetime) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 import time
 from typing import Any
@@ -51,14 +50,9 @@ def body_of(job: Any, status: str, outcome: Any, now: Any) -> str:
     after the write; `deleted` is sent as `cancelled`), `outcome` (its `result`,
     `error`, `reason`) at `now` (naive UTC)."""
     status = Status.CANCELLED if status == Ended.DELETED else status
-    return json.dumps({
-        "id": job.id, "type": job.type, "status": str(status), "attempt": job.attempts,
-        "max_attempts": job.max_attempts, "will_retry": status == Status.PENDING,
-        "result": outcome.result, "error": outcome.error,
-        "reason": None if outcome.reason is None else str(outcome.reason),
-        "finished_at": now.isoformat(timespec="seconds") + "Z",
-        "delivery": f"{job.id}.{job.attempts}",
-    }, default=str, separators=(",", ":"), sort_keys=True)
+    return unrun.webhook_body(job.id, job.type, status, job.attempts, job.max_attempts,
+                              result=outcome.result, error=outcome.error,
+                              reason=outcome.reason, now=now)
 
 
 def deliveries(app: App, plans: list, finals: list,
