@@ -22,6 +22,27 @@ def as_utc(value: datetime) -> datetime:
     return value.astimezone(UTC).replace(tzinfo=None)
 
 
+def parse_utc(value: str) -> datetime:
+    """`value`, an ISO 8601 time (UTC if naive; `Z` allowed), as a naive UTC datetime:
+    the one reading of a time typed by a person (`dispatch --at`, `POST /api/jobs`).
+
+    Raises:
+        ValueError: "not an ISO 8601 time", or "out of range (1970 to 9998)" (callers
+            add the value as they show it).
+    """
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("not an ISO 8601 time") from None
+    try:
+        parsed = as_utc(parsed)
+    except OverflowError:  # e.g. 0001-01-01T00:00+05:00 has no UTC datetime
+        parsed = datetime.min
+    if not datetime(1970, 1, 1) <= parsed < datetime(9999, 1, 1):
+        raise ValueError("out of range (1970 to 9998)")
+    return parsed
+
+
 class SystemClock:
     """The real clock: `now()` returns naive UTC."""
 

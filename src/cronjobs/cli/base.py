@@ -179,19 +179,12 @@ def parse_time(value: str) -> datetime:
     Raises:
         ValueError: not an ISO 8601 time, or not from 1970 to 9998 (naming the value).
     """
-    from ..clock import as_utc  # lazy: CLI start-up time
+    from ..clock import parse_utc  # lazy: CLI start-up time
 
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"not an ISO 8601 time: {value!r}") from None
-    try:
-        parsed = as_utc(parsed)
-    except OverflowError:  # e.g. 0001-01-01T00:00+05:00 has no UTC datetime
-        parsed = datetime.min
-    if not datetime(1970, 1, 1) <= parsed < datetime(9999, 1, 1):
-        raise ValueError(f"out of range (1970 to 9998): {value!r}")
-    return parsed
+        return parse_utc(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}: {value!r}") from None
 
 
 def _dump(value) -> str:
