@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -60,9 +61,10 @@ def _folder(tmp_path: Path) -> Path:
 def _row(app, job_id: int) -> dict:
     return queue.get(job_id, COLUMNS, app=app)
 
-
-def test_a_file_broken_while_the_worker_runs_fails_only_its_own_rows(
-        make_app, db_url, namespace, tmp_path):
+@contextmanager
+def _running(make_app, db_url: str, namespace: str, tmp_path: Path):
+    """A `cronjobs worker` on the probe handlers' folder (job processes idle for 0.3 s),
+    once a first good row has completed: `(app, folder, log, proc)`."""
     folder = _folder(tmp_path)
     app = make_app(broker_url=REDIS, handler_paths=(str(folder),))
     log = tmp_path / "worker.log"
@@ -71,6 +73,13 @@ def test_a_file_broken_while_the_worker_runs_fails_only_its_own_rows(
         first = queue.dispatch("probe.good.execute", app=app)
         wait_for(lambda: _row(app, first)["status"] == "completed", 30, "the first row",
                  proc, log)
+        yield app, folder, log, proc
+
+
+
+def test_a_file_broken_while_the_worker_runs_fails_only_its_own_rows(
+        make_app, db_url, namespace, tmp_path):
+    with _running(make_app, db_url, namespace, tmp_path) as (app, folder, log, proc):
         (folder / "FlakyExecute.py").write_text(
             textwrap.dedent(FLAKY.format(extra="import telemetry_b  # not on the path")))
         # The idle fork server stops; the next row starts a fresh one, which reads the folder.
@@ -106,14 +115,7 @@ def test_job_processes_that_cannot_start_are_said_once_and_the_worker_shows_stal
     """The handler folder gone (a deploy that moved it): a fresh fork server cannot load
     the handlers, so no job process starts. The row waits (attempt not used), the log says
     why once, the heartbeat says `stalled` (and health fails) until processes start again."""
-    folder = _folder(tmp_path)
-    app = make_app(broker_url=REDIS, handler_paths=(str(folder),))
-    log = tmp_path / "worker.log"
-    with worker(db_url, namespace, log, threads=2, CRONJOBS_HANDLER_PATHS=str(folder),
-                CRONJOBS_JOB_PROCESS_IDLE_SECONDS="0.3") as proc:
-        first = queue.dispatch("probe.good.execute", app=app)
-        wait_for(lambda: _row(app, first)["status"] == "completed", 30, "the first row",
-                 proc, log)
+    with _running(make_app, db_url, namespace, tmp_path) as (app, folder, log, proc):
         folder.rename(tmp_path / "moved")
         wait_for(lambda: fork_servers(proc.pid) == 0, 20, "the idle fork server gone",
                  proc, log)
