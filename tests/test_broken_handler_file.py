@@ -76,7 +76,6 @@ def _running(make_app, db_url: str, namespace: str, tmp_path: Path):
         yield app, folder, log, proc
 
 
-
 def test_a_file_broken_while_the_worker_runs_fails_only_its_own_rows(
         make_app, db_url, namespace, tmp_path):
     with _running(make_app, db_url, namespace, tmp_path) as (app, folder, log, proc):
